@@ -1,0 +1,18 @@
+# Writes tessera_build_id.h: a hash of every compiler source, so the cache key
+# changes whenever the compiler does (run at build time, not configure time).
+file(GLOB_RECURSE SRCS "${SRC_DIR}/*.cpp" "${SRC_DIR}/*.h" "${SRC_DIR}/*.def")
+list(SORT SRCS)
+set(ALL "")
+foreach(f ${SRCS})
+  file(SHA256 ${f} h)
+  string(APPEND ALL "${h}")
+endforeach()
+string(SHA256 H "${ALL}")
+string(SUBSTRING "${H}" 0 32 H)
+set(CONTENT "#pragma once\n#define TESSERA_SOURCES_HASH \"${H}\"\n")
+if(EXISTS ${OUT})
+  file(READ ${OUT} OLD)
+endif()
+if(NOT "${OLD}" STREQUAL "${CONTENT}")
+  file(WRITE ${OUT} "${CONTENT}")
+endif()

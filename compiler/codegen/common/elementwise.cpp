@@ -1,0 +1,296 @@
+// Elementwise ops on LLVM scalars or vectors. f16/bf16 arithmetic is computed in
+// f32 and rounded back after every op (as the interpreter does); bf16 conversions
+// use integer bit manipulation so no soft-float library calls are ever emitted.
+#include "codegen/common/elementwise.h"
+
+#include <llvm/IR/Intrinsics.h>
+
+#include "codegen/common/vector_math.h"
+#include "tessera/compiler.h"
+
+namespace tessera::codegen {
+
+using ir::ElemType;
+using ir::OpKind;
+using ir::ScalarKind;
+
+llvm::Type* llvm_elem_type(llvm::LLVMContext& c, const ElemType& e) {
+  switch (e.kind) {
+    case ScalarKind::I1: return llvm::Type::getInt1Ty(c);
+    case ScalarKind::I8: case ScalarKind::U8: return llvm::Type::getInt8Ty(c);
+    case ScalarKind::I16: case ScalarKind::U16: return llvm::Type::getInt16Ty(c);
+    case ScalarKind::I32: case ScalarKind::U32: return llvm::Type::getInt32Ty(c);
+    case ScalarKind::I64: case ScalarKind::U64: return llvm::Type::getInt64Ty(c);
+    case ScalarKind::F16: return llvm::Type::getHalfTy(c);
+    case ScalarKind::BF16: return llvm::Type::getBFloatTy(c);
+    case ScalarKind::F32: return llvm::Type::getFloatTy(c);
+    case ScalarKind::F64: return llvm::Type::getDoubleTy(c);
+    case ScalarKind::Ptr: return llvm::PointerType::get(c, 0);
+  }
+  return nullptr;
+}
+
+llvm::Type* llvm_mem_type(llvm::LLVMContext& c, const ElemType& e) {
+  return e.is_bool() ? llvm::Type::getInt8Ty(c) : llvm_elem_type(c, e);
+}
+
+llvm::Type* llvm_lanes_type(llvm::LLVMContext& c, const ElemType& e, int width) {
+  llvm::Type* t = llvm_elem_type(c, e);
+  return width == 1 ? t : llvm::FixedVectorType::get(t, width);
+}
+
+llvm::Value* to_mem(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& e) {
+  if (!e.is_bool()) return v;
+  llvm::Type* t = b.getInt8Ty();
+  if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(v->getType())) t = llvm::FixedVectorType::get(t, vt->getNumElements());
+  return b.CreateZExt(v, t);
+}
+
+llvm::Value* from_mem(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& e) {
+  if (!e.is_bool()) return v;
+  return b.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
+}
+
+llvm::Value* splat_lanes(llvm::IRBuilderBase& b, llvm::Value* v, int width) {
+  if (width == 1 || v->getType()->isVectorTy()) return v;
+  return b.CreateVectorSplat(width, v);
+}
+
+llvm::Value* emit_constant(llvm::IRBuilderBase& b, const ElemType& e, int width, const ir::Attr& value) {
+  llvm::Type* t = llvm_elem_type(b.getContext(), e);
+  llvm::Constant* c;
+  if (e.is_float()) {
+    double d = std::holds_alternative<double>(value) ? std::get<double>(value)
+               : std::holds_alternative<int64_t>(value) ? static_cast<double>(std::get<int64_t>(value))
+                                                         : (std::get<bool>(value) ? 1.0 : 0.0);
+    c = llvm::ConstantFP::get(t, d);
+  } else if (e.is_ptr()) {
+    c = llvm::ConstantPointerNull::get(llvm::cast<llvm::PointerType>(t));
+  } else {
+    int64_t i = std::holds_alternative<int64_t>(value) ? std::get<int64_t>(value)
+                : std::holds_alternative<double>(value) ? static_cast<int64_t>(std::get<double>(value))
+                                                         : (std::get<bool>(value) ? 1 : 0);
+    c = llvm::ConstantInt::get(t, static_cast<uint64_t>(i), /*signed*/ true);
+  }
+  return width == 1 ? static_cast<llvm::Value*>(c) : llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(width), c);
+}
+
+namespace {
+
+llvm::Type* with_lanes(llvm::Type* scalar, llvm::Type* like) {
+  if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(like)) return llvm::FixedVectorType::get(scalar, vt->getNumElements());
+  return scalar;
+}
+
+// bf16 <-> f32 by bit manipulation (round to nearest even; NaN stays NaN).
+llvm::Value* bf16_to_f32(llvm::IRBuilderBase& b, llvm::Value* v) {
+  llvm::Value* bits = b.CreateBitCast(v, with_lanes(b.getInt16Ty(), v->getType()));
+  llvm::Value* w = b.CreateShl(b.CreateZExt(bits, with_lanes(b.getInt32Ty(), v->getType())), 16);
+  return b.CreateBitCast(w, with_lanes(b.getFloatTy(), v->getType()));
+}
+
+llvm::Value* f32_to_bf16(llvm::IRBuilderBase& b, llvm::Value* f) {
+  llvm::Type* i32 = with_lanes(b.getInt32Ty(), f->getType());
+  llvm::Value* bits = b.CreateBitCast(f, i32);
+  llvm::Value* lsb = b.CreateAnd(b.CreateLShr(bits, 16), llvm::ConstantInt::get(i32, 1));
+  llvm::Value* rounded = b.CreateAdd(bits, b.CreateAdd(lsb, llvm::ConstantInt::get(i32, 0x7FFF)));
+  llvm::Value* is_nan = b.CreateFCmpUNO(f, f);
+  llvm::Value* nan_bits = b.CreateOr(bits, llvm::ConstantInt::get(i32, 0x00400000));  // quiet
+  llvm::Value* sel = b.CreateSelect(is_nan, nan_bits, rounded);
+  llvm::Value* hi = b.CreateTrunc(b.CreateLShr(sel, 16), with_lanes(b.getInt16Ty(), f->getType()));
+  return b.CreateBitCast(hi, with_lanes(b.getBFloatTy(), f->getType()));
+}
+
+// Widen a float value to the type arithmetic is done in (f16/bf16 -> f32).
+llvm::Value* widen(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& e) {
+  if (e.kind == ScalarKind::BF16) return bf16_to_f32(b, v);
+  if (e.kind == ScalarKind::F16) return b.CreateFPExt(v, with_lanes(b.getFloatTy(), v->getType()));
+  return v;
+}
+llvm::Value* narrow(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& e) {
+  if (e.kind == ScalarKind::BF16) return f32_to_bf16(b, v);
+  if (e.kind == ScalarKind::F16) return b.CreateFPTrunc(v, with_lanes(b.getHalfTy(), v->getType()));
+  return v;
+}
+
+llvm::Value* intrinsic(llvm::IRBuilderBase& b, llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Value*> args) {
+  return b.CreateIntrinsic(id, {args[0]->getType()}, args);
+}
+
+}  // namespace
+
+llvm::Value* emit_cast(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& from, const ElemType& to) {
+  if (from == to) return v;
+  llvm::LLVMContext& c = b.getContext();
+  llvm::Type* dst = with_lanes(llvm_elem_type(c, to), v->getType());
+  if (from.is_ptr() || to.is_ptr()) {
+    if (from.is_ptr() && to.is_ptr()) return v;
+    if (from.is_ptr()) return b.CreatePtrToInt(v, dst);
+    return b.CreateIntToPtr(b.CreateZExtOrTrunc(v, with_lanes(b.getInt64Ty(), v->getType())), dst);
+  }
+  if (from.is_int() && to.is_int()) {
+    if (to.is_bool()) return b.CreateICmpNE(v, llvm::Constant::getNullValue(v->getType()));
+    if (from.is_unsigned() || from.is_bool()) return b.CreateZExtOrTrunc(v, dst);
+    return b.CreateSExtOrTrunc(v, dst);
+  }
+  if (from.is_int() && to.is_float()) {
+    llvm::Type* f32ish = to.bits() == 16 ? with_lanes(b.getFloatTy(), v->getType()) : dst;
+    llvm::Value* r = (from.is_unsigned() || from.is_bool()) ? b.CreateUIToFP(v, f32ish) : b.CreateSIToFP(v, f32ish);
+    return narrow(b, r, to);
+  }
+  if (from.is_float() && to.is_int()) {
+    llvm::Value* w = widen(b, v, from);
+    if (to.is_bool()) return b.CreateFCmpUNE(w, llvm::Constant::getNullValue(w->getType()));
+    auto id = to.is_unsigned() ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat;
+    return b.CreateIntrinsic(id, {dst, w->getType()}, {w});
+  }
+  // float -> float
+  llvm::Value* w = widen(b, v, from);
+  if (to.kind == ScalarKind::BF16) {
+    if (from.kind == ScalarKind::F64) w = b.CreateFPTrunc(w, with_lanes(b.getFloatTy(), v->getType()));
+    return f32_to_bf16(b, w);
+  }
+  if (to.kind == ScalarKind::F16 && from.kind == ScalarKind::BF16) return b.CreateFPTrunc(w, dst);
+  return b.CreateFPCast(w, dst);
+}
+
+llvm::Value* emit_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm::ArrayRef<llvm::Value*> in_args) {
+  // Bring scalars and vectors to one width.
+  int width = 1;
+  for (llvm::Value* a : in_args)
+    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(a->getType())) width = vt->getNumElements();
+  std::vector<llvm::Value*> args;
+  for (llvm::Value* a : in_args) args.push_back(splat_lanes(b, a, width));
+
+  const ElemType& in = op.operands.empty() ? op.result()->type.elem : op.operands[0]->type.elem;
+  const ElemType& out = op.result()->type.elem;
+  switch (op.kind) {
+    case OpKind::Cast: return emit_cast(b, args[0], in, out);
+    case OpKind::Bitcast: {
+      llvm::Type* dst = with_lanes(llvm_elem_type(b.getContext(), out), args[0]->getType());
+      if (in.is_ptr() && !out.is_ptr()) return b.CreatePtrToInt(args[0], dst);
+      if (!in.is_ptr() && out.is_ptr()) return b.CreateIntToPtr(args[0], dst);
+      return b.CreateBitCast(args[0], dst);
+    }
+    case OpKind::AddPtr: {
+      const ElemType& off_t = op.operands[1]->type.elem;
+      llvm::Type* i64 = with_lanes(b.getInt64Ty(), args[1]->getType());
+      llvm::Value* off = off_t.is_unsigned() || off_t.is_bool() ? b.CreateZExtOrTrunc(args[1], i64) : b.CreateSExtOrTrunc(args[1], i64);
+      llvm::Type* elem = llvm_mem_type(b.getContext(), out.pointee_type());
+      return b.CreateGEP(elem, args[0], off);
+    }
+    case OpKind::Select: return b.CreateSelect(args[0], args[1], args[2]);
+    case OpKind::Hint: return args[0];
+    default: break;
+  }
+
+  if (in.is_float()) {
+    std::vector<llvm::Value*> w;
+    for (size_t i = 0; i < args.size(); ++i) w.push_back(widen(b, args[i], op.operands[i]->type.elem));
+    llvm::Value* r = nullptr;
+    switch (op.kind) {
+      case OpKind::Add: r = b.CreateFAdd(w[0], w[1]); break;
+      case OpKind::Sub: r = b.CreateFSub(w[0], w[1]); break;
+      case OpKind::Mul: r = b.CreateFMul(w[0], w[1]); break;
+      case OpKind::Div: r = b.CreateFDiv(w[0], w[1]); break;
+      case OpKind::Rem: r = b.CreateFRem(w[0], w[1]); break;
+      case OpKind::Min: r = intrinsic(b, llvm::Intrinsic::minnum, w); break;
+      case OpKind::Max: r = intrinsic(b, llvm::Intrinsic::maxnum, w); break;
+      case OpKind::MinimumNan: r = intrinsic(b, llvm::Intrinsic::minimum, w); break;
+      case OpKind::MaximumNan: r = intrinsic(b, llvm::Intrinsic::maximum, w); break;
+      case OpKind::Neg: r = b.CreateFNeg(w[0]); break;
+      case OpKind::Abs: r = intrinsic(b, llvm::Intrinsic::fabs, {w[0]}); break;
+      case OpKind::Floor: r = intrinsic(b, llvm::Intrinsic::floor, {w[0]}); break;
+      case OpKind::Ceil: r = intrinsic(b, llvm::Intrinsic::ceil, {w[0]}); break;
+      case OpKind::Sqrt: r = intrinsic(b, llvm::Intrinsic::sqrt, {w[0]}); break;
+      case OpKind::Rsqrt:
+        r = b.CreateFDiv(llvm::ConstantFP::get(w[0]->getType(), 1.0), intrinsic(b, llvm::Intrinsic::sqrt, {w[0]}));
+        break;
+      case OpKind::Fma: r = intrinsic(b, llvm::Intrinsic::fma, w); break;
+      case OpKind::Exp: r = emit_math(b, MathFn::Exp, w[0]); break;
+      case OpKind::Exp2: r = emit_math(b, MathFn::Exp2, w[0]); break;
+      case OpKind::Log: r = emit_math(b, MathFn::Log, w[0]); break;
+      case OpKind::Log2: r = emit_math(b, MathFn::Log2, w[0]); break;
+      case OpKind::Sin: r = emit_math(b, MathFn::Sin, w[0]); break;
+      case OpKind::Cos: r = emit_math(b, MathFn::Cos, w[0]); break;
+      case OpKind::Erf: r = emit_math(b, MathFn::Erf, w[0]); break;
+      case OpKind::Tanh: r = emit_math(b, MathFn::Tanh, w[0]); break;
+      case OpKind::Sigmoid: r = emit_math(b, MathFn::Sigmoid, w[0]); break;
+      case OpKind::Cmp: {
+        std::string p = op.str_attr("pred");
+        auto pred = p == "eq" ? llvm::CmpInst::FCMP_OEQ : p == "ne" ? llvm::CmpInst::FCMP_UNE
+                  : p == "lt" ? llvm::CmpInst::FCMP_OLT : p == "le" ? llvm::CmpInst::FCMP_OLE
+                  : p == "gt" ? llvm::CmpInst::FCMP_OGT : llvm::CmpInst::FCMP_OGE;
+        return b.CreateFCmp(pred, w[0], w[1]);
+      }
+      default:
+        throw CompileError(std::string("op '") + op.name() + "' is not defined on floats (this is a Tessera bug)", false,
+                           op.loc.line, op.loc.col);
+    }
+    return narrow(b, r, out);
+  }
+
+  // Integers (and i1).
+  bool uns = in.is_unsigned() || in.is_bool();
+  llvm::Type* t = args[0]->getType();
+  int bits = in.bits();
+  switch (op.kind) {
+    case OpKind::Add: return b.CreateAdd(args[0], args[1]);
+    case OpKind::Sub: return b.CreateSub(args[0], args[1]);
+    case OpKind::Mul: return b.CreateMul(args[0], args[1]);
+    case OpKind::Div:
+    case OpKind::Rem: {
+      // x86 traps on x/0 and INT_MIN/-1: divide by 1 instead and fix the result.
+      llvm::Value* zero = llvm::Constant::getNullValue(t);
+      llvm::Value* one = llvm::ConstantInt::get(t, 1);
+      llvm::Value* dzero = b.CreateICmpEQ(args[1], zero);
+      llvm::Value* bad = dzero;
+      if (!uns) {
+        llvm::Value* minv = llvm::ConstantInt::get(t, llvm::APInt::getSignedMinValue(bits));
+        llvm::Value* ovf = b.CreateAnd(b.CreateICmpEQ(args[0], minv), b.CreateICmpEQ(args[1], llvm::Constant::getAllOnesValue(t)));
+        bad = b.CreateOr(bad, ovf);
+      }
+      llvm::Value* d = b.CreateSelect(bad, one, args[1]);
+      llvm::Value* r = op.kind == OpKind::Div ? (uns ? b.CreateUDiv(args[0], d) : b.CreateSDiv(args[0], d))
+                                              : (uns ? b.CreateURem(args[0], d) : b.CreateSRem(args[0], d));
+      return b.CreateSelect(dzero, zero, r);
+    }
+    case OpKind::And: return b.CreateAnd(args[0], args[1]);
+    case OpKind::Or: return b.CreateOr(args[0], args[1]);
+    case OpKind::Xor: return b.CreateXor(args[0], args[1]);
+    case OpKind::Shl:
+    case OpKind::Shr: {
+      llvm::Value* amt = b.CreateAnd(args[1], llvm::ConstantInt::get(t, bits - 1));
+      if (op.kind == OpKind::Shl) return b.CreateShl(args[0], amt);
+      return uns ? b.CreateLShr(args[0], amt) : b.CreateAShr(args[0], amt);
+    }
+    case OpKind::Min: return intrinsic(b, uns ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, args);
+    case OpKind::Max: return intrinsic(b, uns ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, args);
+    case OpKind::Neg: return b.CreateNeg(args[0]);
+    case OpKind::Not: return b.CreateNot(args[0]);
+    case OpKind::Abs:
+      if (uns) return args[0];
+      return b.CreateIntrinsic(llvm::Intrinsic::abs, {t}, {args[0], b.getFalse()});
+    case OpKind::Umulhi: {
+      llvm::Type* wide = with_lanes(b.getIntNTy(bits * 2), t);
+      llvm::Value* x = uns ? b.CreateZExt(args[0], wide) : b.CreateSExt(args[0], wide);
+      llvm::Value* y = uns ? b.CreateZExt(args[1], wide) : b.CreateSExt(args[1], wide);
+      return b.CreateTrunc(b.CreateLShr(b.CreateMul(x, y), bits), t);
+    }
+    case OpKind::Cmp: {
+      std::string p = op.str_attr("pred");
+      llvm::CmpInst::Predicate pred =
+          p == "eq" ? llvm::CmpInst::ICMP_EQ : p == "ne" ? llvm::CmpInst::ICMP_NE
+        : p == "lt" ? (uns ? llvm::CmpInst::ICMP_ULT : llvm::CmpInst::ICMP_SLT)
+        : p == "le" ? (uns ? llvm::CmpInst::ICMP_ULE : llvm::CmpInst::ICMP_SLE)
+        : p == "gt" ? (uns ? llvm::CmpInst::ICMP_UGT : llvm::CmpInst::ICMP_SGT)
+                    : (uns ? llvm::CmpInst::ICMP_UGE : llvm::CmpInst::ICMP_SGE);
+      return b.CreateICmp(pred, args[0], args[1]);
+    }
+    default:
+      throw CompileError(std::string("op '") + op.name() + "' is not defined on integers (this is a Tessera bug)",
+                         false, op.loc.line, op.loc.col);
+  }
+}
+
+}  // namespace tessera::codegen

@@ -1,0 +1,20 @@
+// Vectorized math functions emitted as LLVM IR polynomials (no libm calls), so
+// that loops over tiles stay vector code. Target independent: the x86 lowering
+// uses them directly; the NVPTX lowering may prefer hardware approximations.
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+
+namespace tessera::codegen {
+
+enum class MathFn {
+  Exp, Exp2, Log, Log2, Sin, Cos, Erf, Tanh, Sigmoid,
+};
+
+// Emits fn(x) for x a float/double scalar or a vector of them (any width).
+// Accuracy: within 2 ulp of the correctly rounded result for f32 over the whole
+// domain (4 ulp for erf/tanh/sigmoid), within 4 ulp for f64; inf/nan/denormal
+// inputs follow C's <math.h>.
+llvm::Value* emit_math(llvm::IRBuilderBase& b, MathFn fn, llvm::Value* x);
+
+}  // namespace tessera::codegen

@@ -1,0 +1,131 @@
+// The x86 back end driver: builds the LLVM module, runs LLVM's O3 pipeline for
+// the host CPU, and emits assembly text and an ELF relocatable object.
+#include "codegen/x86/compile_x86.h"
+
+#include <llvm/Analysis/CGSCCPassManager.h>
+#include <llvm/Analysis/LoopAnalysisManager.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+#include <llvm/Transforms/Utils/Cloning.h>
+
+#include <mutex>
+
+#include "codegen/x86/kernel_lowering.h"
+
+namespace tessera::codegen::x86 {
+
+namespace {
+
+void init_llvm_x86() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeX86TargetInfo();
+    LLVMInitializeX86Target();
+    LLVMInitializeX86TargetMC();
+    LLVMInitializeX86AsmPrinter();
+    LLVMInitializeX86AsmParser();
+  });
+}
+
+std::string print_module(const llvm::Module& m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  return s;
+}
+
+}  // namespace
+
+std::string host_cpu_name() { return llvm::sys::getHostCPUName().str(); }
+
+std::string host_cpu_features() {
+  std::string f;
+  auto feats = llvm::sys::getHostCPUFeatures();
+  std::vector<std::string> names;
+  for (auto& kv : feats) names.push_back((kv.second ? "+" : "-") + kv.first().str());
+  std::sort(names.begin(), names.end());
+  for (auto& n : names) f += (f.empty() ? "" : ",") + n;
+  return f;
+}
+
+X86Output compile_x86(const ir::Kernel& k, const CompileOptions& opts) {
+  init_llvm_x86();
+  X86Output out;
+  out.cpu_name = opts.cpu_name.empty() ? host_cpu_name() : opts.cpu_name;
+  out.cpu_features = opts.cpu_name.empty() && opts.cpu_features.empty() ? host_cpu_features() : opts.cpu_features;
+  std::string triple = llvm::sys::getProcessTriple();
+  std::string err;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple, err);
+  if (!target) throw CompileError("LLVM has no x86 target: " + err + " (this is a Tessera bug)", false);
+  llvm::TargetOptions to;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple, out.cpu_name, out.cpu_features, to, llvm::Reloc::PIC_, llvm::CodeModel::Small, llvm::CodeGenOptLevel::Aggressive));
+
+  bool avx512 = out.cpu_features.find("+avx512f") != std::string::npos;
+  TargetDesc td;
+  td.vector_bits = avx512 ? 512 : 256;
+  td.chunk_lanes = 16;
+
+  llvm::LLVMContext ctx;
+  auto m = std::make_unique<llvm::Module>("tessera_" + k.name, ctx);
+  m->setTargetTriple(triple);
+  m->setDataLayout(tm->createDataLayout());
+  KernelLowering lowering(k, *m, td, opts);
+  out.entry_symbol = lowering.run();
+  for (llvm::Function& f : *m) {
+    if (f.isDeclaration()) continue;
+    f.addFnAttr("target-cpu", out.cpu_name);
+    f.addFnAttr("target-features", out.cpu_features);
+    f.addFnAttr("prefer-vector-width", std::to_string(td.vector_bits));
+    f.addFnAttr("min-legal-vector-width", std::to_string(td.vector_bits));
+    f.addFnAttr(llvm::Attribute::NoUnwind);
+  }
+  out.llir = print_module(*m);
+  std::string verr;
+  llvm::raw_string_ostream vos(verr);
+  if (llvm::verifyModule(*m, &vos))
+    throw CompileError("LLVM IR verification failed for kernel " + k.name + ": " + verr + " (this is a Tessera bug)", false);
+
+  {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PipelineTuningOptions pto;
+    pto.LoopVectorization = true;
+    pto.SLPVectorization = true;
+    llvm::PassBuilder pb(tm.get(), pto);
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+    mpm.run(*m, mam);
+  }
+  out.llir_opt = print_module(*m);
+
+  auto emit = [&](llvm::Module& mod, llvm::CodeGenFileType kind) {
+    llvm::SmallVector<char, 0> buf;
+    llvm::raw_svector_ostream os(buf);
+    llvm::legacy::PassManager pm;
+    if (tm->addPassesToEmitFile(pm, os, nullptr, kind))
+      throw CompileError("LLVM cannot emit code for this target (this is a Tessera bug)", false);
+    pm.run(mod);
+    return std::string(buf.begin(), buf.end());
+  };
+  {
+    auto clone = llvm::CloneModule(*m);
+    out.asm_text = emit(*clone, llvm::CodeGenFileType::AssemblyFile);
+  }
+  out.object = emit(*m, llvm::CodeGenFileType::ObjectFile);
+  return out;
+}
+
+}  // namespace tessera::codegen::x86

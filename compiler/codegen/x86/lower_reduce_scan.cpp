@@ -1,0 +1,214 @@
+// x86 lowering, part 3: reductions and scans with a combine region, and dot.
+//
+// Worked example, tl.sum(x, axis=1) for x: tile<4x1024xf32> (reduce along the
+// minor dim): for each of the 4 rows, acc = x[r, 0:16]; acc = acc + x[r, 16j:16j+16]
+// for j = 1..63 (one vector add per chunk, x possibly a fused lazy chain); then a
+// halving tree of shuffles+adds turns the 16 lanes into one scalar.
+// Along a major axis (axis=0) the lanes stay vectors: acc = x[0, c:c+16];
+// acc += x[i, c:c+16] for i = 1..3; store acc to the result chunk.
+#include <llvm/IR/Intrinsics.h>
+
+#include "codegen/common/elementwise.h"
+#include "codegen/x86/dot_microkernel.h"
+#include "codegen/x86/kernel_lowering.h"
+
+namespace tessera::codegen::x86 {
+
+using namespace ir;
+
+std::vector<llvm::Value*> KernelLowering::emit_combine(const Op& op, const std::vector<llvm::Value*>& lhs,
+                                                       const std::vector<llvm::Value*>& rhs) {
+  const Block& blk = *op.regions[0]->block;
+  size_t n = lhs.size();
+  for (size_t i = 0; i < n; ++i) {
+    scalars_[blk.args[i].get()] = lhs[i];
+    scalars_[blk.args[n + i].get()] = rhs[i];
+  }
+  for (auto& inner : blk.ops) {
+    if (inner->kind == OpKind::Yield) break;
+    if (!inner->regions.empty() || inner->kind == OpKind::Load || op_has_trait(inner->kind, 'S'))
+      unsupported(*inner, "a combine function may only use elementwise operations");
+    lower_op(*inner);
+  }
+  std::vector<llvm::Value*> out;
+  for (Value* v : blk.terminator()->operands) {
+    llvm::Value* x = scalar(v);
+    // Region constants are scalars: splat to the accumulator width.
+    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(lhs[0]->getType())) x = splat_lanes(b_, x, vt->getNumElements());
+    out.push_back(x);
+  }
+  return out;
+}
+
+namespace {
+std::vector<int64_t> drop_dim(const std::vector<int64_t>& v, int d) {
+  std::vector<int64_t> r = v;
+  r.erase(r.begin() + d);
+  return r;
+}
+}  // namespace
+
+void KernelLowering::lower_reduce(const Op& op) {
+  size_t n = op.operands.size();
+  const Type& st = op.operands[0]->type;
+  int axis = static_cast<int>(op.int_attr("axis"));
+  int rank = st.rank();
+  std::vector<int64_t> rshape = drop_dim(st.shape, axis);
+  bool scalar_result = rshape.empty();
+  std::vector<TileRef> out(n);
+  if (!scalar_result)
+    for (size_t i = 0; i < n; ++i) out[i] = new_buffer(op.result(i)->type);
+
+  auto load_all = [&](const Chunk& c) {
+    std::vector<llvm::Value*> v;
+    for (size_t i = 0; i < n; ++i) v.push_back(emit_chunk(op.operands[i], c));
+    return v;
+  };
+  auto make_slots = [&](const std::vector<llvm::Value*>& init) {
+    std::vector<llvm::Value*> slots;
+    for (llvm::Value* v : init) {
+      llvm::Value* s = alloca_in_entry(v->getType(), 1);
+      b_.CreateStore(v, s);
+      slots.push_back(s);
+    }
+    return slots;
+  };
+  auto read_slots = [&](const std::vector<llvm::Value*>& slots, const std::vector<llvm::Value*>& like) {
+    std::vector<llvm::Value*> v;
+    for (size_t i = 0; i < slots.size(); ++i) v.push_back(b_.CreateLoad(like[i]->getType(), slots[i]));
+    return v;
+  };
+  auto store_result = [&](const Chunk& c, const std::vector<llvm::Value*>& vals) {
+    Chunk rc;
+    rc.width = c.width;
+    for (int d = 0; d < rank; ++d)
+      if (d != axis) rc.idx.push_back(c.idx[d]);
+    for (size_t i = 0; i < n; ++i) {
+      const ElemType& e = op.result(i)->type.elem;
+      b_.CreateStore(to_mem(b_, vals[i], e), view_address(out[i], op.result(i)->type, rc));
+    }
+  };
+
+  if (axis == rank - 1) {
+    int w = chunk_width(st);
+    loop_nest(st.shape, 1, axis, [&](Chunk& c) {
+      Chunk cc = c;
+      cc.width = w;
+      cc.idx[axis] = b_.getInt64(0);
+      std::vector<llvm::Value*> acc = load_all(cc);
+      if (st.shape[axis] > w) {
+        auto slots = make_slots(acc);
+        counted_loop(st.shape[axis] - w, w, [&](llvm::Value* iv) {
+          cc.idx[axis] = b_.CreateAdd(iv, b_.getInt64(w));
+          auto cur = read_slots(slots, acc);
+          auto nxt = emit_combine(op, cur, load_all(cc));
+          for (size_t i = 0; i < n; ++i) b_.CreateStore(nxt[i], slots[i]);
+        });
+        acc = read_slots(slots, acc);
+      }
+      // Halving tree across lanes.
+      for (int width = w; width > 1; width /= 2) {
+        int h = width / 2;
+        std::vector<llvm::Value*> lo, hi;
+        for (llvm::Value* v : acc) {
+          if (h == 1) {
+            lo.push_back(b_.CreateExtractElement(v, uint64_t(0)));
+            hi.push_back(b_.CreateExtractElement(v, uint64_t(1)));
+          } else {
+            std::vector<int> l, r;
+            for (int i = 0; i < h; ++i) l.push_back(i), r.push_back(h + i);
+            lo.push_back(b_.CreateShuffleVector(v, l));
+            hi.push_back(b_.CreateShuffleVector(v, r));
+          }
+        }
+        acc = emit_combine(op, lo, hi);
+      }
+      if (scalar_result) {
+        for (size_t i = 0; i < n; ++i) scalars_[op.result(i)] = acc[i];
+      } else {
+        Chunk one = c;
+        one.width = 1;
+        store_result(one, acc);
+      }
+    });
+  } else {
+    int w = chunk_width(st);
+    loop_nest(st.shape, w, axis, [&](Chunk& c) {
+      Chunk cc = c;
+      cc.idx[axis] = b_.getInt64(0);
+      std::vector<llvm::Value*> acc = load_all(cc);
+      auto slots = make_slots(acc);
+      counted_loop(st.shape[axis] - 1, 1, [&](llvm::Value* iv) {
+        cc.idx[axis] = b_.CreateAdd(iv, b_.getInt64(1));
+        auto nxt = emit_combine(op, read_slots(slots, acc), load_all(cc));
+        for (size_t i = 0; i < n; ++i) b_.CreateStore(nxt[i], slots[i]);
+      });
+      store_result(c, read_slots(slots, acc));
+    });
+  }
+  if (!scalar_result)
+    for (size_t i = 0; i < n; ++i) tiles_[op.result(i)] = out[i];
+}
+
+void KernelLowering::lower_scan(const Op& op) {
+  size_t n = op.operands.size();
+  const Type& st = op.operands[0]->type;
+  int axis = static_cast<int>(op.int_attr("axis"));
+  int rank = st.rank();
+  bool reverse = op.bool_attr("reverse");
+  std::vector<TileRef> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = new_buffer(op.result(i)->type);
+  int w = axis == rank - 1 ? 1 : chunk_width(st);
+  int64_t len = st.shape[axis];
+  loop_nest(st.shape, w, axis, [&](Chunk& c) {
+    Chunk cc = c;
+    auto at = [&](llvm::Value* i) {
+      cc.idx[axis] = i;
+      std::vector<llvm::Value*> v;
+      for (size_t k = 0; k < n; ++k) v.push_back(emit_chunk(op.operands[k], cc));
+      return v;
+    };
+    auto store_at = [&](const std::vector<llvm::Value*>& vals) {
+      for (size_t k = 0; k < n; ++k)
+        b_.CreateStore(to_mem(b_, vals[k], op.result(k)->type.elem), view_address(out[k], op.result(k)->type, cc));
+    };
+    llvm::Value* first = b_.getInt64(reverse ? len - 1 : 0);
+    std::vector<llvm::Value*> acc = at(first);
+    store_at(acc);
+    if (len == 1) return;
+    std::vector<llvm::Value*> slots;
+    for (llvm::Value* v : acc) {
+      llvm::Value* s = alloca_in_entry(v->getType(), 1);
+      b_.CreateStore(v, s);
+      slots.push_back(s);
+    }
+    auto body = [&](llvm::Value* iv) {
+      llvm::Value* i = reverse ? b_.CreateSub(b_.getInt64(len - 2), iv) : b_.CreateAdd(iv, b_.getInt64(1));
+      std::vector<llvm::Value*> cur;
+      for (size_t k = 0; k < n; ++k) cur.push_back(b_.CreateLoad(acc[k]->getType(), slots[k]));
+      auto x = at(i);
+      auto nxt = reverse ? emit_combine(op, x, cur) : emit_combine(op, cur, x);
+      for (size_t k = 0; k < n; ++k) b_.CreateStore(nxt[k], slots[k]);
+      store_at(nxt);
+    };
+    if (len - 1 == 1) body(b_.getInt64(0));
+    else counted_loop(len - 1, 1, body);
+  });
+  for (size_t i = 0; i < n; ++i) tiles_[op.result(i)] = out[i];
+}
+
+void KernelLowering::lower_dot(const Op& op) {
+  const Type& at = op.operands[0]->type;
+  const Type& bt = op.operands[1]->type;
+  const Type& ct = op.result()->type;
+  TileRef a = materialize(op.operands[0]);
+  TileRef bm = materialize(op.operands[1]);
+  TileRef c = new_buffer(ct);
+  write_into(c, op.operands[2]);
+  DotShape shape{static_cast<int>(at.shape[0]), static_cast<int>(bt.shape[1]), static_cast<int>(at.shape[1])};
+  emit_dot(b_, a.base, bm.base, c.base, shape, llvm_mem_type(ctx_, at.elem), llvm_mem_type(ctx_, bt.elem),
+           llvm_mem_type(ctx_, ct.elem), target_.vector_bits);
+  tiles_[op.result()] = c;
+}
+
+}  // namespace tessera::codegen::x86

@@ -1,0 +1,512 @@
+// x86 lowering, part 2: tile values — fusion planning, lazy chunk evaluation,
+// views over buffers, loop nests, loads and stores (see kernel_lowering.h).
+//
+// Worked example: y = exp(x - max) with x a tile<1024xf32> View and max a
+// scalar. A consumer storing y walks 64 chunks of 16 lanes; for chunk j it emits
+//   v = load <16 x float> x_buf[16j]; d = fsub v, splat(max); e = exp_poly(d)
+// and stores e — one loop, no temporary for x - max or exp(x - max).
+#include <llvm/IR/Intrinsics.h>
+
+#include "codegen/common/elementwise.h"
+#include "codegen/x86/kernel_lowering.h"
+
+namespace tessera::codegen::x86 {
+
+using namespace ir;
+
+namespace {
+
+bool lazy_eligible(const Op& op) {
+  if (op.results.size() != 1 || !op.result()->type.is_tile()) return false;
+  switch (op.kind) {
+    case OpKind::Const: case OpKind::Splat: case OpKind::Arange: case OpKind::Broadcast:
+    case OpKind::ExpandDims: case OpKind::Join: case OpKind::Hint: case OpKind::Load:
+      return true;
+    default:
+      return op_has_trait(op.kind, 'E') && op_has_trait(op.kind, 'P');
+  }
+}
+
+bool has_side_effects(const Op& op) {
+  if (op_has_trait(op.kind, 'S') && op.kind != OpKind::Return) return true;
+  for (auto& r : op.regions)
+    for (auto& inner : r->block->ops)
+      if (has_side_effects(*inner)) return true;
+  return false;
+}
+
+// The op of block `b` that is or contains `user`.
+const Op* ancestor_in(const Op* user, const Block* b) {
+  while (user && user->parent != b) {
+    Region* r = user->parent ? user->parent->parent() : nullptr;
+    user = r ? r->parent() : nullptr;
+  }
+  return user;
+}
+
+std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] == 1) s[d] = 0;  // index is always 0: any stride works
+  return s;
+}
+
+bool is_contiguous(const TileRef& r, const Type& t) {
+  if (r.kind != TileRef::View || r.offset != 0) return false;
+  auto rm = row_major_strides(t.shape);
+  for (size_t d = 0; d < rm.size(); ++d)
+    if (t.shape[d] != 1 && r.strides[d] != rm[d]) return false;
+  return true;
+}
+
+}  // namespace
+
+TileRef& KernelLowering::tile(const Value* v) {
+  auto it = tiles_.find(v);
+  if (it == tiles_.end()) throw CompileError("tile value used before it was lowered (this is a Tessera bug)", false);
+  return it->second;
+}
+
+void KernelLowering::plan_fusion(const Block& b) {
+  if (!uses_built_) {
+    for_each_op(k_.body(), [&](Op* op) {
+      for (Value* v : op->operands) uses_[v].push_back(op);
+    });
+    uses_built_ = true;
+  }
+  std::vector<const Op*> ops;
+  std::unordered_map<const Op*, int> pos;
+  for (auto& op : b.ops) pos[op.get()] = static_cast<int>(ops.size()), ops.push_back(op.get());
+  std::vector<int> se(ops.size() + 1, 0);  // side-effecting ops before position i
+  for (size_t i = 0; i < ops.size(); ++i) se[i + 1] = se[i] + (has_side_effects(*ops[i]) ? 1 : 0);
+
+  std::unordered_map<const Value*, int> eval_count, root_pos;
+  for (int i = static_cast<int>(ops.size()) - 1; i >= 0; --i) {
+    const Op& op = *ops[i];
+    if (!lazy_eligible(op)) continue;
+    const Value* v = op.result();
+    int count = 0, root = -1;
+    bool forced = false;
+    for (const Op* user : uses_[v]) {
+      const Op* anc = ancestor_in(user, &b);
+      if (anc != user) {
+        forced = true;
+        break;
+      }
+      if (lazy_.count(user)) {
+        count += eval_count[user->result()];
+        root = std::max(root, root_pos[user->result()]);
+      } else {
+        count += 1;
+        root = std::max(root, pos[user]);
+      }
+    }
+    if (forced) continue;
+    bool expensive = op.kind == OpKind::Load || op_has_trait(op.kind, 'X');
+    if (expensive && count > 1) continue;
+    if (!expensive && count > 8) continue;
+    if (op.kind == OpKind::Load && root >= 0 && se[root] - se[i + 1] > 0) continue;
+    lazy_.insert(&op);
+    eval_count[v] = count;
+    root_pos[v] = root;
+  }
+}
+
+llvm::Value* KernelLowering::alloca_in_entry(llvm::Type* t, int64_t count) {
+  llvm::IRBuilder<> eb(entry_, entry_->begin());
+  auto* a = eb.CreateAlloca(t, eb.getInt64(count));
+  a->setAlignment(llvm::Align(64));
+  return a;
+}
+
+int KernelLowering::chunk_width(const Type& t) const {
+  return static_cast<int>(std::min<int64_t>(t.shape.back(), target_.chunk_lanes));
+}
+
+TileRef KernelLowering::new_buffer(const Type& t) {
+  TileRef r;
+  r.kind = TileRef::View;
+  r.base = alloca_in_entry(llvm_mem_type(ctx_, t.elem), t.numel());
+  r.strides = row_major_strides(t.shape);
+  return r;
+}
+
+void KernelLowering::counted_loop(int64_t n, int64_t step, const std::function<void(llvm::Value*)>& body, bool reverse) {
+  if (n <= step) {
+    body(b_.getInt64(0));
+    return;
+  }
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  auto* loop = llvm::BasicBlock::Create(ctx_, "tile.loop", fn_);
+  auto* exit = llvm::BasicBlock::Create(ctx_, "tile.exit", fn_);
+  b_.CreateBr(loop);
+  b_.SetInsertPoint(loop);
+  llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2);
+  i->addIncoming(b_.getInt64(0), pre);
+  llvm::Value* idx = reverse ? b_.CreateSub(b_.getInt64(n - step), i) : static_cast<llvm::Value*>(i);
+  body(idx);
+  llvm::Value* next = b_.CreateAdd(i, b_.getInt64(step));
+  i->addIncoming(next, b_.GetInsertBlock());
+  b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt64(n)), loop, exit);
+  b_.SetInsertPoint(exit);
+}
+
+void KernelLowering::loop_nest(const std::vector<int64_t>& shape, int width, int skip_dim,
+                               const std::function<void(Chunk&)>& body) {
+  int r = static_cast<int>(shape.size());
+  Chunk c;
+  c.idx.assign(r, nullptr);
+  c.width = width;
+  std::function<void(int)> rec = [&](int d) {
+    if (d == r) {
+      body(c);
+      return;
+    }
+    if (d == skip_dim) {
+      c.idx[d] = nullptr;
+      rec(d + 1);
+      return;
+    }
+    int64_t step = d == r - 1 ? width : 1;
+    if (shape[d] == 1 || shape[d] == step) {
+      c.idx[d] = b_.getInt64(0);
+      rec(d + 1);
+      return;
+    }
+    counted_loop(shape[d], step, [&](llvm::Value* iv) {
+      c.idx[d] = iv;
+      rec(d + 1);
+    });
+  };
+  rec(0);
+}
+
+llvm::Value* KernelLowering::view_address(const TileRef& r, const Type& t, const Chunk& c) {
+  llvm::Value* off = b_.getInt64(r.offset);
+  for (size_t d = 0; d < c.idx.size(); ++d)
+    if (r.strides[d] != 0 && c.idx[d]) off = b_.CreateAdd(off, b_.CreateMul(c.idx[d], b_.getInt64(r.strides[d])));
+  return b_.CreateGEP(llvm_mem_type(ctx_, t.elem), r.base, off);
+}
+
+llvm::Value* KernelLowering::view_chunk(const TileRef& r, const Type& t, const Chunk& c) {
+  llvm::Type* mt = llvm_mem_type(ctx_, t.elem);
+  llvm::Value* addr = view_address(r, t, c);
+  int64_t inner = r.strides.back();
+  llvm::Value* v;
+  if (c.width == 1 || inner == 0) {
+    v = from_mem(b_, b_.CreateLoad(mt, addr), t.elem);
+    return splat_lanes(b_, v, c.width);
+  }
+  auto* vt = llvm::FixedVectorType::get(mt, c.width);
+  if (inner == 1) {
+    v = b_.CreateAlignedLoad(vt, addr, llvm::Align(mt->getScalarSizeInBits() / 8 ? mt->getScalarSizeInBits() / 8 : 1));
+  } else {
+    std::vector<llvm::Constant*> lanes;
+    for (int l = 0; l < c.width; ++l) lanes.push_back(b_.getInt64(l * inner));
+    llvm::Value* addrs = b_.CreateGEP(mt, addr, llvm::ConstantVector::get(lanes));
+    v = b_.CreateMaskedGather(vt, addrs, llvm::Align(1));
+  }
+  return from_mem(b_, v, t.elem);
+}
+
+llvm::Value* KernelLowering::emit_chunk(const Value* v, const Chunk& c) {
+  if (v->type.is_scalar()) return splat_lanes(b_, scalar(v), c.width);
+  const TileRef& r = tile(v);
+  if (r.kind == TileRef::View) return view_chunk(r, v->type, c);
+  return emit_lazy_chunk(*r.op, r.result_index, c);
+}
+
+llvm::Value* KernelLowering::contiguous_pointer(const Value* ptrs, const Chunk& c) {
+  const auto& ai = axis_.get(ptrs);
+  if (ai.contiguity.empty() || ai.contiguity.back() < c.width) return nullptr;
+  Chunk one = c;
+  one.width = 1;
+  return emit_chunk(ptrs, one);
+}
+
+llvm::Value* KernelLowering::emit_load_chunk(const Op& op, const Chunk& c) {
+  const ElemType& e = op.result()->type.elem;
+  llvm::Type* mt = llvm_mem_type(ctx_, e);
+  llvm::Align align(std::max<unsigned>(1, mt->getScalarSizeInBits() / 8));
+  llvm::Value* mask = op.operands.size() >= 2 ? emit_chunk(op.operands[1], c) : nullptr;
+  llvm::Value* other = nullptr;
+  if (mask) {
+    other = op.operands.size() == 3 ? emit_chunk(op.operands[2], c)
+                                    : llvm::Constant::getNullValue(llvm_lanes_type(ctx_, e, c.width));
+    other = to_mem(b_, other, e);
+  }
+  if (c.width == 1) {
+    llvm::Value* p = emit_chunk(op.operands[0], c);
+    if (!mask) return from_mem(b_, b_.CreateLoad(mt, p), e);
+    llvm::Value* dummy = alloca_in_entry(mt, 1);
+    llvm::Value* v = b_.CreateLoad(mt, b_.CreateSelect(mask, p, dummy));
+    return from_mem(b_, b_.CreateSelect(mask, v, other), e);
+  }
+  auto* vt = llvm::FixedVectorType::get(mt, c.width);
+  llvm::Value* v;
+  if (llvm::Value* p0 = contiguous_pointer(op.operands[0], c)) {
+    v = mask ? static_cast<llvm::Value*>(b_.CreateMaskedLoad(vt, p0, align, mask, other))
+             : static_cast<llvm::Value*>(b_.CreateAlignedLoad(vt, p0, align));
+  } else {
+    llvm::Value* ptrs = emit_chunk(op.operands[0], c);
+    v = b_.CreateMaskedGather(vt, ptrs, align, mask, other);
+  }
+  return from_mem(b_, v, e);
+}
+
+llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chunk& c) {
+  const Type& t = op.results[result]->type;
+  switch (op.kind) {
+    case OpKind::Const: return emit_constant(b_, t.elem, c.width, op.attrs.at("value"));
+    case OpKind::Arange: {
+      llvm::Value* base = b_.CreateTrunc(c.idx.back(), b_.getInt32Ty());
+      base = b_.CreateAdd(base, b_.getInt32(static_cast<uint32_t>(op.int_attr("start"))));
+      if (c.width == 1) return base;
+      std::vector<llvm::Constant*> lanes;
+      for (int l = 0; l < c.width; ++l) lanes.push_back(b_.getInt32(l));
+      return b_.CreateAdd(b_.CreateVectorSplat(c.width, base), llvm::ConstantVector::get(lanes));
+    }
+    case OpKind::Splat: return splat_lanes(b_, scalar(op.operands[0]), c.width);
+    case OpKind::Hint: return emit_chunk(op.operands[0], c);
+    case OpKind::Broadcast: {
+      const Type& in = op.operands[0]->type;
+      Chunk ci = c;
+      for (size_t d = 0; d < in.shape.size(); ++d)
+        if (in.shape[d] == 1) ci.idx[d] = b_.getInt64(0);
+      if (in.shape.back() == 1) ci.width = 1;
+      return splat_lanes(b_, emit_chunk(op.operands[0], ci), c.width);
+    }
+    case OpKind::ExpandDims: {
+      int64_t ax = op.int_attr("axis");
+      Chunk ci = c;
+      ci.idx.erase(ci.idx.begin() + ax);
+      if (ci.idx.empty()) return splat_lanes(b_, scalar(op.operands[0]), c.width);
+      return emit_chunk(op.operands[0], ci);
+    }
+    case OpKind::Join: {
+      Chunk ci = c;
+      llvm::Value* last = ci.idx.back();
+      ci.idx.pop_back();
+      ci.width = 1;
+      llvm::Value* a = emit_chunk(op.operands[0], ci);
+      llvm::Value* bb = emit_chunk(op.operands[1], ci);
+      if (c.width == 2) {
+        llvm::Value* v = llvm::UndefValue::get(llvm::FixedVectorType::get(a->getType(), 2));
+        v = b_.CreateInsertElement(v, a, uint64_t(0));
+        return b_.CreateInsertElement(v, bb, uint64_t(1));
+      }
+      return b_.CreateSelect(b_.CreateICmpEQ(last, b_.getInt64(0)), a, bb);
+    }
+    case OpKind::Load: return emit_load_chunk(op, c);
+    default: break;
+  }
+  std::vector<llvm::Value*> args;
+  for (const Value* v : op.operands) args.push_back(emit_chunk(v, c));
+  return emit_elementwise(b_, op, args);
+}
+
+void KernelLowering::write_into(const TileRef& dst, const Value* v) {
+  const Type& t = v->type;
+  llvm::Type* mt = llvm_mem_type(ctx_, t.elem);
+  loop_nest(t.shape, chunk_width(t), -1, [&](Chunk& c) {
+    llvm::Value* val = to_mem(b_, emit_chunk(v, c), t.elem);
+    b_.CreateAlignedStore(val, view_address(dst, t, c), llvm::Align(std::max<unsigned>(1, mt->getScalarSizeInBits() / 8)));
+  });
+}
+
+void KernelLowering::copy_view(const TileRef& dst, const TileRef& src, const Type& t) {
+  llvm::Type* mt = llvm_mem_type(ctx_, t.elem);
+  loop_nest(t.shape, chunk_width(t), -1, [&](Chunk& c) {
+    llvm::Value* val = to_mem(b_, view_chunk(src, t, c), t.elem);
+    b_.CreateAlignedStore(val, view_address(dst, t, c), llvm::Align(std::max<unsigned>(1, mt->getScalarSizeInBits() / 8)));
+  });
+}
+
+TileRef KernelLowering::materialize(const Value* v) {
+  const TileRef& r = tile(v);
+  if (is_contiguous(r, v->type)) return r;
+  TileRef buf = new_buffer(v->type);
+  write_into(buf, v);
+  tiles_[v] = buf;
+  return buf;
+}
+
+void KernelLowering::lower_tile_op(const Op& op) {
+  const Value* res = op.result();
+  if (is_lazy(op)) {
+    TileRef r;
+    r.kind = TileRef::Lazy;
+    r.op = &op;
+    tiles_[res] = r;
+    return;
+  }
+  auto view_of = [&](const Value* v) -> TileRef {
+    const TileRef& r = tile(v);
+    return r.kind == TileRef::View ? r : materialize(v);
+  };
+  switch (op.kind) {
+    case OpKind::Broadcast: {
+      TileRef r = view_of(op.operands[0]);
+      const Type& in = op.operands[0]->type;
+      for (size_t d = 0; d < in.shape.size(); ++d)
+        if (in.shape[d] == 1) r.strides[d] = 0;
+      tiles_[res] = r;
+      return;
+    }
+    case OpKind::ExpandDims: {
+      TileRef r = view_of(op.operands[0]);
+      r.strides.insert(r.strides.begin() + op.int_attr("axis"), 0);
+      tiles_[res] = r;
+      return;
+    }
+    case OpKind::Permute: {
+      TileRef r = view_of(op.operands[0]);
+      auto order = op.ints_attr("order");
+      std::vector<int64_t> s;
+      for (int64_t o : order) s.push_back(r.strides[o]);
+      r.strides = s;
+      tiles_[res] = r;
+      return;
+    }
+    case OpKind::Reshape: {
+      TileRef r = materialize(op.operands[0]);
+      r.strides = row_major_strides(res->type.shape);
+      tiles_[res] = r;
+      return;
+    }
+    case OpKind::Split: {
+      TileRef r = view_of(op.operands[0]);
+      int64_t s = r.strides.back();
+      r.strides.pop_back();
+      tiles_[op.result(0)] = r;
+      r.offset += s;
+      tiles_[op.result(1)] = r;
+      return;
+    }
+    default: break;
+  }
+  if (!lazy_eligible(op)) unsupported(op, std::string("op '") + op.name() + "' on tiles is not supported on the CPU yet");
+  // Evaluate now into a buffer.
+  TileRef r;
+  r.kind = TileRef::Lazy;
+  r.op = &op;
+  tiles_[res] = r;
+  materialize(res);
+}
+
+void KernelLowering::lower_store(const Op& op) {
+  const Value* ptrs = op.operands[0];
+  const Value* val = op.operands[1];
+  const Value* maskv = op.operands.size() == 3 ? op.operands[2] : nullptr;
+  const ElemType& e = val->type.elem;
+  llvm::Type* mt = llvm_mem_type(ctx_, e);
+  llvm::Align align(std::max<unsigned>(1, mt->getScalarSizeInBits() / 8));
+  auto store_one = [&](llvm::Value* p, llvm::Value* v, llvm::Value* m) {
+    v = to_mem(b_, v, e);
+    if (!m) {
+      b_.CreateAlignedStore(v, p, align);
+      return;
+    }
+    auto* yes = llvm::BasicBlock::Create(ctx_, "store.on", fn_);
+    auto* cont = llvm::BasicBlock::Create(ctx_, "store.cont", fn_);
+    b_.CreateCondBr(m, yes, cont);
+    b_.SetInsertPoint(yes);
+    b_.CreateAlignedStore(v, p, align);
+    b_.CreateBr(cont);
+    b_.SetInsertPoint(cont);
+  };
+  if (ptrs->type.is_scalar()) {
+    store_one(scalar(ptrs), emit_chunk(val, Chunk{{}, 1}), maskv ? scalar(maskv) : nullptr);
+    return;
+  }
+  loop_nest(ptrs->type.shape, chunk_width(ptrs->type), -1, [&](Chunk& c) {
+    llvm::Value* v = emit_chunk(val, c);
+    llvm::Value* m = maskv ? emit_chunk(maskv, c) : nullptr;
+    if (c.width == 1) {
+      store_one(emit_chunk(ptrs, c), v, m);
+      return;
+    }
+    v = to_mem(b_, v, e);
+    if (llvm::Value* p0 = contiguous_pointer(ptrs, c)) {
+      if (m) b_.CreateMaskedStore(v, p0, align, m);
+      else b_.CreateAlignedStore(v, p0, align);
+    } else {
+      llvm::Value* ps = emit_chunk(ptrs, c);
+      if (!m) m = llvm::Constant::getAllOnesValue(llvm::FixedVectorType::get(b_.getInt1Ty(), c.width));
+      b_.CreateMaskedScatter(v, ps, align, m);
+    }
+  });
+}
+
+void KernelLowering::lower_atomic(const Op& op) {
+  bool cas = op.kind == OpKind::AtomicCas;
+  const Value* ptrs = op.operands[0];
+  const Value* maskv = !cas && op.operands.size() == 3 ? op.operands[2] : nullptr;
+  const Type& rt = op.result()->type;
+  const ElemType& e = rt.elem;
+  std::string kind = op.str_attr("kind");
+  llvm::AtomicRMWInst::BinOp bin = llvm::AtomicRMWInst::Add;
+  if (!cas) {
+    bool f = e.is_float(), u = e.is_unsigned();
+    if (kind == "add") bin = llvm::AtomicRMWInst::Add;
+    else if (kind == "fadd") bin = llvm::AtomicRMWInst::FAdd;
+    else if (kind == "max") bin = f ? llvm::AtomicRMWInst::FMax : u ? llvm::AtomicRMWInst::UMax : llvm::AtomicRMWInst::Max;
+    else if (kind == "min") bin = f ? llvm::AtomicRMWInst::FMin : u ? llvm::AtomicRMWInst::UMin : llvm::AtomicRMWInst::Min;
+    else if (kind == "umax") bin = llvm::AtomicRMWInst::UMax;
+    else if (kind == "umin") bin = llvm::AtomicRMWInst::UMin;
+    else if (kind == "and") bin = llvm::AtomicRMWInst::And;
+    else if (kind == "or") bin = llvm::AtomicRMWInst::Or;
+    else if (kind == "xor") bin = llvm::AtomicRMWInst::Xor;
+    else if (kind == "xchg") bin = llvm::AtomicRMWInst::Xchg;
+    else unsupported(op, "unknown atomic kind '" + kind + "'");
+    if (e.kind == ScalarKind::F16 || e.kind == ScalarKind::BF16 || e.is_bool())
+      unsupported(op, "atomics on " + e.str() + " are not supported on the CPU");
+  }
+  llvm::Type* mt = llvm_mem_type(ctx_, e);
+  auto one = [&](const Chunk& c) -> llvm::Value* {
+    llvm::Value* p = emit_chunk(ptrs, c);
+    llvm::Value* m = maskv ? emit_chunk(maskv, c) : nullptr;
+    llvm::Value* slot = alloca_in_entry(mt, 1);
+    b_.CreateStore(llvm::Constant::getNullValue(mt), slot);
+    llvm::BasicBlock* cont = nullptr;
+    if (m) {
+      auto* yes = llvm::BasicBlock::Create(ctx_, "atomic.on", fn_);
+      cont = llvm::BasicBlock::Create(ctx_, "atomic.cont", fn_);
+      b_.CreateCondBr(m, yes, cont);
+      b_.SetInsertPoint(yes);
+    }
+    llvm::Value* old;
+    if (cas) {
+      llvm::Value* cmp = emit_chunk(op.operands[1], c);
+      llvm::Value* nv = emit_chunk(op.operands[2], c);
+      if (e.is_float()) {
+        llvm::Type* it = b_.getIntNTy(e.bits());
+        cmp = b_.CreateBitCast(cmp, it);
+        nv = b_.CreateBitCast(nv, it);
+      }
+      auto* x = b_.CreateAtomicCmpXchg(p, cmp, nv, llvm::MaybeAlign(), llvm::AtomicOrdering::AcquireRelease,
+                                       llvm::AtomicOrdering::Acquire);
+      old = b_.CreateExtractValue(x, 0);
+      if (e.is_float()) old = b_.CreateBitCast(old, mt);
+    } else {
+      old = b_.CreateAtomicRMW(bin, p, emit_chunk(op.operands[1], c), llvm::MaybeAlign(),
+                               llvm::AtomicOrdering::AcquireRelease);
+    }
+    b_.CreateStore(old, slot);
+    if (cont) {
+      b_.CreateBr(cont);
+      b_.SetInsertPoint(cont);
+    }
+    return b_.CreateLoad(mt, slot);
+  };
+  if (rt.is_scalar()) {
+    scalars_[op.result()] = one(Chunk{{}, 1});
+    return;
+  }
+  TileRef buf = new_buffer(rt);
+  loop_nest(rt.shape, 1, -1, [&](Chunk& c) { b_.CreateStore(one(c), view_address(buf, rt, c)); });
+  tiles_[op.result()] = buf;
+}
+
+}  // namespace tessera::codegen::x86

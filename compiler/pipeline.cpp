@@ -1,0 +1,76 @@
+// The compilation pipeline as one readable list of named stages:
+//   tir (parsed) -> verify -> canonicalize -> cse -> licm -> dce -> tir-opt
+//   -> llir (lowered) -> llir-opt (LLVM O3) -> asm + object        [cpu]
+// TESSERA_DUMP=stage,... (CompileOptions::dump) prints the IR after each stage.
+#include <cstdio>
+
+#include "codegen/x86/compile_x86.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "ir/verifier.h"
+#include "tessera/compiler.h"
+#include "transforms/passes.h"
+
+#ifndef TESSERA_BUILD_STAMP
+#define TESSERA_BUILD_STAMP "dev"
+#endif
+#include "tessera_build_id.h"
+
+namespace tessera {
+
+namespace {
+
+void dump(const CompileOptions& o, const std::string& stage, const std::string& text) {
+  for (auto& d : o.dump)
+    if (d == stage || d == "all") std::fprintf(stderr, "// ----- %s -----\n%s\n", stage.c_str(), text.c_str());
+}
+
+}  // namespace
+
+std::string compiler_build_id() { return TESSERA_SOURCES_HASH; }
+std::string host_cpu_name() { return codegen::x86::host_cpu_name(); }
+std::string host_cpu_features() { return codegen::x86::host_cpu_features(); }
+
+std::string run_passes(const std::string& ir_text, const std::vector<std::string>& passes) {
+  auto k = ir::parse_kernel(ir_text);
+  ir::verify_kernel(*k);
+  for (auto& p : passes) {
+    transforms::run_pass(*k, p);
+    ir::verify_kernel(*k);
+  }
+  return ir::print_kernel(*k);
+}
+
+CompileResult compile_tile_ir(const std::string& ir_text, const CompileOptions& opts) {
+  CompileResult r;
+  auto add_stage = [&](const std::string& name, std::string text) {
+    dump(opts, name, text);
+    r.stage_order.push_back(name);
+    r.stages[name] = std::move(text);
+  };
+  auto k = ir::parse_kernel(ir_text);
+  r.kernel_name = k->name;
+  ir::verify_kernel(*k);
+  add_stage("tir", ir::print_kernel(*k));
+  for (const char* const* p = transforms::kDefaultPipeline; *p; ++p) {
+    transforms::run_pass(*k, *p);
+    ir::verify_kernel(*k);
+  }
+  add_stage("tir-opt", ir::print_kernel(*k));
+
+  if (opts.target == "cpu") {
+    auto out = codegen::x86::compile_x86(*k, opts);
+    add_stage("llir", std::move(out.llir));
+    add_stage("llir-opt", std::move(out.llir_opt));
+    add_stage("asm", std::move(out.asm_text));
+    r.binary = std::move(out.object);
+    r.binary_kind = "elf-object";
+    r.entry_symbol = out.entry_symbol;
+    r.metadata["cpu_name"] = out.cpu_name;
+    r.metadata["cpu_features"] = out.cpu_features;
+    return r;
+  }
+  throw CompileError("target '" + opts.target + "' is not supported yet (supported: cpu)", true);
+}
+
+}  // namespace tessera

@@ -1,0 +1,18 @@
+// Target-independent Tile IR passes: one per file, each exposing one function.
+#pragma once
+
+#include <string>
+
+#include "ir/ir.h"
+
+namespace tessera::transforms {
+
+void eliminate_dead_code(ir::Kernel& k);  // dce.cpp
+
+// Runs a pass by its name (tile-opt, tests). Throws CompileError for unknown names.
+void run_pass(ir::Kernel& k, const std::string& name);
+
+// The passes compile_tile_ir runs, in order.
+extern const char* const kDefaultPipeline[];
+
+}  // namespace tessera::transforms

@@ -1,0 +1,207 @@
+// tessera._C: the binding between the Python frontend and the C++ core
+// (compiler, CPU loader and launcher, cache). Only public headers are used.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "tessera/cache.h"
+#include "tessera/compiler.h"
+#include "tessera/cpu_launcher.h"
+#include "tessera/cpu_loader.h"
+#include "tessera/thread_pool.h"
+
+namespace py = pybind11;
+using namespace tessera;
+
+namespace {
+
+py::dict result_to_dict(const CompileResult& r) {
+  py::dict d;
+  d["name"] = r.kernel_name;
+  d["entry"] = r.entry_symbol;
+  d["stage_order"] = r.stage_order;
+  py::dict stages;
+  for (auto& [k, v] : r.stages) stages[py::str(k)] = py::str(v);
+  d["stages"] = stages;
+  d["binary"] = py::bytes(r.binary);
+  d["binary_kind"] = r.binary_kind;
+  d["metadata"] = r.metadata;
+  return d;
+}
+
+py::dict compile(const std::string& ir, const std::string& target, int num_warps, int num_stages, bool debug,
+                 const std::vector<std::string>& dump, const std::string& cpu_name, const std::string& cpu_features) {
+  CompileOptions o;
+  o.target = target;
+  o.num_warps = num_warps;
+  o.num_stages = num_stages;
+  o.debug = debug;
+  o.dump = dump;
+  o.cpu_name = cpu_name;
+  o.cpu_features = cpu_features;
+  CompileResult r;
+  {
+    py::gil_scoped_release release;
+    try {
+      r = compile_tile_ir(ir, o);
+    } catch (const CompileError& e) {
+      py::gil_scoped_acquire acquire;
+      py::dict d;
+      d["error"] = std::string(e.what());
+      d["user_error"] = e.user_error;
+      d["line"] = e.line;
+      d["col"] = e.col;
+      return d;
+    }
+  }
+  return result_to_dict(r);
+}
+
+// Argument kinds, one character per runtime argument:
+//   p pointer (buffer-protocol object, object with data_ptr(), or int address)
+//   b bool  i int32  I uint32  l int64  L uint64  c int8  C uint8  s int16  S uint16
+//   f fp32  d fp64
+uint64_t pack_arg(PyObject* o, char kind, size_t index) {
+  uint64_t slot = 0;
+  switch (kind) {
+    case 'p': {
+      if (PyLong_Check(o)) return PyLong_AsUnsignedLongLong(o);
+      if (PyObject_CheckBuffer(o)) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(o, &view, PyBUF_RECORDS_RO) == 0) {
+          slot = reinterpret_cast<uint64_t>(view.buf);
+          PyBuffer_Release(&view);
+          return slot;
+        }
+        PyErr_Clear();
+      }
+      PyObject* p = PyObject_CallMethod(o, "data_ptr", nullptr);
+      if (!p) {
+        PyErr_Clear();
+        throw py::type_error("argument " + std::to_string(index) + ": expected an array or tensor, got " +
+                             std::string(Py_TYPE(o)->tp_name));
+      }
+      slot = PyLong_AsUnsignedLongLong(p);
+      Py_DECREF(p);
+      return slot;
+    }
+    case 'f': {
+      float f = static_cast<float>(PyFloat_AsDouble(o));
+      std::memcpy(&slot, &f, 4);
+      break;
+    }
+    case 'd': {
+      double d = PyFloat_AsDouble(o);
+      std::memcpy(&slot, &d, 8);
+      break;
+    }
+    case 'L':
+    case 'I':
+    case 'C':
+    case 'S':
+      slot = PyLong_AsUnsignedLongLongMask(o);
+      break;
+    case 'b':
+      slot = PyObject_IsTrue(o) ? 1 : 0;
+      break;
+    default:
+      slot = static_cast<uint64_t>(PyLong_AsLongLong(o));
+      break;
+  }
+  if (PyErr_Occurred()) throw py::error_already_set();
+  return slot;
+}
+
+void launch_cpu(uintptr_t entry, int64_t g0, int64_t g1, int64_t g2, py::tuple args, const std::string& kinds) {
+  if (args.size() != kinds.size()) throw py::value_error("launch: argument count does not match the kernel");
+  uint64_t argv_small[32];
+  std::vector<uint64_t> argv_big;
+  uint64_t* argv = argv_small;
+  if (kinds.size() > 32) {
+    argv_big.resize(kinds.size());
+    argv = argv_big.data();
+  }
+  for (size_t i = 0; i < kinds.size(); ++i) argv[i] = pack_arg(args[i].ptr(), kinds[i], i);
+  if (g0 <= 0 || g1 <= 0 || g2 <= 0) return;  // empty grid: nothing to do
+  if (g0 > INT32_MAX || g1 > INT32_MAX || g2 > INT32_MAX) throw py::value_error("grid dimension exceeds 2^31-1");
+  py::gil_scoped_release release;
+  runtime::launch_cpu(reinterpret_cast<runtime::CpuEntry>(entry), argv, static_cast<int32_t>(g0),
+                      static_cast<int32_t>(g1), static_cast<int32_t>(g2));
+}
+
+uintptr_t load_cpu(const py::bytes& object, const std::string& symbol) {
+  std::string obj = object;
+  py::gil_scoped_release release;
+  return reinterpret_cast<uintptr_t>(load_cpu_object(obj, symbol, runtime::cpu_runtime_symbols()));
+}
+
+std::string hash_key(const std::vector<std::pair<std::string, std::string>>& fields) {
+  cache::KeyBuilder kb;
+  for (auto& [k, v] : fields) kb.add(k, v);
+  return kb.finish().hex();
+}
+
+py::object cache_get(const std::string& dir, const std::string& key_hex) {
+  auto key = cache::Key128::from_hex(key_hex);
+  if (!key) throw py::value_error("bad cache key");
+  std::optional<cache::Entry> e;
+  {
+    py::gil_scoped_release release;
+    e = cache::DiskStore(dir).get(*key);
+  }
+  if (!e) return py::none();
+  py::dict d;
+  for (auto& [k, v] : e->blobs) d[py::str(k)] = py::bytes(v);
+  return d;
+}
+
+bool cache_put(const std::string& dir, const std::string& key_hex, const std::map<std::string, py::bytes>& blobs) {
+  auto key = cache::Key128::from_hex(key_hex);
+  if (!key) throw py::value_error("bad cache key");
+  cache::Entry e;
+  for (auto& [k, v] : blobs) e.blobs[k] = std::string(v);
+  py::gil_scoped_release release;
+  return cache::DiskStore(dir).put(*key, e);
+}
+
+py::list cache_list(const std::string& dir) {
+  py::list out;
+  for (auto& i : cache::DiskStore(dir).list()) {
+    py::dict d;
+    d["key"] = i.key_hex;
+    d["path"] = i.path;
+    d["size"] = i.size_bytes;
+    d["mtime"] = i.mtime_unix;
+    d["name"] = i.kernel_name;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "Tessera's C++ core: compiler, CPU runtime and cache";
+  py::register_exception<runtime::DeviceAssertError>(m, "DeviceAssertError", PyExc_AssertionError);
+  m.def("compile", &compile, py::arg("ir"), py::arg("target") = "cpu", py::arg("num_warps") = 4,
+        py::arg("num_stages") = 3, py::arg("debug") = false, py::arg("dump") = std::vector<std::string>{},
+        py::arg("cpu_name") = "", py::arg("cpu_features") = "");
+  m.def("run_passes", &run_passes);
+  m.def("load_cpu", &load_cpu);
+  m.def("launch_cpu", &launch_cpu);
+  m.def("hash_key", &hash_key);
+  m.def("cache_get", &cache_get);
+  m.def("cache_put", &cache_put);
+  m.def("cache_list", &cache_list);
+  m.def("cache_clear", [](const std::string& dir) { return cache::DiskStore(dir).clear(); });
+  m.def("cache_remove", [](const std::string& dir, const std::string& key_hex) {
+    auto key = cache::Key128::from_hex(key_hex);
+    return key ? cache::DiskStore(dir).remove(*key) : false;
+  });
+  m.def("default_cache_dir", &cache::DiskStore::default_dir);
+  m.def("build_id", &compiler_build_id);
+  m.def("host_cpu_name", &host_cpu_name);
+  m.def("host_cpu_features", &host_cpu_features);
+  m.def("num_threads", [] { return runtime::ThreadPool::global().num_threads(); });
+}

@@ -1,0 +1,97 @@
+"""The cache key of a compiled kernel. Every input that shapes the generated code
+is listed here, in this one block, and nowhere else:
+
+  1. the compiler's build id (a hash of every C++ compiler source) and the
+     tessera package version;
+  2. the kernel's source and the sources of every kernel / helper function it
+     references (transitively, through its globals);
+  3. the specialization: per argument its dtype, whether an integer equals 1 or is
+     divisible by 16;
+  4. the constexpr values;
+  5. the options: num_warps, num_stages, debug (TESSERA_DEBUG);
+  6. the target: "cpu" + host CPU name + feature string, or "cuda:<arch>".
+
+The key is XXH3-128 (computed in C++) over these fields, each framed by its name.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+
+from ._core import _C
+
+VERSION = "0.1.0"
+
+
+def _source_of(fn) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        return repr(code.co_code) if code is not None else repr(fn)
+
+
+def dependency_sources(fn) -> str:
+    """The kernel's source and the sources of the functions it references."""
+    from .jit import Kernel
+    seen, out = set(), []
+
+    def visit(f):
+        if id(f) in seen:
+            return
+        seen.add(id(f))
+        out.append(f"{getattr(f, '__module__', '')}.{getattr(f, '__qualname__', '')}\n{_source_of(f)}")
+        code = getattr(f, "__code__", None)
+        if code is None:
+            return
+        g = getattr(f, "__globals__", {})
+        names = set(code.co_names)
+        for const in code.co_consts:  # nested code objects (lambdas, combine fns)
+            if isinstance(const, types.CodeType):
+                names |= set(const.co_names)
+        for name in sorted(names):
+            obj = g.get(name)
+            if isinstance(obj, Kernel):
+                visit(obj.fn)
+            elif isinstance(obj, types.FunctionType) and not getattr(obj, "__module__", "").startswith("tessera.language"):
+                visit(obj)
+            elif isinstance(obj, (int, float, bool, str)):
+                out.append(f"{name}={obj!r}")
+        if f.__closure__:
+            for cell in f.__closure__:
+                try:
+                    v = cell.cell_contents
+                except ValueError:
+                    continue
+                if isinstance(v, Kernel):
+                    visit(v.fn)
+                elif isinstance(v, types.FunctionType):
+                    visit(v)
+                elif isinstance(v, (int, float, bool, str)):
+                    out.append(f"closure={v!r}")
+
+    visit(fn)
+    return "\n".join(out)
+
+
+def make_key(sources: str, specialization, constexprs, options: dict, target: str) -> str:
+    fields = [
+        ("build_id", _C.build_id()),
+        ("version", VERSION),
+        ("sources", sources),
+        ("specialization", repr(specialization)),
+        ("constexprs", repr(sorted(constexprs.items()))),
+        ("options", repr(sorted(options.items()))),
+        ("target", target),
+    ]
+    return _C.hash_key(fields)
+
+
+_cpu_target = None
+
+
+def cpu_target() -> str:
+    global _cpu_target
+    if _cpu_target is None:
+        _cpu_target = f"cpu:{_C.host_cpu_name()}:{_C.host_cpu_features()}"
+    return _cpu_target

@@ -1,0 +1,38 @@
+"""tessera.compile: compile a kernel for a signature without launching it."""
+from __future__ import annotations
+
+from .jit import Kernel, compile_specialization
+from .language import dtypes as D
+
+
+def compile(kernel, signature, constexprs=None, target="cpu", num_warps=4, num_stages=3, debug=False):
+    """Compile `kernel` for `signature` and return a CompiledKernel whose `.asm`
+    maps each stage ('tir', 'tir-opt', 'llir', 'llir-opt', 'asm' / 'ptx') to text.
+
+    signature: {'x': '*fp32', 'n': 'i32'} or '*fp32,*fp32,i32' (runtime parameters
+    in order); constexprs: {'BLOCK': 1024}; target: 'cpu' or 'cuda:90a'.
+    """
+    if not isinstance(kernel, Kernel):
+        raise TypeError("tessera.compile expects a @tessera.kernel function")
+    constexprs = dict(constexprs or {})
+    names = [n for i, n in enumerate(kernel.arg_names) if not kernel.constexpr_mask[i] and n not in constexprs]
+    if isinstance(signature, str):
+        parts = [p for p in (s.strip() for s in signature.split(",")) if p]
+        if len(parts) != len(names):
+            raise ValueError(f"signature lists {len(parts)} types but kernel {kernel.__name__} has "
+                             f"{len(names)} runtime parameters ({', '.join(names)})")
+        signature = dict(zip(names, parts))
+    missing = [n for n in names if n not in signature]
+    if missing:
+        raise ValueError(f"signature is missing parameters: {', '.join(missing)}")
+    arg_types = {n: D.parse_signature_type(signature[n]) if isinstance(signature[n], str) else signature[n]
+                 for n in names}
+    for i, n in enumerate(kernel.arg_names):
+        if kernel.constexpr_mask[i] and n not in constexprs:
+            d = kernel.defaults[i]
+            if d is not __import__("inspect").Parameter.empty:
+                constexprs[n] = d
+            else:
+                raise ValueError(f"constexpr parameter '{n}' needs a value in constexprs=")
+    options = {"num_warps": num_warps, "num_stages": num_stages, "debug": debug}
+    return compile_specialization(kernel, arg_types, constexprs, {}, options, target, names, use_cache=False)

@@ -1,0 +1,274 @@
+"""@tessera.kernel: specialization, compilation through the cache, and launch.
+
+A launch `k[grid](*args, **meta)` binds the arguments, computes a cheap
+specialization key, finds the compiled kernel in an in-memory table (or the disk
+cache, or compiles it) and hands the argument tuple to C++, which packs it and runs
+the grid.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+
+from . import cache_key as CK
+from . import specialization as S
+from ._core import _C
+from .errors import CompilationError, InternalCompilerError
+from .language import dtypes as D
+from .language.core import constexpr
+
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "stream", "debug", "maxnreg")
+
+
+def _is_constexpr_annotation(ann) -> bool:
+    if ann is constexpr:
+        return True
+    return isinstance(ann, str) and ann.split(".")[-1] == "constexpr"
+
+
+class CompiledKernel:
+    """A kernel compiled for one specialization. `asm` maps each stage name ('tir',
+    'tir-opt', 'llir', 'llir-opt', 'asm', ...) to its text."""
+
+    def __init__(self, name, asm, stage_order, binary, entry_symbol, metadata, kinds, runtime_indices,
+                 cache_key=None, from_cache=False):
+        self.name = name
+        self.asm = asm
+        self.stage_order = stage_order
+        self.binary = binary
+        self.entry_symbol = entry_symbol
+        self.metadata = metadata
+        self.kinds = kinds
+        self.runtime_indices = runtime_indices
+        self.cache_key = cache_key
+        self.from_cache = from_cache
+        self._entry = None
+
+    @property
+    def entry(self):
+        if self._entry is None:
+            self._entry = _C.load_cpu(self.binary, self.entry_symbol)
+        return self._entry
+
+    def __repr__(self):
+        return f"<CompiledKernel {self.name} stages={self.stage_order}>"
+
+
+def _cache_dir() -> str:
+    return os.environ.get("TESSERA_CACHE_DIR") or _C.default_cache_dir()
+
+
+def _raise_compile_failure(kernel_name, fn, res):
+    line, col = res.get("line", 0), res.get("col", 0)
+    filename, source_line = None, None
+    if line:
+        try:
+            filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
+            import linecache
+            source_line = linecache.getline(filename, line) or None
+        except (TypeError, OSError):
+            pass
+    msg = res["error"]
+    if res.get("user_error"):
+        raise CompilationError(msg, kernel_name=kernel_name, filename=filename, lineno=line or None,
+                               col_offset=max(0, col - 1) if line else None, source_line=source_line)
+    raise InternalCompilerError(msg, kernel_name=kernel_name, filename=filename, lineno=line or None,
+                                col_offset=max(0, col - 1) if line else None, source_line=source_line)
+
+
+def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, target, runtime_names,
+                           use_cache=True):
+    """Compile (or fetch from the disk cache) one specialization of `kernel`."""
+    from .compiler import generate_tile_ir
+    if target != "cpu":
+        raise NotImplementedError(
+            f"target '{target}': the GPU back end is not available in this build yet; use target='cpu'")
+    kinds = "".join(S.launch_kind(arg_types[n]) for n in runtime_names)
+    spec = tuple((n, arg_types[n].ir, tuple(sorted(arg_attrs.get(n, {}).items()))) for n in runtime_names)
+    key = CK.make_key(kernel._dependency_sources(), spec, constexprs, options, CK.cpu_target())
+    cache_dir = _cache_dir()
+    if use_cache:
+        blobs = _C.cache_get(cache_dir, key)
+        if blobs is not None and b"binary" in [k.encode() for k in blobs]:
+            order = blobs["stage_order"].decode().split(",")
+            asm = {s: blobs["stage:" + s].decode() for s in order if "stage:" + s in blobs}
+            return CompiledKernel(blobs["name"].decode(), asm, order, blobs["binary"], blobs["entry"].decode(),
+                                  {}, kinds, None, cache_key=key, from_cache=True)
+    ir = generate_tile_ir(kernel.fn, arg_types, constexprs, arg_attrs, options)
+    dump = [s for s in os.environ.get("TESSERA_DUMP", "").split(",") if s]
+    res = _C.compile(ir, "cpu", options.get("num_warps", 4), options.get("num_stages", 3),
+                     bool(options.get("debug", False)), dump)
+    if "error" in res:
+        _raise_compile_failure(kernel.__name__, kernel.fn, res)
+    ck = CompiledKernel(res["name"], res["stages"], res["stage_order"], res["binary"], res["entry"],
+                        res["metadata"], kinds, None, cache_key=key)
+    if use_cache:
+        blobs = {"name": ck.name.encode(), "entry": ck.entry_symbol.encode(), "binary": ck.binary,
+                 "stage_order": ",".join(ck.stage_order).encode()}
+        for s, text in ck.asm.items():
+            blobs["stage:" + s] = text.encode()
+        _C.cache_put(cache_dir, key, blobs)
+    return ck
+
+
+class _GridLauncher:
+    __slots__ = ("kernel", "grid")
+
+    def __init__(self, kernel, grid):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args, **kwargs):
+        return self.kernel.run(*args, grid=self.grid, **kwargs)
+
+
+class Kernel:
+    """A function compiled by Tessera. Launch with `kernel[grid](*args, **meta)`."""
+
+    def __init__(self, fn, do_not_specialize=(), debug=None):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+        sig = inspect.signature(fn)
+        self.arg_names = list(sig.parameters)
+        self.constexpr_mask = [_is_constexpr_annotation(p.annotation) for p in sig.parameters.values()]
+        self.defaults = [p.default for p in sig.parameters.values()]
+        self.do_not_specialize = set(do_not_specialize)
+        self.debug = debug
+        self._name_index = {n: i for i, n in enumerate(self.arg_names)}
+        self._compiled = {}
+        self._sources = None
+
+    def _dependency_sources(self):
+        if self._sources is None:
+            self._sources = CK.dependency_sources(self.fn)
+        return self._sources
+
+    def __getitem__(self, grid):
+        return _GridLauncher(self, grid)
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(
+            f"kernel {self.__name__} must be launched with a grid: {self.__name__}[grid](...); "
+            f"inside another kernel it is inlined by the compiler")
+
+    def _bind(self, args, kwargs):
+        n = len(self.arg_names)
+        if len(args) > n:
+            raise TypeError(f"kernel {self.__name__}() takes {n} arguments but {len(args)} were given")
+        values = list(args) + [inspect.Parameter.empty] * (n - len(args))
+        for k, v in kwargs.items():
+            i = self._name_index.get(k)
+            if i is None:
+                raise TypeError(f"kernel {self.__name__}() got an unexpected keyword argument '{k}'")
+            if i < len(args):
+                raise TypeError(f"kernel {self.__name__}() got multiple values for argument '{k}'")
+            values[i] = v
+        for i in range(len(args), n):
+            if values[i] is inspect.Parameter.empty:
+                d = self.defaults[i]
+                if d is inspect.Parameter.empty:
+                    raise TypeError(f"kernel {self.__name__}() missing required argument '{self.arg_names[i]}'")
+                values[i] = d
+        return values
+
+    def _grid(self, grid, values):
+        if callable(grid):
+            grid = grid(dict(zip(self.arg_names, values)))
+        if isinstance(grid, int):
+            grid = (grid,)
+        try:
+            g = tuple(int(x) for x in grid)
+        except (TypeError, ValueError):
+            raise ValueError(f"kernel {self.__name__}: the grid must be a tuple of 1 to 3 integers, got {grid!r}")
+        if not 1 <= len(g) <= 3 or any(type(x) is bool for x in grid):
+            raise ValueError(f"kernel {self.__name__}: the grid must be a tuple of 1 to 3 integers, got {grid!r}")
+        if any(x < 0 for x in g):
+            raise ValueError(f"kernel {self.__name__}: grid dimensions must be >= 0, got {g}")
+        return g + (1,) * (3 - len(g))
+
+    def run(self, *args, grid, **kwargs):
+        options = {}
+        for opt in _LAUNCH_OPTIONS:
+            if opt in kwargs and opt not in self._name_index:
+                options[opt] = kwargs.pop(opt)
+        values = self._bind(args, kwargs)
+        if os.environ.get("TESSERA_INTERPRET") == "1":
+            return self._interpret(values, grid)
+        key = []
+        for i, v in enumerate(values):
+            if self.constexpr_mask[i]:
+                key.append(("ce", v.value if isinstance(v, constexpr) else v))
+            else:
+                key.append(S.spec_of(v))
+        debug = self.debug if self.debug is not None else os.environ.get("TESSERA_DEBUG") == "1"
+        opt_key = (options.get("num_warps", 4), options.get("num_stages", 3), bool(options.get("debug", debug)))
+        key = (tuple(key), opt_key)
+        ck = self._compiled.get(key)
+        if ck is None:
+            ck = self._compile_for(values, key[0], opt_key)
+            self._compiled[key] = ck
+        g = self._grid(grid, values)
+        _C.launch_cpu(ck.entry, g[0], g[1], g[2], tuple(values[i] for i in ck.runtime_indices), ck.kinds)
+        return ck
+
+    def _compile_for(self, values, spec, opt_key):
+        arg_types, constexprs, attrs, runtime = {}, {}, {}, []
+        devices = set()
+        for i, (name, s, v) in enumerate(zip(self.arg_names, spec, values)):
+            if s[0] == "ce":
+                constexprs[name] = s[1]
+            elif s[0] == "const":
+                constexprs[name] = s[1]
+            elif s[0] == "ptr":
+                arg_types[name] = D.pointer_type(D.BY_IR[s[1]])
+                devices.add(s[2])
+                runtime.append(i)
+            elif s[0] == "scalar":
+                arg_types[name] = D.NUMPY_TO_DTYPE[s[1]]
+                runtime.append(i)
+            elif isinstance(s, tuple):
+                arg_types[name] = D.BY_IR[s[0]]
+                if s[1] and name not in self.do_not_specialize:
+                    attrs[name] = {"divisibility": 16}
+                runtime.append(i)
+            else:
+                arg_types[name] = D.BY_IR[s]
+                runtime.append(i)
+        if len(devices) > 1:
+            raise ValueError(f"kernel {self.__name__}: arrays on different devices in one launch: "
+                             f"{sorted(devices)}")
+        target = "cpu"
+        if devices and next(iter(devices)) != "cpu":
+            raise NotImplementedError(
+                f"kernel {self.__name__}: arguments live on {next(iter(devices))}, but the GPU back end "
+                f"is not available in this build yet; pass CPU arrays")
+        options = {"num_warps": opt_key[0], "num_stages": opt_key[1], "debug": opt_key[2]}
+        runtime_names = [self.arg_names[i] for i in runtime]
+        ck = compile_specialization(self, arg_types, constexprs, attrs, options, target, runtime_names)
+        ck.runtime_indices = runtime
+        return ck
+
+    def _interpret(self, values, grid):
+        from . import interpreter
+        g = self._grid(grid, values)
+        args, constexprs = {}, {}
+        for i, (name, v) in enumerate(zip(self.arg_names, values)):
+            if self.constexpr_mask[i]:
+                constexprs[name] = v.value if isinstance(v, constexpr) else v
+            else:
+                args[name] = v
+        return interpreter.run_grid(self.fn, g, args, constexprs)
+
+    def __repr__(self):
+        return f"<tessera.kernel {self.__name__}>"
+
+
+def kernel(fn=None, *, do_not_specialize=(), debug=None, **_ignored):
+    """Decorator: `@tessera.kernel` or `@tessera.kernel(do_not_specialize=[...])`."""
+    if fn is None:
+        return lambda f: Kernel(f, do_not_specialize=do_not_specialize, debug=debug)
+    return Kernel(fn, do_not_specialize=do_not_specialize, debug=debug)
+
+
+jit = kernel

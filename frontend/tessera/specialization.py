@@ -1,0 +1,77 @@
+"""Specialization of kernel arguments: what about an argument shapes the code.
+
+Like Triton: pointer arguments specialize on their element type; integers on
+being equal to 1 (then they become compile-time constants) and on being divisible
+by 16; floats and bools on their type; tl.constexpr parameters on their value.
+"""
+from __future__ import annotations
+
+from .language import dtypes as D
+
+# Launch-time argument kinds for the C++ packer (frontend/csrc/module.cpp).
+_KIND_OF = {"i1": "b", "i8": "c", "i16": "s", "i32": "i", "i64": "l", "u8": "C", "u16": "S",
+            "u32": "I", "u64": "L", "f32": "f", "f64": "d"}
+
+
+def launch_kind(t: D.dtype) -> str:
+    if t.is_ptr():
+        return "p"
+    k = _KIND_OF.get(t.ir)
+    if k is None:
+        raise TypeError(f"scalar arguments of type {t} are not supported; pass fp32/fp64 or integers")
+    return k
+
+
+def array_dtype(value):
+    """(tessera dtype, device string) of an array-like argument, or None."""
+    dt = getattr(value, "dtype", None)
+    if dt is None:
+        return None
+    mod = type(value).__module__
+    if mod.startswith("torch"):
+        t = D.TORCH_TO_DTYPE.get(str(dt))
+        if t is None:
+            raise TypeError(f"torch dtype {dt} is not supported")
+        return t, str(value.device)
+    if hasattr(value, "__array_interface__") or mod.startswith("numpy"):
+        t = D.NUMPY_TO_DTYPE.get(getattr(dt, "name", str(dt)))
+        if t is None:
+            if getattr(dt, "name", "") == "bfloat16":
+                return D.bfloat16, "cpu"
+            raise TypeError(f"numpy dtype {dt} is not supported")
+        return t, "cpu"
+    if hasattr(value, "__cuda_array_interface__"):
+        return None
+    return None
+
+
+def int_type(v: int) -> D.dtype:
+    if -2**31 <= v < 2**31:
+        return D.int32
+    if -2**63 <= v < 2**63:
+        return D.int64
+    if 0 <= v < 2**64:
+        return D.uint64
+    raise OverflowError(f"integer argument {v} does not fit in 64 bits")
+
+
+def spec_of(value):
+    """A hashable key for how `value` specializes its (non-constexpr) parameter."""
+    t = type(value)
+    if t is bool:
+        return "i1"
+    if t is int:
+        if value == 1:
+            return ("const", 1)
+        return (int_type(value).ir, value % 16 == 0)
+    if t is float:
+        return "f32"
+    if value is None:
+        return ("const", None)
+    ad = array_dtype(value)
+    if ad is not None:
+        return ("ptr", ad[0].ir, ad[1])
+    if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "shape", None) == ():
+        return ("scalar", str(value.dtype))
+    raise TypeError(f"unsupported kernel argument of type {t.__name__}: pass numpy arrays, "
+                    f"torch tensors, ints, floats or bools")

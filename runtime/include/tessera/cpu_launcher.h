@@ -1,0 +1,28 @@
+// Launches compiled CPU kernels: a grid of programs over the thread pool.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+namespace tessera::runtime {
+
+// Signature of the entry point the x86 back end emits (see kernel_lowering.cpp):
+// runs programs [begin, end) of an n0 x n1 x n2 grid, axis 0 fastest.
+using CpuEntry = void (*)(const void* argv, int64_t begin, int64_t end, int32_t n0, int32_t n1, int32_t n2);
+
+// Raised after a launch in which a device_assert failed (TESSERA_DEBUG=1).
+class DeviceAssertError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Runs the whole grid; argv holds one 8-byte slot per kernel argument.
+// Throws DeviceAssertError if a program's assertion failed.
+void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2);
+
+// Helper functions kernels call (print, assert), by symbol name, for the loader.
+std::map<std::string, void*> cpu_runtime_symbols();
+
+}  // namespace tessera::runtime

@@ -1,0 +1,34 @@
+// The CPU runtime's thread pool: runs the programs of a grid over all cores.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace tessera::runtime {
+
+// A fixed set of worker threads (one per hardware thread, or $TESSERA_NUM_THREADS)
+// with large stacks (kernels keep tiles in stack buffers). parallel_for splits
+// [0, n) into contiguous chunks; the calling thread works too. An exception
+// thrown by `body` in any thread is rethrown in the caller after all chunks end.
+// Calls from several threads are serialized; a nested call runs inline.
+class ThreadPool {
+ public:
+  static ThreadPool& global();
+  int num_threads() const;  // including the caller
+  void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& body,
+                    int64_t min_chunk = 1);
+
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  ~ThreadPool();
+
+ private:
+  explicit ThreadPool(int threads);
+  struct Impl;
+  Impl* impl_;
+};
+
+// Stack size given to each worker thread, in bytes.
+constexpr int64_t kWorkerStackBytes = 64ll << 20;
+
+}  // namespace tessera::runtime
