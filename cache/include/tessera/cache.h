@@ -68,8 +68,11 @@ class DiskStore {
   // Returns false (and leaves no file behind) when the write fails.
   bool put(const Key128& key, const Entry& entry) const;
   bool remove(const Key128& key) const;
+  // Every entry file, sorted by key. Never deletes: a corrupt entry is listed
+  // with no kernel_name until a get() drops it.
   std::vector<EntryInfo> list() const;
-  // Removes every entry (and stray temporaries); returns how many entries.
+  // Removes every entry (and stray temporaries); returns how many entries. A put()
+  // running at the same time may lose its temporary and return false.
   size_t clear() const;
   std::string path_for(const Key128& key) const;
 
