@@ -20,6 +20,23 @@ from .language.core import constexpr
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "stream", "debug", "maxnreg")
 
+# Read once: launches must not pay for environment lookups. set_interpret()
+# switches at run time (tests).
+_INTERPRET = os.environ.get("TESSERA_INTERPRET") == "1"
+_DEBUG = os.environ.get("TESSERA_DEBUG") == "1"
+
+
+def set_interpret(on: bool) -> None:
+    """Run kernels with the numpy interpreter (same as TESSERA_INTERPRET=1)."""
+    global _INTERPRET
+    _INTERPRET = bool(on)
+
+
+def set_debug(on: bool) -> None:
+    """Compile device_assert checks in (same as TESSERA_DEBUG=1)."""
+    global _DEBUG
+    _DEBUG = bool(on)
+
 
 def _is_constexpr_annotation(ann) -> bool:
     if ann is constexpr:
@@ -173,6 +190,8 @@ class Kernel:
         return values
 
     def _grid(self, grid, values):
+        if type(grid) is tuple and all(type(x) is int and x >= 0 for x in grid) and 1 <= len(grid) <= 3:
+            return grid + (1,) * (3 - len(grid))
         if callable(grid):
             grid = grid(dict(zip(self.arg_names, values)))
         if isinstance(grid, int):
@@ -188,22 +207,25 @@ class Kernel:
         return g + (1,) * (3 - len(g))
 
     def run(self, *args, grid, **kwargs):
-        options = {}
-        for opt in _LAUNCH_OPTIONS:
-            if opt in kwargs and opt not in self._name_index:
-                options[opt] = kwargs.pop(opt)
-        values = self._bind(args, kwargs)
-        if os.environ.get("TESSERA_INTERPRET") == "1":
+        options = None
+        if kwargs:
+            for opt in _LAUNCH_OPTIONS:
+                if opt in kwargs and opt not in self._name_index:
+                    if options is None:
+                        options = {}
+                    options[opt] = kwargs.pop(opt)
+        values = self._bind(args, kwargs) if kwargs or len(args) != len(self.arg_names) else args
+        if _INTERPRET:
             return self._interpret(values, grid)
-        key = []
-        for i, v in enumerate(values):
-            if self.constexpr_mask[i]:
-                key.append(("ce", v.value if isinstance(v, constexpr) else v))
-            else:
-                key.append(S.spec_of(v))
-        debug = self.debug if self.debug is not None else os.environ.get("TESSERA_DEBUG") == "1"
-        opt_key = (options.get("num_warps", 4), options.get("num_stages", 3), bool(options.get("debug", debug)))
-        key = (tuple(key), opt_key)
+        spec_of = S.spec_of
+        key = tuple([("ce", v.value if isinstance(v, constexpr) else v) if ce else spec_of(v)
+                     for ce, v in zip(self.constexpr_mask, values)])
+        debug = self.debug if self.debug is not None else _DEBUG
+        if options:
+            opt_key = (options.get("num_warps", 4), options.get("num_stages", 3), bool(options.get("debug", debug)))
+        else:
+            opt_key = (4, 3, debug)
+        key = (key, opt_key)
         ck = self._compiled.get(key)
         if ck is None:
             ck = self._compile_for(values, key[0], opt_key)

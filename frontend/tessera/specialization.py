@@ -55,8 +55,39 @@ def int_type(v: int) -> D.dtype:
     raise OverflowError(f"integer argument {v} does not fit in 64 bits")
 
 
+_ARRAY_SPEC_CACHE = {}
+
+
+def _ndarray_spec(value):
+    dt = value.dtype
+    s = _ARRAY_SPEC_CACHE.get(dt)
+    if s is None:
+        t, dev = array_dtype(value)
+        s = _ARRAY_SPEC_CACHE[dt] = ("ptr", t.ir, dev)
+    return s
+
+
+def _int_spec(value):
+    if value == 1:
+        return ("const", 1)
+    if -2**31 <= value < 2**31:
+        return ("i32", value % 16 == 0)
+    return (int_type(value).ir, value % 16 == 0)
+
+
+_FAST = {bool: lambda v: "i1", int: _int_spec, float: lambda v: "f32"}
+try:
+    import numpy as _np
+    _FAST[_np.ndarray] = _ndarray_spec
+except ImportError:  # pragma: no cover
+    pass
+
+
 def spec_of(value):
     """A hashable key for how `value` specializes its (non-constexpr) parameter."""
+    f = _FAST.get(type(value))
+    if f is not None:
+        return f(value)
     t = type(value)
     if t is bool:
         return "i1"

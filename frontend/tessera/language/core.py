@@ -116,6 +116,13 @@ def atomic_cas(pointer, cmp, val, sem=None, scope=None): ...
 
 
 # --- elementwise -------------------------------------------------------------
+class PropagateNan:
+    """`propagate_nan=` of tl.maximum/minimum/clamp (as triton.language.PropagateNan):
+    ALL makes a NaN operand give NaN; NONE (the default) returns the other operand."""
+    NONE = 0x0000
+    ALL = 0xFFFF
+
+
 @builtin
 def where(condition, x, y): ...
 @builtin
