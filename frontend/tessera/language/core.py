@@ -272,6 +272,10 @@ class range:
 
     def __iter__(self):  # the interpreter iterates it like Python's range
         import builtins
+        impl = _interpreter_impl
+        if impl is not None and not isinstance(self, static_range):
+            # Runtime loops yield i32 scalars, as the compiled loop variable is.
+            return iter(impl.range_values(self.start, self.end, self.step))
         v = lambda x: x.value if isinstance(x, constexpr) else int(x)
         return iter(builtins.range(v(self.start), v(self.end), v(self.step)))
 
