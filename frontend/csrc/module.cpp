@@ -61,7 +61,7 @@ py::dict compile(const std::string& ir, const std::string& target, int num_warps
 // Argument kinds, one character per runtime argument:
 //   p pointer (buffer-protocol object, object with data_ptr(), or int address)
 //   b bool  i int32  I uint32  l int64  L uint64  c int8  C uint8  s int16  S uint16
-//   f fp32  d fp64
+//   f fp32  d fp64  x (skipped: the argument was specialized into the code)
 uint64_t pack_arg(PyObject* o, char kind, size_t index) {
   uint64_t slot = 0;
   switch (kind) {
@@ -115,6 +115,7 @@ uint64_t pack_arg(PyObject* o, char kind, size_t index) {
 
 void launch_cpu(uintptr_t entry, int64_t g0, int64_t g1, int64_t g2, py::tuple args, const std::string& kinds) {
   if (args.size() != kinds.size()) throw py::value_error("launch: argument count does not match the kernel");
+  if (g0 < 0 || g1 < 0 || g2 < 0) throw py::value_error("grid dimensions must be >= 0");
   uint64_t argv_small[32];
   std::vector<uint64_t> argv_big;
   uint64_t* argv = argv_small;
@@ -122,8 +123,10 @@ void launch_cpu(uintptr_t entry, int64_t g0, int64_t g1, int64_t g2, py::tuple a
     argv_big.resize(kinds.size());
     argv = argv_big.data();
   }
-  for (size_t i = 0; i < kinds.size(); ++i) argv[i] = pack_arg(args[i].ptr(), kinds[i], i);
-  if (g0 <= 0 || g1 <= 0 || g2 <= 0) return;  // empty grid: nothing to do
+  size_t slot = 0;
+  for (size_t i = 0; i < kinds.size(); ++i)
+    if (kinds[i] != 'x') argv[slot++] = pack_arg(args[i].ptr(), kinds[i], i);  // 'x': specialized away
+  if (g0 == 0 || g1 == 0 || g2 == 0) return;  // empty grid: nothing to do
   if (g0 > INT32_MAX || g1 > INT32_MAX || g2 > INT32_MAX) throw py::value_error("grid dimension exceeds 2^31-1");
   py::gil_scoped_release release;
   runtime::launch_cpu(reinterpret_cast<runtime::CpuEntry>(entry), argv, static_cast<int32_t>(g0),

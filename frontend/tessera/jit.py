@@ -129,19 +129,15 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
     return ck
 
 
-class _GridLauncher:
-    __slots__ = ("kernel", "grid")
-
-    def __init__(self, kernel, grid):
-        self.kernel = kernel
-        self.grid = grid
-
-    def __call__(self, *args, **kwargs):
-        return self.kernel.run(*args, grid=self.grid, **kwargs)
-
-
 class Kernel:
-    """A function compiled by Tessera. Launch with `kernel[grid](*args, **meta)`."""
+    """A function compiled by Tessera. Launch with `kernel[grid](*args, **meta)`.
+
+    `kernel[grid]` returns a launcher generated for this kernel's signature (as
+    Triton does), so binding arguments costs one Python call; the specialization
+    key is a tuple of per-argument keys; C++ packs the arguments and runs the grid.
+    Anything unusual (interpreter mode, a callable grid, extra options, a first
+    launch, a bad argument) takes the general path `run`, which gives precise errors.
+    """
 
     def __init__(self, fn, do_not_specialize=(), debug=None):
         self.fn = fn
@@ -155,6 +151,7 @@ class Kernel:
         self._name_index = {n: i for i, n in enumerate(self.arg_names)}
         self._compiled = {}
         self._sources = None
+        self._launch = self._make_launcher()
 
     def _dependency_sources(self):
         if self._sources is None:
@@ -162,13 +159,59 @@ class Kernel:
         return self._sources
 
     def __getitem__(self, grid):
-        return _GridLauncher(self, grid)
+        return functools.partial(self._launch, grid=grid)
 
     def __call__(self, *args, **kwargs):
         raise RuntimeError(
             f"kernel {self.__name__} must be launched with a grid: {self.__name__}[grid](...); "
             f"inside another kernel it is inlined by the compiler")
 
+    # --- the generated fast launcher -------------------------------------------
+    def _make_launcher(self):
+        names = self.arg_names
+        if any(not n.isidentifier() or n.startswith("_") for n in names):
+            return lambda *a, grid, **k: self.run(*a, grid=grid, **k)
+        g = {"_spec": S.spec_of, "_compiled": self._compiled, "_run": self.run, "_launch_cpu": _C.launch_cpu,
+             "_constexpr": constexpr, "_jit": __import__(__name__, fromlist=["_"])}
+        params, key_items, runtime = [], [], []
+        for i, n in enumerate(names):
+            if self.defaults[i] is inspect.Parameter.empty:
+                params.append(n)
+            else:
+                g[f"_default_{i}"] = self.defaults[i]
+                params.append(f"{n}=_default_{i}")
+            if self.constexpr_mask[i]:
+                key_items.append(f"({n}.value if type({n}) is _constexpr else {n})")
+            else:
+                key_items.append(f"_spec({n})")
+                runtime.append(n)
+        debug_expr = (f"({self.debug!r} if debug is None else debug)" if self.debug is not None
+                      else "(_jit._DEBUG if debug is None else debug)")
+        all_args = ", ".join(names)
+        src = f"""
+def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "debug=None", "**options"])}):
+    if _jit._INTERPRET or options or type(grid) is not tuple:
+        return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug, **options)
+    key = ({", ".join(key_items)}{"," if key_items else ""} num_warps, num_stages, {debug_expr})
+    ck = _compiled.get(key)
+    n = len(grid)
+    if ck is None or n == 0 or n > 3:
+        return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug)
+    try:
+        if n == 1:
+            _launch_cpu(ck.entry, grid[0], 1, 1, ({", ".join(runtime)}{"," if runtime else ""}), ck.kinds)
+        elif n == 2:
+            _launch_cpu(ck.entry, grid[0], grid[1], 1, ({", ".join(runtime)}{"," if runtime else ""}), ck.kinds)
+        else:
+            _launch_cpu(ck.entry, grid[0], grid[1], grid[2], ({", ".join(runtime)}{"," if runtime else ""}), ck.kinds)
+    except (TypeError, ValueError, OverflowError):
+        return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug)
+    return ck
+"""
+        exec(compile(src, f"<tessera launcher for {self.__name__}>", "exec"), g)
+        return g["launch"]
+
+    # --- the general path --------------------------------------------------------
     def _bind(self, args, kwargs):
         n = len(self.arg_names)
         if len(args) > n:
@@ -190,73 +233,68 @@ class Kernel:
         return values
 
     def _grid(self, grid, values):
-        if type(grid) is tuple and all(type(x) is int and x >= 0 for x in grid) and 1 <= len(grid) <= 3:
-            return grid + (1,) * (3 - len(grid))
         if callable(grid):
             grid = grid(dict(zip(self.arg_names, values)))
-        if isinstance(grid, int):
+        if isinstance(grid, int) and not isinstance(grid, bool):
             grid = (grid,)
         try:
-            g = tuple(int(x) for x in grid)
-        except (TypeError, ValueError):
+            ok = 1 <= len(grid) <= 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in grid)
+        except TypeError:
+            ok = False
+        if not ok:
             raise ValueError(f"kernel {self.__name__}: the grid must be a tuple of 1 to 3 integers, got {grid!r}")
-        if not 1 <= len(g) <= 3 or any(type(x) is bool for x in grid):
-            raise ValueError(f"kernel {self.__name__}: the grid must be a tuple of 1 to 3 integers, got {grid!r}")
+        g = tuple(int(x) for x in grid)
         if any(x < 0 for x in g):
             raise ValueError(f"kernel {self.__name__}: grid dimensions must be >= 0, got {g}")
+        if any(x >= 2**31 for x in g):
+            raise ValueError(f"kernel {self.__name__}: grid dimensions must be < 2^31, got {g}")
         return g + (1,) * (3 - len(g))
 
-    def run(self, *args, grid, **kwargs):
-        options = None
-        if kwargs:
-            for opt in _LAUNCH_OPTIONS:
-                if opt in kwargs and opt not in self._name_index:
-                    if options is None:
-                        options = {}
-                    options[opt] = kwargs.pop(opt)
-        values = self._bind(args, kwargs) if kwargs or len(args) != len(self.arg_names) else args
+    def run(self, *args, grid, num_warps=4, num_stages=3, debug=None, **kwargs):
+        for opt in _LAUNCH_OPTIONS:
+            if opt in kwargs and opt not in self._name_index:
+                kwargs.pop(opt)  # accepted for Triton compatibility; no effect on the CPU
+        values = self._bind(args, kwargs)
         if _INTERPRET:
             return self._interpret(values, grid)
-        spec_of = S.spec_of
-        key = tuple([("ce", v.value if isinstance(v, constexpr) else v) if ce else spec_of(v)
-                     for ce, v in zip(self.constexpr_mask, values)])
-        debug = self.debug if self.debug is not None else _DEBUG
-        if options:
-            opt_key = (options.get("num_warps", 4), options.get("num_stages", 3), bool(options.get("debug", debug)))
-        else:
-            opt_key = (4, 3, debug)
-        key = (key, opt_key)
+        if debug is None:
+            debug = self.debug if self.debug is not None else _DEBUG
+        key = tuple([(v.value if isinstance(v, constexpr) else v) if ce else S.spec_of(v)
+                     for ce, v in zip(self.constexpr_mask, values)]) + (num_warps, num_stages, debug)
         ck = self._compiled.get(key)
         if ck is None:
-            ck = self._compile_for(values, key[0], opt_key)
+            ck = self._compile_for(values, key[:-3], (num_warps, num_stages, bool(debug)))
             self._compiled[key] = ck
         g = self._grid(grid, values)
-        _C.launch_cpu(ck.entry, g[0], g[1], g[2], tuple(values[i] for i in ck.runtime_indices), ck.kinds)
+        runtime = tuple(v for ce, v in zip(self.constexpr_mask, values) if not ce)
+        _C.launch_cpu(ck.entry, g[0], g[1], g[2], runtime, ck.kinds)
         return ck
 
     def _compile_for(self, values, spec, opt_key):
         arg_types, constexprs, attrs, runtime = {}, {}, {}, []
         devices = set()
+        kinds = []
         for i, (name, s, v) in enumerate(zip(self.arg_names, spec, values)):
-            if s[0] == "ce":
+            if self.constexpr_mask[i]:
+                constexprs[name] = s
+                continue
+            if s[0] == "const":
                 constexprs[name] = s[1]
-            elif s[0] == "const":
-                constexprs[name] = s[1]
-            elif s[0] == "ptr":
+                kinds.append("x")
+                continue
+            if s[0] == "ptr":
                 arg_types[name] = D.pointer_type(D.BY_IR[s[1]])
                 devices.add(s[2])
-                runtime.append(i)
             elif s[0] == "scalar":
                 arg_types[name] = D.NUMPY_TO_DTYPE[s[1]]
-                runtime.append(i)
             elif isinstance(s, tuple):
                 arg_types[name] = D.BY_IR[s[0]]
                 if s[1] and name not in self.do_not_specialize:
                     attrs[name] = {"divisibility": 16}
-                runtime.append(i)
             else:
                 arg_types[name] = D.BY_IR[s]
-                runtime.append(i)
+            runtime.append(i)
+            kinds.append(S.launch_kind(arg_types[name]))
         if len(devices) > 1:
             raise ValueError(f"kernel {self.__name__}: arrays on different devices in one launch: "
                              f"{sorted(devices)}")
@@ -268,6 +306,7 @@ class Kernel:
         options = {"num_warps": opt_key[0], "num_stages": opt_key[1], "debug": opt_key[2]}
         runtime_names = [self.arg_names[i] for i in runtime]
         ck = compile_specialization(self, arg_types, constexprs, attrs, options, target, runtime_names)
+        ck.kinds = "".join(kinds)
         ck.runtime_indices = runtime
         return ck
 
