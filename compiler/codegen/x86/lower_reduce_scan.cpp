@@ -92,20 +92,36 @@ void KernelLowering::lower_reduce(const Op& op) {
   if (axis == rank - 1) {
     int w = chunk_width(st);
     loop_nest(st.shape, 1, axis, [&](Chunk& c) {
+      // U independent accumulators (chunks j mod U) hide the combine latency;
+      // they are merged pairwise at the end (the combiner is associative).
       Chunk cc = c;
       cc.width = w;
-      cc.idx[axis] = b_.getInt64(0);
-      std::vector<llvm::Value*> acc = load_all(cc);
-      if (st.shape[axis] > w) {
-        auto slots = make_slots(acc);
-        counted_loop(st.shape[axis] - w, w, [&](llvm::Value* iv) {
-          cc.idx[axis] = b_.CreateAdd(iv, b_.getInt64(w));
-          auto cur = read_slots(slots, acc);
-          auto nxt = emit_combine(op, cur, load_all(cc));
-          for (size_t i = 0; i < n; ++i) b_.CreateStore(nxt[i], slots[i]);
-        });
-        acc = read_slots(slots, acc);
+      int64_t chunks = st.shape[axis] / w;
+      int u_count = static_cast<int>(std::min<int64_t>(4, chunks));
+      std::vector<std::vector<llvm::Value*>> accs;
+      for (int u = 0; u < u_count; ++u) {
+        cc.idx[axis] = b_.getInt64(u * w);
+        accs.push_back(load_all(cc));
       }
+      if (chunks > u_count) {
+        std::vector<std::vector<llvm::Value*>> slots;
+        for (auto& a : accs) slots.push_back(make_slots(a));
+        counted_loop(st.shape[axis] - u_count * w, u_count * w, [&](llvm::Value* iv) {
+          for (int u = 0; u < u_count; ++u) {
+            cc.idx[axis] = b_.CreateAdd(iv, b_.getInt64((u_count + u) * w));
+            auto cur = read_slots(slots[u], accs[u]);
+            auto nxt = emit_combine(op, cur, load_all(cc));
+            for (size_t i = 0; i < n; ++i) b_.CreateStore(nxt[i], slots[u][i]);
+          }
+        });
+        for (int u = 0; u < u_count; ++u) accs[u] = read_slots(slots[u], accs[u]);
+      }
+      while (accs.size() > 1) {
+        std::vector<std::vector<llvm::Value*>> next;
+        for (size_t u = 0; u + 1 < accs.size(); u += 2) next.push_back(emit_combine(op, accs[u], accs[u + 1]));
+        accs = next;
+      }
+      std::vector<llvm::Value*> acc = accs[0];
       // Halving tree across lanes.
       for (int width = w; width > 1; width /= 2) {
         int h = width / 2;
