@@ -144,6 +144,20 @@ void AxisAnalysis::visit_op(const Op& op) {
       if (x.constant && y.constant) a.constant = *x.constant * *y.constant;
       return set(a);
     }
+    case OpKind::Rem: {
+      // (a + i) % m with m constant over the tile keeps runs of gcd(contig(a), div(m)):
+      // e.g. (pid*64 + arange(64)) % M with M divisible by 16 is contiguous in 16s.
+      const AxisInfo &x = in(0), &y = in(1);
+      if (!rt->elem.is_int()) break;
+      AxisInfo a = make(rank, 1, 1, 1);
+      for (size_t d = 0; d < a.contiguity.size(); ++d) {
+        bool y_const = rt->is_scalar() || y.constancy[d] == rt->shape[d];
+        a.contiguity[d] = y_const ? gcd2(x.contiguity[d], y.divisibility[d]) : 1;
+        a.divisibility[d] = gcd2(x.divisibility[d], y.divisibility[d]);
+        a.constancy[d] = gcd2(x.constancy[d], y.constancy[d]);
+      }
+      return set(a);
+    }
     case OpKind::Cast:
     case OpKind::Hint: {
       AxisInfo a = in(0);

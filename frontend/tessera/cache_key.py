@@ -1,8 +1,9 @@
 """The cache key of a compiled kernel. Every input that shapes the generated code
 is listed here, in this one block, and nowhere else:
 
-  1. the compiler's build id (a hash of every C++ compiler source) and the
-     tessera package version;
+  1. the compiler's build id (a hash of every C++ compiler source), the
+     tessera package version and a hash of the frontend's own Python sources
+     (code generator and language), which shape the Tile IR;
   2. the kernel's source and the sources of every kernel / helper function it
      references (transitively, through its globals);
   3. the specialization: per argument its dtype, whether an integer equals 1 or is
@@ -74,10 +75,31 @@ def dependency_sources(fn) -> str:
     return "\n".join(out)
 
 
+_frontend_hash = None
+
+
+def frontend_hash() -> str:
+    """Hash of tessera/compiler/*.py and tessera/language/*.py (computed once)."""
+    global _frontend_hash
+    if _frontend_hash is None:
+        import os
+        here = os.path.dirname(os.path.abspath(__file__))
+        parts = []
+        for sub in ("compiler", "language"):
+            d = os.path.join(here, sub)
+            for name in sorted(os.listdir(d)):
+                if name.endswith(".py"):
+                    with open(os.path.join(d, name), "rb") as f:
+                        parts.append((f"{sub}/{name}", f.read().decode("utf-8", "replace")))
+        _frontend_hash = _C.hash_key(parts)
+    return _frontend_hash
+
+
 def make_key(sources: str, specialization, constexprs, options: dict, target: str) -> str:
     fields = [
         ("build_id", _C.build_id()),
         ("version", VERSION),
+        ("frontend", frontend_hash()),
         ("sources", sources),
         ("specialization", repr(specialization)),
         ("constexprs", repr(sorted(constexprs.items()))),

@@ -218,7 +218,7 @@ def _fdiv(cg, x, y, ieee_rounding=False):
 
 @builtin_impl("div_rn")
 def _div_rn(cg, x, y):
-    return cg.sem.fdiv(x, y)
+    return cg.sem.fdiv(x, y, "tl.div_rn")
 
 
 @builtin_impl("cast")
@@ -276,13 +276,14 @@ def _associative_scan(cg, input, axis, combine_fn, reverse=False):
 
 def _pick_sum_dtype(in_dtype, dtype):
     # Triton (standard.py, _pick_sum_dtype): integers narrower than 32 bits accumulate
-    # in i32/u32 (bool counts as signed); floats keep their type (an f16 sum
-    # accumulates and returns f16; bf16 too).
+    # in i32/u32 with their signedness; int1 counts as unsigned (Triton lists it with
+    # the unsigned types), so a sum of booleans is u32. Floats keep their type: an f16
+    # sum accumulates and returns f16 (bf16 too; only cumsum widens bf16 to f32).
     if dtype is not None:
         return _dtype(dtype, "sum dtype")
-    if in_dtype.is_int_unsigned() and in_dtype.primitive_bitwidth < 32:
+    if (in_dtype.is_int_unsigned() or in_dtype.is_bool()) and in_dtype.primitive_bitwidth < 32:
         return D.uint32
-    if (in_dtype.is_int_signed() or in_dtype.is_bool()) and in_dtype.primitive_bitwidth < 32:
+    if in_dtype.is_int_signed() and in_dtype.primitive_bitwidth < 32:
         return D.int32
     return None
 

@@ -57,6 +57,8 @@ def unwrap(x):
     """tl.constexpr(v) -> v; numpy scalars -> Python numbers."""
     if isinstance(x, core.constexpr):
         return unwrap(x.value)
+    if type(x) in (tuple, list) and any(isinstance(e, core.constexpr) for e in x):
+        return type(x)(unwrap(e) for e in x)
     if type(x).__module__ == "numpy" and hasattr(x, "item") and getattr(x, "ndim", None) == 0:
         return x.item()
     return x
@@ -389,7 +391,7 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
         cond = self.visit(node.test)
         if not is_runtime(cond):
             return self.visit(node.body if cond else node.orelse)
-        cond = self.runtime_condition(cond, node, "a conditional expression (a if c else b)")
+        cond = self.runtime_condition(cond, node.test, "a conditional expression (a if c else b)")
         return self.runtime_if_expr(cond, node)
 
     def runtime_condition(self, cond, node, what):

@@ -355,6 +355,8 @@ class StatementsMixin:
     def _finish_if(self, cond, then_region, else_region, templates, then_values, else_values):
         """Yield the values from each branch and create the `if` op; returns the merged
         values rebuilt from the op's results."""
+        if not templates and not then_region.ops and not else_region.ops:
+            return []  # nothing happens in either branch: no `if` at all
         for region, values in ((then_region, then_values), (else_region, else_values)):
             with self.builder.at_end_of(region):
                 leaves = [leaf for t, v in zip(templates, values) for leaf in self.leaves_for(t, v)]

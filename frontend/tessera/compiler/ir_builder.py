@@ -163,7 +163,9 @@ def format_attr(value) -> str:
 
 
 def format_attrs(attrs: dict) -> str:
-    return "{" + ", ".join(f"{k} = {format_attr(v)}" for k, v in attrs.items()) + "}"
+    # keys sorted, as the C++ printer does, so that frontend text and C++-printed text
+    # of the same module are byte-identical
+    return "{" + ", ".join(f"{k} = {format_attr(attrs[k])}" for k in sorted(attrs)) + "}"
 
 
 class _Printer:
@@ -215,7 +217,7 @@ class _Printer:
             self.lines.append(text)
             if region.args:
                 args = ", ".join(f"{self.define(a)}: {a.type}" for a in region.args)
-                self.lines.append(f"{pad}^({args}):")
+                self.lines.append(f"{pad}  ^({args}):")
             self.print_region_body(region, indent + 1)
             text = pad
         text += "}"

@@ -25,12 +25,14 @@ _SIGNED_TO_UNSIGNED = {"i32": D.uint32, "i64": D.uint64}
 
 def _wrap_int(value: int, dtype: D.dtype) -> int:
     """The integer a constant of `dtype` holds: Python ints wrap to the type's width
-    (two's complement), as a store of that bit pattern would."""
+    (two's complement), as a store of that bit pattern would. Constants live in an
+    int64 attribute, so u64 values >= 2**63 are written as their int64 bit pattern
+    (negative), as the C++ printer writes them."""
     if dtype.is_bool():
         return 1 if value else 0
     bits = dtype.primitive_bitwidth
     value &= (1 << bits) - 1
-    if dtype.is_int_signed() and value >= 1 << (bits - 1):
+    if (dtype.is_int_signed() or bits == 64) and value >= 1 << (bits - 1):
         value -= 1 << bits
     return value
 
@@ -393,9 +395,13 @@ class ElementwiseOps:
             r = self.cast(r, D.BY_IR["i" + x.dtype.ir[1:]], bitcast=True)
         return r
 
-    def fdiv(self, x, y):
-        x = self._float_operand(x, "tl.fdiv") if not is_number(x) else x
-        y = self._float_operand(y, "tl.fdiv") if not is_number(y) else y
+    def fdiv(self, x, y, what="tl.fdiv"):
+        # As Triton: both operands must be floats (Python numbers are weak).
+        for v in (x, y):
+            if isinstance(v, Value) and not v.dtype.is_floating():
+                raise SemanticError(f"{what} needs floating-point operands, got {describe(v)}")
+        if is_number(x) and is_number(y):
+            x = self.to_value(float(x))
         return self.truediv(x, y)
 
     def cdiv(self, x, y):

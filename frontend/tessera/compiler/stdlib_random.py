@@ -1,7 +1,7 @@
 """Philox 4x32-10 random numbers, written in the Tessera language and inlined by the code
 generator for tl.randint / randint4x / rand / randn.
 
-This follows triton/language/random.py (3.x) operation for operation, so the bits
+This follows triton/language/random.py (3.6) operation for operation, so the bits
 match Triton's and the numpy interpreter's: the same round constants, the same key
 schedule, the same uint -> float conversion (scale 4.6566127342e-10 after folding
 negative values) and the same Box-Muller transform. Callers pass `seed` and `offset`
@@ -54,8 +54,15 @@ def philox(seed, c0, c1, c2, c3, n_rounds: tl.constexpr):
 
 
 def randint4x(seed, offset, n_rounds: tl.constexpr):
-    _0 = offset * 0
-    return philox(seed, offset, _0, _0, _0, n_rounds)
+    # Triton 3.6: the counter is (offset's low 32 bits, its high 32 bits, 0, 0), so the
+    # generator is always Philox 4x32 and 64-bit offsets do not wrap around.
+    offset_lo = offset.to(tl.uint32)
+    _0 = offset_lo * 0
+    if offset.dtype.primitive_bitwidth > 32:
+        offset_hi = (offset >> 32).to(tl.uint32)
+    else:
+        offset_hi = _0
+    return philox(seed, offset_lo, offset_hi, _0, _0, n_rounds)
 
 
 def randint(seed, offset, n_rounds: tl.constexpr):

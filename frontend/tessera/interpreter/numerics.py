@@ -287,12 +287,13 @@ def int_div_trunc(a: np.ndarray, b: np.ndarray, signed: bool):
 
 
 def umulhi(a: np.ndarray, b: np.ndarray, t: D.dtype) -> np.ndarray:
-    """High half of the full 2*bits product, signed or unsigned by t."""
+    """High half of the full 2*bits product of the operands taken as UNSIGNED
+    integers, whatever t's signedness: tl.umulhi is Triton's mulhiui."""
     bits = t.primitive_bitwidth
     if bits <= 32:
-        wide = np.int64 if t.is_int_signed() else np.uint64
-        p = a.astype(wide) * b.astype(wide)
-        return (p >> bits).astype(storage_dtype(t))
+        ut = np.dtype(f"uint{bits}")
+        p = a.view(ut).astype(np.uint64) * b.view(ut).astype(np.uint64)
+        return (p >> np.uint64(bits)).astype(ut).view(storage_dtype(t))
     ua, ub = a.astype(np.uint64), b.astype(np.uint64)
     m32 = np.uint64(0xFFFFFFFF)
     s32 = np.uint64(32)
@@ -300,9 +301,6 @@ def umulhi(a: np.ndarray, b: np.ndarray, t: D.dtype) -> np.ndarray:
     ll, lh, hl, hh = al * bl, al * bh, ah * bl, ah * bh
     mid = (ll >> s32) + (lh & m32) + (hl & m32)
     hi = hh + (lh >> s32) + (hl >> s32) + (mid >> s32)
-    if t.is_int_signed():
-        # signed high = unsigned high - (a < 0 ? b : 0) - (b < 0 ? a : 0)   (mod 2**64)
-        hi = hi - np.where(a < 0, ub, np.uint64(0)) - np.where(b < 0, ua, np.uint64(0))
     return hi.view(storage_dtype(t))
 
 

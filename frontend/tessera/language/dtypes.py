@@ -63,9 +63,13 @@ class dtype:
         return hash(self.ir)
 
     def __repr__(self):
-        return f"tl.{self.name}"
+        return "tl." + _ATTR_NAMES.get(self.ir, self.name)
 
-    __str__ = __repr__
+    def __str__(self):
+        return self.name
+
+
+_ATTR_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
 
 
 class pointer_type(dtype):

@@ -4,7 +4,7 @@ generator and the interpreter so that both agree by construction.
 These follow triton.language (3.x). Where Triton is loose we pin the behaviour
 down here and in docs/language.md:
   * Python scalars (literals, constexprs) are "weak": combined with a tensor of the
-    same or a higher kind (bool < uint < int < float) they take the tensor's type.
+    same or a higher kind (bool < integer < float) they take the tensor's type.
   * Integer `//` and `%` truncate toward zero (C semantics, like Triton), not
     Python's floor semantics.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from . import dtypes as D
 
-_KIND_ORDER = {"bool": 0, "uint": 1, "int": 2, "float": 3}
+# Triton's dtype kinds: BOOLEAN < INTEGRAL (signed and unsigned alike) < FLOATING.
+_KIND_ORDER = {"bool": 0, "uint": 1, "int": 1, "float": 2}
 
 
 class SemanticError(TypeError):
