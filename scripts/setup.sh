@@ -28,6 +28,7 @@ if ! $PY -c "import numpy, pybind11, pytest, hypothesis, nbclient, nbformat, ipy
   echo "[setup] installing Python packages"
   $PY -m pip install -q -r requirements-dev.txt
 fi
+$PY -c "import sys; from jupyter_client.kernelspec import KernelSpecManager as K; sys.exit('python3' not in K().find_kernel_specs())" 2>/dev/null || $PY -m ipykernel install --user --name python3 >/dev/null  # the tutorials' notebook kernel
 
 BUILD=${TESSERA_BUILD_DIR:-$ROOT/build}
 if [ ! -f "$BUILD/build.ninja" ]; then
@@ -36,5 +37,11 @@ fi
 echo "[setup] building (ninja, $(nproc) jobs)"
 ninja -C "$BUILD" ${TESSERA_NINJA_TARGETS:-}
 mkdir -p frontend/tessera/_lib
-cp -f "$BUILD"/frontend/csrc/_C*.so "$BUILD"/libtessera_core.so frontend/tessera/_lib/
+# Copy to a temporary name and rename: running processes keep their mapped copy.
+for f in "$BUILD"/frontend/csrc/_C*.so "$BUILD"/libtessera_core.so; do
+  dst=frontend/tessera/_lib/$(basename "$f")
+  if ! cmp -s "$f" "$dst"; then
+    cp -f "$f" "$dst.tmp.$$" && mv -f "$dst.tmp.$$" "$dst"
+  fi
+done
 echo "[setup] done: PYTHONPATH=$ROOT/frontend"

@@ -24,12 +24,28 @@ from ._core import _C
 VERSION = "0.1.0"
 
 
+def _code_fingerprint(code) -> str:
+    """Everything in a code object that the code generator reads: bytecode, names,
+    constants (nested code objects recursively) and the line/column table (not the
+    file name: identical kernels in two files share an entry). Much
+    cheaper than inspect.getsource, and it changes whenever the source does
+    (comments and blank lines aside, unless they move code to other lines)."""
+    consts = []
+    for c in code.co_consts:
+        consts.append(_code_fingerprint(c) if isinstance(c, types.CodeType) else repr(c))
+    table = getattr(code, "co_linetable", None) or getattr(code, "co_lnotab", b"")
+    return "|".join([str(code.co_firstlineno), code.co_code.hex(), table.hex(),
+                     ",".join(code.co_names), ",".join(code.co_varnames), ";".join(consts)])
+
+
 def _source_of(fn) -> str:
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        return _code_fingerprint(code)
     try:
         return inspect.getsource(fn)
     except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        return repr(code.co_code) if code is not None else repr(fn)
+        return repr(fn)
 
 
 def dependency_sources(fn) -> str:

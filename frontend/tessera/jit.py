@@ -19,6 +19,8 @@ from .language import dtypes as D
 from .language.core import constexpr
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "stream", "debug", "maxnreg")
+# Names the generated launcher binds itself (see Kernel._make_launcher).
+_LAUNCHER_NAMES = frozenset({"grid", "num_warps", "num_stages", "debug", "options"})
 
 # Read once: launches must not pay for environment lookups. set_interpret()
 # switches at run time (tests).
@@ -97,7 +99,6 @@ def _raise_compile_failure(kernel_name, fn, res):
 def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, target, runtime_names,
                            use_cache=True):
     """Compile (or fetch from the disk cache) one specialization of `kernel`."""
-    from .compiler import generate_tile_ir
     if target != "cpu":
         raise NotImplementedError(
             f"target '{target}': the GPU back end is not available in this build yet; use target='cpu'")
@@ -112,6 +113,7 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
             asm = {s: blobs["stage:" + s].decode() for s in order if "stage:" + s in blobs}
             return CompiledKernel(blobs["name"].decode(), asm, order, blobs["binary"], blobs["entry"].decode(),
                                   {}, kinds, None, cache_key=key, from_cache=True)
+    from .compiler import generate_tile_ir  # imported on a cache miss only: ~10 ms
     ir = generate_tile_ir(kernel.fn, arg_types, constexprs, arg_attrs, options)
     dump = [s for s in os.environ.get("TESSERA_DUMP", "").split(",") if s]
     res = _C.compile(ir, "cpu", options.get("num_warps", 4), options.get("num_stages", 3),
@@ -169,7 +171,9 @@ class Kernel:
     # --- the generated fast launcher -------------------------------------------
     def _make_launcher(self):
         names = self.arg_names
-        if any(not n.isidentifier() or n.startswith("_") for n in names):
+        # The launcher's own names (its keyword parameters; its locals start with "_")
+        # must not collide with the kernel's parameters: those kernels take `run`.
+        if any(not n.isidentifier() or n.startswith("_") or n in _LAUNCHER_NAMES for n in names):
             return lambda *a, grid, **k: self.run(*a, grid=grid, **k)
         g = {"_spec": S.spec_of, "_compiled": self._compiled, "_run": self.run, "_launch_cpu": _C.launch_cpu,
              "_constexpr": constexpr, "_jit": __import__(__name__, fromlist=["_"])}
@@ -192,24 +196,32 @@ class Kernel:
 def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "debug=None", "**options"])}):
     if _jit._INTERPRET or options or type(grid) is not tuple:
         return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug, **options)
-    key = ({", ".join(key_items)}{"," if key_items else ""} num_warps, num_stages, {debug_expr})
-    ck = _compiled.get(key)
-    n = len(grid)
-    if ck is None or n == 0 or n > 3:
+    try:
+        _key = ({", ".join(key_items)}{"," if key_items else ""} num_warps, num_stages, {debug_expr})
+        _ck = _compiled.get(_key)
+    except (TypeError, OverflowError):  # run() says which argument is wrong
+        return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug)
+    _n = len(grid)
+    if _ck is None or _n == 0 or _n > 3:
         return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug)
     try:
-        if n == 1:
-            _launch_cpu(ck.entry, grid[0], 1, 1, ({", ".join(runtime)}{"," if runtime else ""}), ck.kinds)
-        elif n == 2:
-            _launch_cpu(ck.entry, grid[0], grid[1], 1, ({", ".join(runtime)}{"," if runtime else ""}), ck.kinds)
+        if _n == 1:
+            _launch_cpu(_ck.entry, grid[0], 1, 1, ({", ".join(runtime)}{"," if runtime else ""}), _ck.kinds)
+        elif _n == 2:
+            _launch_cpu(_ck.entry, grid[0], grid[1], 1, ({", ".join(runtime)}{"," if runtime else ""}), _ck.kinds)
         else:
-            _launch_cpu(ck.entry, grid[0], grid[1], grid[2], ({", ".join(runtime)}{"," if runtime else ""}), ck.kinds)
+            _launch_cpu(_ck.entry, grid[0], grid[1], grid[2], ({", ".join(runtime)}{"," if runtime else ""}), _ck.kinds)
     except (TypeError, ValueError, OverflowError):
         return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug)
-    return ck
+    return _ck
 """
         exec(compile(src, f"<tessera launcher for {self.__name__}>", "exec"), g)
-        return g["launch"]
+        launch = g["launch"]
+        # Python's own binding errors ("missing 1 required positional argument")
+        # then read "kernel add() ...", naming the kernel at no cost per launch.
+        launch.__qualname__ = launch.__name__ = f"kernel {self.__name__}"
+        launch.__code__ = launch.__code__.replace(co_name=f"kernel {self.__name__}")
+        return launch
 
     # --- the general path --------------------------------------------------------
     def _bind(self, args, kwargs):
@@ -234,7 +246,12 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
 
     def _grid(self, grid, values):
         if callable(grid):
-            grid = grid(dict(zip(self.arg_names, values)))
+            try:
+                grid = grid(dict(zip(self.arg_names, values)))
+            except Exception as e:
+                if hasattr(e, "add_note"):  # Python 3.11+
+                    e.add_note(f"(raised by the grid function of kernel {self.__name__})")
+                raise
         if isinstance(grid, int) and not isinstance(grid, bool):
             grid = (grid,)
         try:
@@ -259,9 +276,12 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
             return self._interpret(values, grid)
         if debug is None:
             debug = self.debug if self.debug is not None else _DEBUG
-        key = tuple([(v.value if isinstance(v, constexpr) else v) if ce else S.spec_of(v)
-                     for ce, v in zip(self.constexpr_mask, values)]) + (num_warps, num_stages, debug)
-        ck = self._compiled.get(key)
+        try:
+            key = tuple([(v.value if isinstance(v, constexpr) else v) if ce else S.spec_of(v)
+                         for ce, v in zip(self.constexpr_mask, values)]) + (num_warps, num_stages, debug)
+            ck = self._compiled.get(key)
+        except (TypeError, OverflowError) as e:
+            raise self._argument_error(values, e) from None
         if ck is None:
             ck = self._compile_for(values, key[:-3], (num_warps, num_stages, bool(debug)))
             self._compiled[key] = ck
@@ -269,6 +289,22 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         runtime = tuple(v for ce, v in zip(self.constexpr_mask, values) if not ce)
         _C.launch_cpu(ck.entry, g[0], g[1], g[2], runtime, ck.kinds)
         return ck
+
+    def _argument_error(self, values, error):
+        """`error` (from specializing the arguments) restated naming the kernel and the argument."""
+        for i, (name, v) in enumerate(zip(self.arg_names, values)):
+            try:
+                if self.constexpr_mask[i]:
+                    hash(v.value if isinstance(v, constexpr) else v)
+                else:
+                    S.spec_of(v)
+            except (TypeError, OverflowError) as e:
+                what = "constexpr argument" if self.constexpr_mask[i] else "argument"
+                if isinstance(e, TypeError) and "unhashable" in str(e):
+                    return TypeError(f"kernel {self.__name__}: {what} '{name}' (position {i}) must be hashable "
+                                     f"to specialize on it, got {type(v).__name__}")
+                return type(e)(f"kernel {self.__name__}: {what} '{name}' (position {i}): {e}")
+        return type(error)(f"kernel {self.__name__}: {error}")
 
     def _compile_for(self, values, spec, opt_key):
         arg_types, constexprs, attrs, runtime = {}, {}, {}, []
@@ -294,7 +330,10 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
             else:
                 arg_types[name] = D.BY_IR[s]
             runtime.append(i)
-            kinds.append(S.launch_kind(arg_types[name]))
+            try:
+                kinds.append(S.launch_kind(arg_types[name]))
+            except TypeError as e:
+                raise TypeError(f"kernel {self.__name__}: argument '{name}' (position {i}): {e}") from None
         if len(devices) > 1:
             raise ValueError(f"kernel {self.__name__}: arrays on different devices in one launch: "
                              f"{sorted(devices)}")

@@ -40,8 +40,14 @@ def array_dtype(value):
                 return D.bfloat16, "cpu"
             raise TypeError(f"numpy dtype {dt} is not supported")
         return t, "cpu"
-    if hasattr(value, "__cuda_array_interface__"):
-        return None
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if cai is not None:  # CuPy, numba: a GPU array; the launch rejects it without a GPU back end
+        import numpy as np
+        t = D.NUMPY_TO_DTYPE.get(np.dtype(cai["typestr"]).name)
+        if t is None:
+            raise TypeError(f"GPU array dtype {cai['typestr']} is not supported")
+        dev = getattr(getattr(value, "device", None), "id", None)
+        return t, "cuda" if dev is None else f"cuda:{dev}"
     return None
 
 
@@ -79,8 +85,9 @@ _FAST = {bool: lambda v: "i1", int: _int_spec, float: lambda v: "f32"}
 try:
     import numpy as _np
     _FAST[_np.ndarray] = _ndarray_spec
+    _np_generic = _np.generic
 except ImportError:  # pragma: no cover
-    pass
+    _np_generic = ()
 
 
 def spec_of(value):
@@ -99,6 +106,11 @@ def spec_of(value):
         return "f32"
     if value is None:
         return ("const", None)
+    if isinstance(value, _np_generic):  # np.int32(5), np.float32(1.5): a scalar, not an array
+        name = value.dtype.name
+        if name not in D.NUMPY_TO_DTYPE:
+            raise TypeError(f"numpy scalar of dtype {name} is not supported")
+        return ("scalar", name)
     ad = array_dtype(value)
     if ad is not None:
         return ("ptr", ad[0].ir, ad[1])

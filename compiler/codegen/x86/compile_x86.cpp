@@ -8,6 +8,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/ErrorHandling.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -22,9 +23,16 @@ namespace tessera::codegen::x86 {
 
 namespace {
 
+// LLVM reports fatal errors through a handler that must not return; throwing a
+// CompileError turns them into a Python exception instead of an abort.
+void throw_on_llvm_fatal_error(void*, const char* reason, bool) {
+  throw CompileError(std::string("LLVM fatal error: ") + reason + " (this is a Tessera bug)", false);
+}
+
 void init_llvm_x86() {
   static std::once_flag once;
   std::call_once(once, [] {
+    llvm::install_fatal_error_handler(throw_on_llvm_fatal_error, nullptr);
     LLVMInitializeX86TargetInfo();
     LLVMInitializeX86Target();
     LLVMInitializeX86TargetMC();
