@@ -1,5 +1,6 @@
 // The compilation pipeline as one readable list of named stages:
-//   tir (parsed) -> verify -> canonicalize -> cse -> licm -> dce -> tir-opt
+//   tir (parsed) -> verify -> canonicalize -> licm -> cse -> canonicalize -> dce
+//   -> tir-opt (the verifier runs after every pass)
 //   -> llir (lowered) -> llir-opt (LLVM O3) -> asm + object        [cpu]
 // TESSERA_DUMP=stage,... (CompileOptions::dump) prints the IR after each stage.
 #include <cstdio>

@@ -17,8 +17,9 @@ constexpr int64_t kMaxDiv = int64_t(1) << 30;
 
 int64_t pow2_divisor(int64_t v) {
   if (v == 0) return kMaxDiv;
-  uint64_t u = static_cast<uint64_t>(v < 0 ? -v : v);
-  return std::min<int64_t>(static_cast<int64_t>(u & (~u + 1)), kMaxDiv);
+  uint64_t u = static_cast<uint64_t>(v);  // lowest set bit; sign does not matter
+  uint64_t low = u & (~u + 1);
+  return low >= static_cast<uint64_t>(kMaxDiv) ? kMaxDiv : static_cast<int64_t>(low);
 }
 int64_t gcd2(int64_t a, int64_t b) { return std::gcd(a, b); }
 

@@ -3,6 +3,7 @@
 #include "ir/parser.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <unordered_map>
@@ -213,9 +214,21 @@ class Parser {
     }
     std::string num = s_.substr(b, pos_ - b);
     if (num.empty() || num == "-" || num == "+") fail("expected an attribute value");
-    if (is_float) return std::strtod(num.c_str(), nullptr);
-    if (num[0] == '-') return static_cast<int64_t>(std::strtoll(num.c_str(), nullptr, 10));
-    return static_cast<int64_t>(std::strtoull(num.c_str(), nullptr, 10));
+    char* end = nullptr;
+    errno = 0;
+    Attr value;
+    if (is_float) value = std::strtod(num.c_str(), &end);
+    else if (num[0] == '-') value = static_cast<int64_t>(std::strtoll(num.c_str(), &end, 10));
+    else value = static_cast<int64_t>(std::strtoull(num.c_str(), &end, 10));  // u64 values keep their bits
+    if (*end != '\0') {
+      pos_ = b;
+      fail("malformed number '" + num + "'");
+    }
+    if (errno == ERANGE && !is_float) {
+      pos_ = b;
+      fail("integer '" + num + "' does not fit in 64 bits");
+    }
+    return value;
   }
 
   std::map<std::string, Attr> attr_dict() {
@@ -223,12 +236,39 @@ class Parser {
     expect('{');
     if (accept('}')) return attrs;
     do {
+      skip();
+      size_t key_pos = pos_;
       std::string k = ident();
+      if (!std::isalpha(static_cast<unsigned char>(k[0])) && k[0] != '_') {
+        pos_ = key_pos;  // brace_starts_attrs relies on this: keys start like identifiers
+        fail("attribute name '" + k + "' must start with a letter or '_'");
+      }
+      if (attrs.count(k)) {
+        pos_ = key_pos;
+        fail("attribute '" + k + "' given twice");
+      }
       expect('=');
       attrs[k] = attr_value();
     } while (accept(','));
     expect('}');
     return attrs;
+  }
+
+  // At '%': does a result list `%a, %b =` start here? Then it is the next statement
+  // (after an op with no operands, such as a bare `print`), not an operand list.
+  bool at_result_list() {
+    size_t save = pos_;
+    bool results = false;
+    while (accept('%')) {
+      while (pos_ < s_.size() && ident_char(s_[pos_])) pos_++;
+      if (accept('=')) {
+        results = true;
+        break;
+      }
+      if (!accept(',')) break;
+    }
+    pos_ = save;
+    return results;
   }
 
   // '{' already seen by the caller's lookahead: is it an attribute dictionary?
@@ -257,13 +297,16 @@ class Parser {
 
   void parse_op(Block* b) {
     std::vector<std::string> result_names;
+    std::vector<size_t> result_pos;
     if (peek_is('%')) {
       do {
         expect('%');
+        result_pos.push_back(pos_);
         result_names.push_back(ident());
       } while (accept(','));
       expect('=');
     }
+    skip();
     size_t name_pos = pos_;
     std::string name = ident();
     OpKind kind;
@@ -272,7 +315,7 @@ class Parser {
       fail("unknown op '" + name + "'");
     }
     Op* op = create_op(b, b->ops.end(), kind, Loc{});
-    if (peek_is('%')) {
+    if (peek_is('%') && !at_result_list()) {
       do {
         expect('%');
         op->operands.push_back(lookup(ident()));
@@ -283,9 +326,11 @@ class Parser {
       do op->add_result(type());
       while (accept(','));
     }
-    if (op->results.size() != result_names.size())
+    if (op->results.size() != result_names.size()) {
+      pos_ = name_pos;
       fail("op '" + name + "' names " + std::to_string(result_names.size()) + " results but lists " +
            std::to_string(op->results.size()) + " result types");
+    }
     while (peek_is('{')) {
       Region* r = op->add_region();
       expect('{');
@@ -316,7 +361,10 @@ class Parser {
       if (!std::holds_alternative<int64_t>(l) || !std::holds_alternative<int64_t>(c)) fail("bad loc");
       op->loc = Loc{static_cast<int>(std::get<int64_t>(l)), static_cast<int>(std::get<int64_t>(c))};
     }
-    for (size_t i = 0; i < result_names.size(); ++i) define(result_names[i], op->result(i));
+    for (size_t i = 0; i < result_names.size(); ++i) {
+      if (scopes_.back().count(result_names[i])) pos_ = result_pos[i];  // point the error at the name
+      define(result_names[i], op->result(i));
+    }
   }
 };
 

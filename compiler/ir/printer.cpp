@@ -25,13 +25,17 @@ std::string quote(const std::string& s) {
 std::string format_double(double d) {
   if (std::isnan(d)) return "nan";
   if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  // The fewest digits that read back as d; a mantissa without a '.' gets ".0"
+  // (`2.0`, `1.0e-30`), as docs/tile_ir.md and the frontend's printer spell floats.
   char buf[64];
-  for (int prec = 6; prec <= 17; ++prec) {
+  for (int prec = 1; prec <= 17; ++prec) {
     std::snprintf(buf, sizeof buf, "%.*g", prec, d);
     if (std::strtod(buf, nullptr) == d) break;
   }
   std::string s = buf;
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  size_t e = s.find('e');
+  std::string mantissa = s.substr(0, e);
+  if (mantissa.find('.') == std::string::npos) s.insert(mantissa.size(), ".0");
   return s;
 }
 

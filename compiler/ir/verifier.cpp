@@ -1,6 +1,7 @@
 // Checks Tile IR invariants: one function per op family, called from one switch.
 #include "ir/verifier.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "tessera/compiler.h"
@@ -36,20 +37,24 @@ class Verifier {
                        false, op ? op->loc.line : 0, op ? op->loc.col : 0);
   }
 
+  // Values defined in a block are visible in it and in regions nested in it, and
+  // no longer once the block ends.
   void verify_block(const Block& b, bool is_kernel_body) {
-    for (auto& a : b.args) defined_.insert(a.get());
+    std::vector<const Value*> scope;
+    for (auto& a : b.args) defined_.insert(a.get()), scope.push_back(a.get());
     for (auto it = b.ops.begin(); it != b.ops.end(); ++it) {
       const Op& op = **it;
       for (Value* v : op.operands)
-        if (!defined_.count(v)) fail(&op, "operand used before its definition");
+        if (!defined_.count(v)) fail(&op, "operand used before its definition or outside its region");
       bool last = std::next(it) == b.ops.end();
       if (op_has_trait(op.kind, 'T') && !last) fail(&op, "terminator is not the last op of its region");
       if (op.kind == OpKind::Return && !is_kernel_body) fail(&op, "return inside a region");
       for (auto& t : op.results) check_type(&op, t->type);
       verify_op(op);
       for (auto& r : op.regions) verify_block(*r->block, false);
-      for (auto& r : op.results) defined_.insert(r.get());
+      for (auto& r : op.results) defined_.insert(r.get()), scope.push_back(r.get());
     }
+    for (const Value* v : scope) defined_.erase(v);
   }
 
   void check_type(const Op* op, const Type& t) {
@@ -67,6 +72,35 @@ class Verifier {
   }
   void same_shape(const Op& op, const Type& a, const Type& b) {
     if (a.shape != b.shape) fail(&op, "shape mismatch: " + a.str() + " vs " + b.str());
+  }
+
+  // Operand and result counts of the ops verify_op has no case of its own for
+  // (passes and the lowering index operands without checking).
+  void check_arity(const Op& op) {
+    constexpr size_t kAny = ~size_t(0);
+    size_t lo = 1, hi = 1, results = 1;
+    switch (op.kind) {
+      case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Rem:
+      case OpKind::And: case OpKind::Or: case OpKind::Xor: case OpKind::Shl: case OpKind::Shr:
+      case OpKind::Min: case OpKind::Max: case OpKind::MinimumNan: case OpKind::MaximumNan:
+      case OpKind::Umulhi: case OpKind::AddPtr:
+        lo = hi = 2;
+        break;
+      case OpKind::Fma: lo = hi = 3; break;
+      case OpKind::Assert: case OpKind::Assume: results = 0; break;
+      case OpKind::Return: lo = hi = results = 0; break;
+      case OpKind::Yield: case OpKind::Print: lo = 0, hi = kAny, results = 0; break;
+      case OpKind::Condition: hi = kAny, results = 0; break;
+      default: break;  // unary elementwise ops, casts, hint
+    }
+    n_operands(op, lo, hi == kAny ? std::max(lo, op.operands.size()) : hi);
+    n_results(op, results);
+  }
+
+  void n_yielded(const Op& op, const Block& b, size_t n) {
+    if (b.terminator()->operands.size() != n)
+      fail(&op, "region yields " + std::to_string(b.terminator()->operands.size()) + " values, expected " +
+                    std::to_string(n));
   }
 
   const Block* terminated_region(const Op& op, size_t i, OpKind term) {
@@ -92,7 +126,7 @@ class Verifier {
         break;
       }
       case OpKind::Arange: {
-        n_results(op, 1);
+        n_operands(op, 0, 0), n_results(op, 1);
         int64_t s = op.int_attr("start"), e = op.int_attr("end");
         const Type& t = op.result()->type;
         if (t.rank() != 1 || t.shape[0] != e - s) fail(&op, "result must be tile<(end-start)xi32>");
@@ -126,7 +160,7 @@ class Verifier {
         n_operands(op, 1, 1), n_results(op, 1);
         auto order = op.ints_attr("order");
         const Type &a = op.operands[0]->type, &r = op.result()->type;
-        if (static_cast<int>(order.size()) != a.rank()) fail(&op, "order must list every dim");
+        if (static_cast<int>(order.size()) != a.rank() || r.rank() != a.rank()) fail(&op, "order must list every dim");
         for (int i = 0; i < a.rank(); ++i)
           if (order[i] < 0 || order[i] >= a.rank() || r.shape[i] != a.shape[order[i]]) fail(&op, "bad permute");
         break;
@@ -181,19 +215,25 @@ class Verifier {
         n_results(op, op.operands.size() - 3);
         const Block* b = terminated_region(op, 0, OpKind::Yield);
         if (b->args.size() != op.operands.size() - 2) fail(&op, "for region needs iv + one arg per carried value");
+        n_yielded(op, *b, op.results.size());
         break;
       }
-      case OpKind::While:
+      case OpKind::While: {
         if (op.regions.size() != 2) fail(&op, "while needs two regions");
-        terminated_region(op, 0, OpKind::Condition);
-        terminated_region(op, 1, OpKind::Yield);
+        const Block* before = terminated_region(op, 0, OpKind::Condition);
+        const Block* after = terminated_region(op, 1, OpKind::Yield);
+        if (before->args.size() != op.operands.size()) fail(&op, "before region needs one arg per carried value");
+        if (before->terminator()->operands.size() != op.results.size() + 1 || after->args.size() != op.results.size())
+          fail(&op, "condition must pass one value per result and per after-region arg");
+        n_yielded(op, *after, op.operands.size());
         break;
+      }
       case OpKind::If:
         n_operands(op, 1, 1);
         if (op.regions.size() != 2) fail(&op, "if needs two regions");
         if (!op.results.empty()) {
-          terminated_region(op, 0, OpKind::Yield);
-          terminated_region(op, 1, OpKind::Yield);
+          n_yielded(op, *terminated_region(op, 0, OpKind::Yield), op.results.size());
+          n_yielded(op, *terminated_region(op, 1, OpKind::Yield), op.results.size());
         }
         break;
       case OpKind::Cmp: {
@@ -210,6 +250,7 @@ class Verifier {
         n_operands(op, 3, 3), n_results(op, 1);
         break;
       default:
+        check_arity(op);
         if (op_has_trait(op.kind, 'E') && !op.results.empty()) {
           for (Value* v : op.operands)
             if (v->type.shape != op.result()->type.shape)

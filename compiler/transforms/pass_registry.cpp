@@ -1,6 +1,6 @@
 // Maps pass names to pass functions, and lists the default pipeline.
-#include <map>
 #include <functional>
+#include <map>
 
 #include "tessera/compiler.h"
 #include "transforms/passes.h"
@@ -10,17 +10,27 @@ namespace tessera::transforms {
 namespace {
 const std::map<std::string, std::function<void(ir::Kernel&)>>& registry() {
   static const std::map<std::string, std::function<void(ir::Kernel&)>> r = {
+      {"canonicalize", canonicalize},
+      {"cse", eliminate_common_subexpressions},
+      {"licm", hoist_loop_invariants},
       {"dce", eliminate_dead_code},
   };
   return r;
 }
 }  // namespace
 
-const char* const kDefaultPipeline[] = {"dce", nullptr};
+// Fold first so that cse compares canonical ops; licm then moves what is left;
+// the second canonicalize catches identities cse exposed (select(c, x, y) with x
+// and y merged into one value); dce sweeps every op the others orphaned.
+const char* const kDefaultPipeline[] = {"canonicalize", "licm", "cse", "canonicalize", "dce", nullptr};
 
 void run_pass(ir::Kernel& k, const std::string& name) {
   auto it = registry().find(name);
-  if (it == registry().end()) throw CompileError("unknown pass '" + name + "'", true);
+  if (it == registry().end()) {
+    std::string known;
+    for (auto& [n, f] : registry()) known += (known.empty() ? "" : ", ") + n;
+    throw CompileError("unknown pass '" + name + "' (known passes: " + known + ")", true);
+  }
   it->second(k);
 }
 

@@ -7,12 +7,15 @@
 
 namespace tessera::transforms {
 
-void eliminate_dead_code(ir::Kernel& k);  // dce.cpp
+void canonicalize(ir::Kernel& k);                     // canonicalize.cpp
+void eliminate_common_subexpressions(ir::Kernel& k);  // cse.cpp
+void hoist_loop_invariants(ir::Kernel& k);            // licm.cpp
+void eliminate_dead_code(ir::Kernel& k);              // dce.cpp
 
 // Runs a pass by its name (tile-opt, tests). Throws CompileError for unknown names.
 void run_pass(ir::Kernel& k, const std::string& name);
 
-// The passes compile_tile_ir runs, in order.
+// The passes compile_tile_ir runs, in order; null-terminated.
 extern const char* const kDefaultPipeline[];
 
 }  // namespace tessera::transforms

@@ -11,6 +11,8 @@
 // plan_fusion decides per block which ops stay lazy: cheap ops always (they are
 // recomputed per use), expensive ones (loads, math) only when evaluated once and,
 // for loads, when no store or atomic runs between the load and its consumer.
+// A value used several times whose first use is a reduce over all of it is written
+// to its buffer by that reduce's loop (softmax: load+max in one pass, exp+sum in one).
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
@@ -112,6 +114,10 @@ class KernelLowering {
   std::unordered_map<const ir::Value*, llvm::Value*> scalars_;
   std::unordered_map<const ir::Value*, TileRef> tiles_;
   std::unordered_set<const ir::Op*> lazy_;
+  // Multi-use values whose first use is a reduce over them: the reduce's loop
+  // writes their buffer as it reads them (one pass instead of two).
+  std::unordered_map<const ir::Op*, const ir::Op*> deferred_;  // value's op -> reduce
+  std::unordered_map<const ir::Value*, TileRef> pending_;       // buffer to fill
   std::unordered_map<const ir::Value*, std::vector<const ir::Op*>> uses_;
   bool uses_built_ = false;
 };

@@ -59,9 +59,15 @@ void KernelLowering::lower_reduce(const Op& op) {
   if (!scalar_result)
     for (size_t i = 0; i < n; ++i) out[i] = new_buffer(op.result(i)->type);
 
+  // A pending operand (deferred materialization) is stored as it is read.
+  const Value* pending_v = pending_.count(op.operands[0]) ? op.operands[0] : nullptr;
   auto load_all = [&](const Chunk& c) {
     std::vector<llvm::Value*> v;
     for (size_t i = 0; i < n; ++i) v.push_back(emit_chunk(op.operands[i], c));
+    if (pending_v) {
+      const TileRef& buf = pending_[pending_v];
+      b_.CreateStore(to_mem(b_, v[0], pending_v->type.elem), view_address(buf, pending_v->type, c));
+    }
     return v;
   };
   auto make_slots = [&](const std::vector<llvm::Value*>& init) {
@@ -164,6 +170,10 @@ void KernelLowering::lower_reduce(const Op& op) {
   }
   if (!scalar_result)
     for (size_t i = 0; i < n; ++i) tiles_[op.result(i)] = out[i];
+  if (pending_v) {
+    tiles_[pending_v] = pending_[pending_v];
+    pending_.erase(pending_v);
+  }
 }
 
 void KernelLowering::lower_scan(const Op& op) {
@@ -203,7 +213,9 @@ void KernelLowering::lower_scan(const Op& op) {
       std::vector<llvm::Value*> cur;
       for (size_t k = 0; k < n; ++k) cur.push_back(b_.CreateLoad(acc[k]->getType(), slots[k]));
       auto x = at(i);
-      auto nxt = reverse ? emit_combine(op, x, cur) : emit_combine(op, cur, x);
+      // combine(carry, element) in both directions: a reverse scan is the forward scan
+      // of the flipped sequence (as the interpreter and Triton define it).
+      auto nxt = emit_combine(op, cur, x);
       for (size_t k = 0; k < n; ++k) b_.CreateStore(nxt[k], slots[k]);
       store_at(nxt);
     };

@@ -111,6 +111,24 @@ void KernelLowering::plan_fusion(const Block& b) {
     eval_count[v] = count;
     root_pos[v] = root;
   }
+
+  // Deferred materialization: a non-lazy value whose first use (all uses in this
+  // block) is a single-operand reduce of the value itself, with no side effects in
+  // between (its lazy operands, loads included, are evaluated at the reduce).
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = *ops[i];
+    if (lazy_.count(&op) || !lazy_eligible(op)) continue;
+    const Value* v = op.result();
+    const Op* first = nullptr;
+    bool ok = !uses_[v].empty();
+    for (const Op* user : uses_[v]) {
+      if (ancestor_in(user, &b) != user) ok = false;
+      else if (!first || pos[user] < pos[first]) first = user;
+    }
+    if (!ok || first->kind != OpKind::Reduce || first->operands.size() != 1) continue;
+    if (se[pos[first]] - se[i + 1] > 0) continue;
+    deferred_[&op] = first;
+  }
 }
 
 llvm::Value* KernelLowering::alloca_in_entry(llvm::Type* t, int64_t count) {
@@ -133,6 +151,7 @@ TileRef KernelLowering::new_buffer(const Type& t) {
 }
 
 void KernelLowering::counted_loop(int64_t n, int64_t step, const std::function<void(llvm::Value*)>& body, bool reverse) {
+  if (n <= 0) return;  // e.g. the rest of a reduction along a dimension of size 1
   if (n <= step) {
     body(b_.getInt64(0));
     return;
@@ -334,6 +353,14 @@ TileRef KernelLowering::materialize(const Value* v) {
 
 void KernelLowering::lower_tile_op(const Op& op) {
   const Value* res = op.result();
+  if (deferred_.count(&op)) {
+    TileRef r;
+    r.kind = TileRef::Lazy;
+    r.op = &op;
+    tiles_[res] = r;
+    pending_[res] = new_buffer(res->type);
+    return;
+  }
   if (is_lazy(op)) {
     TileRef r;
     r.kind = TileRef::Lazy;
@@ -460,7 +487,10 @@ void KernelLowering::lower_atomic(const Op& op) {
     else if (kind == "xor") bin = llvm::AtomicRMWInst::Xor;
     else if (kind == "xchg") bin = llvm::AtomicRMWInst::Xchg;
     else unsupported(op, "unknown atomic kind '" + kind + "'");
-    if (e.kind == ScalarKind::F16 || e.kind == ScalarKind::BF16 || e.is_bool())
+    // f16 fadd expands (LLVM AtomicExpand) to a 16-bit cmpxchg loop around an f32 add
+    // rounded once, which is the correctly rounded f16 sum.
+    bool f16_fadd = e.kind == ScalarKind::F16 && kind == "fadd";
+    if ((e.kind == ScalarKind::F16 && !f16_fadd) || e.kind == ScalarKind::BF16 || e.is_bool())
       unsupported(op, "atomics on " + e.str() + " are not supported on the CPU");
   }
   llvm::Type* mt = llvm_mem_type(ctx_, e);

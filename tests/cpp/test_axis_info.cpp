@@ -1,0 +1,228 @@
+// GoogleTests for analysis::AxisAnalysis on parsed Tile IR: aranges, splat +
+// arange offsets, pointer tiles (1-D and the 2-D tiles of a matmul), values
+// carried around a for loop, and hints.
+#include <gtest/gtest.h>
+
+#include "analysis/axis_info.h"
+#include "ir/parser.h"
+#include "ir/verifier.h"
+
+namespace tessera::analysis {
+namespace {
+
+using ir::Kernel;
+using ir::Op;
+using ir::Value;
+using V = std::vector<int64_t>;
+constexpr int64_t kMaxDiv = int64_t(1) << 30;  // axis_info.cpp's "divisible by anything"
+
+// A parsed, verified kernel whose ops are found by the line of their loc.
+struct Analyzed {
+  std::unique_ptr<Kernel> kernel;
+  std::unique_ptr<AxisAnalysis> axis;
+
+  explicit Analyzed(const std::string& text) : kernel(ir::parse_kernel(text)) {
+    ir::verify_kernel(*kernel);
+    axis = std::make_unique<AxisAnalysis>(*kernel);
+  }
+  Op* op_at(int line) const {
+    Op* found = nullptr;
+    ir::for_each_op(kernel->body(), [&](Op* op) {
+      if (op->loc.line == line) found = op;
+    });
+    EXPECT_NE(found, nullptr) << "no op at line " << line;
+    return found;
+  }
+  const AxisInfo& at(int line, int result = 0) const { return axis->get(op_at(line)->result(result)); }
+};
+
+void expect_info(const AxisInfo& a, V contiguity, V divisibility, V constancy) {
+  EXPECT_EQ(a.contiguity, contiguity) << a.str();
+  EXPECT_EQ(a.divisibility, divisibility) << a.str();
+  EXPECT_EQ(a.constancy, constancy) << a.str();
+}
+
+TEST(AxisInfo, Arange) {
+  Analyzed a(R"(kernel @k() {
+  %0 = arange {start = 0, end = 128} : tile<128xi32> loc(1:1)
+  %1 = arange {start = 64, end = 128} : tile<64xi32> loc(2:1)
+  %2 = arange {start = 3, end = 7} : tile<4xi32> loc(3:1)
+  return
+})");
+  expect_info(a.at(1), {128}, {kMaxDiv}, {1});
+  expect_info(a.at(2), {64}, {64}, {1});
+  expect_info(a.at(3), {4}, {1}, {1});
+}
+
+TEST(AxisInfo, ConstantsAndScalars) {
+  Analyzed a(R"(kernel @k(%n: i32 {divisibility = 8}, %m: i32) {
+  %0 = const {value = 12} : i32 loc(1:1)
+  %1 = const {value = 20} : i32 loc(2:1)
+  %2 = add %0, %1 : i32 loc(3:1)
+  %3 = mul %n, %0 : i32 loc(4:1)
+  %4 = const {value = 0} : tile<4x8xi32> loc(5:1)
+  %5 = add %m, %n : i32 loc(6:1)
+  return
+})");
+  expect_info(a.at(1), {1}, {4}, {1});
+  EXPECT_EQ(a.at(1).constant, 12);
+  EXPECT_EQ(a.at(3).constant, 32);
+  EXPECT_EQ(a.at(3).divisibility, V{4});  // gcd of the operands' divisibility, not of the sum
+  EXPECT_EQ(a.at(4).divisibility, V{32});
+  EXPECT_FALSE(a.at(4).constant.has_value());
+  expect_info(a.at(5), {1, 1}, {kMaxDiv, kMaxDiv}, {4, 8});
+  EXPECT_EQ(a.at(5).constant, 0);
+  EXPECT_EQ(a.at(6).divisibility, V{1});
+}
+
+// offs = splat(pid * 1024) + arange(0, 1024): runs of 1024 consecutive values
+// starting at multiples of 1024.
+TEST(AxisInfo, SplatPlusArange) {
+  Analyzed a(R"(kernel @k(%x: ptr<f32> {divisibility = 16}, %y: ptr<f32>, %n: i32) {
+  %0 = program_id {axis = 0} : i32 loc(1:1)
+  %1 = const {value = 1024} : i32 loc(2:1)
+  %2 = mul %0, %1 : i32 loc(3:1)
+  %3 = splat %2 : tile<1024xi32> loc(4:1)
+  %4 = arange {start = 0, end = 1024} : tile<1024xi32> loc(5:1)
+  %5 = add %3, %4 : tile<1024xi32> loc(6:1)
+  %6 = add %4, %3 : tile<1024xi32> loc(7:1)
+  %7 = sub %5, %3 : tile<1024xi32> loc(8:1)
+  %8 = splat %n : tile<1024xi32> loc(9:1)
+  %9 = add %8, %4 : tile<1024xi32> loc(10:1)
+  return
+})");
+  expect_info(a.at(4), {1}, {1024}, {1024});
+  expect_info(a.at(6), {1024}, {1024}, {1});
+  expect_info(a.at(7), {1024}, {1024}, {1});
+  EXPECT_EQ(a.at(8).contiguity, V{1024}) << "x - splat keeps x's runs";
+  expect_info(a.at(10), {1024}, {1}, {1});  // n: nothing known about its divisibility
+}
+
+// ptrs = addptr(splat(x), offs): contiguity in elements, divisibility in bytes.
+TEST(AxisInfo, AddPtr) {
+  Analyzed a(R"(kernel @k(%x: ptr<f32> {divisibility = 16}, %y: ptr<f16>, %o: i64 {divisibility = 4}) {
+  %0 = program_id {axis = 0} : i32 loc(1:1)
+  %1 = const {value = 256} : i32 loc(2:1)
+  %2 = mul %0, %1 : i32 loc(3:1)
+  %3 = splat %2 : tile<256xi32> loc(4:1)
+  %4 = arange {start = 0, end = 256} : tile<256xi32> loc(5:1)
+  %5 = add %3, %4 : tile<256xi32> loc(6:1)
+  %6 = splat %x : tile<256xptr<f32>> loc(7:1)
+  %7 = addptr %6, %5 : tile<256xptr<f32>> loc(8:1)
+  %8 = splat %y : tile<256xptr<f16>> loc(9:1)
+  %9 = addptr %8, %5 : tile<256xptr<f16>> loc(10:1)
+  %10 = addptr %x, %o : ptr<f32> loc(11:1)
+  return
+})");
+  expect_info(a.at(7), {1}, {16}, {256});
+  expect_info(a.at(8), {256}, {16}, {1});   // gcd(16 bytes, 256 * 4 bytes)
+  expect_info(a.at(10), {256}, {1}, {1});   // y: no divisibility known
+  EXPECT_EQ(a.at(11).divisibility, V{16});  // gcd(16, 4 * 4 bytes)
+}
+
+// The 2-D pointer tiles of a matmul:
+//   a_ptrs = a + (offs_m[:, None] * stride_am) + offs_k[None, :]
+// rows start anywhere (stride unknown beyond 16), columns are 16 contiguous f16.
+TEST(AxisInfo, MatmulPointerTiles) {
+  Analyzed a(R"(kernel @k(%a: ptr<f16> {divisibility = 16}, %stride_am: i32 {divisibility = 16}) {
+  %0 = program_id {axis = 0} : i32 loc(1:1)
+  %1 = const {value = 32} : i32 loc(2:1)
+  %2 = mul %0, %1 : i32 loc(3:1)
+  %3 = splat %2 : tile<32xi32> loc(4:1)
+  %4 = arange {start = 0, end = 32} : tile<32xi32> loc(5:1)
+  %5 = add %3, %4 : tile<32xi32> loc(6:1)
+  %6 = expand_dims %5 {axis = 1} : tile<32x1xi32> loc(7:1)
+  %7 = splat %stride_am : tile<32x1xi32> loc(8:1)
+  %8 = mul %6, %7 : tile<32x1xi32> loc(9:1)
+  %9 = broadcast %8 : tile<32x16xi32> loc(10:1)
+  %10 = arange {start = 0, end = 16} : tile<16xi32> loc(11:1)
+  %11 = expand_dims %10 {axis = 0} : tile<1x16xi32> loc(12:1)
+  %12 = broadcast %11 : tile<32x16xi32> loc(13:1)
+  %13 = add %9, %12 : tile<32x16xi32> loc(14:1)
+  %14 = splat %a : tile<32x16xptr<f16>> loc(15:1)
+  %15 = addptr %14, %13 : tile<32x16xptr<f16>> loc(16:1)
+  return
+})");
+  expect_info(a.at(7), {32, 1}, {32, 32}, {1, 1});
+  expect_info(a.at(9), {1, 1}, {512, 512}, {1, 1});
+  expect_info(a.at(10), {1, 1}, {512, 512}, {1, 16});
+  expect_info(a.at(12), {1, 16}, {kMaxDiv, kMaxDiv}, {1, 1});
+  expect_info(a.at(13), {1, 16}, {kMaxDiv, kMaxDiv}, {32, 1});
+  expect_info(a.at(14), {1, 16}, {512, 512}, {1, 1});
+  expect_info(a.at(16), {1, 16}, {16, 16}, {1, 1});
+}
+
+// Pointer tiles carried around the K loop keep their facts when the increment
+// keeps them; an offset that loses divisibility in the body loses it at entry.
+TEST(AxisInfo, LoopCarriedPointerTiles) {
+  Analyzed a(R"(kernel @k(%a: ptr<f32> {divisibility = 16}, %K: i32) {
+  %0 = arange {start = 0, end = 16} : tile<16xi32> loc(1:1)
+  %1 = splat %a : tile<16xptr<f32>> loc(2:1)
+  %2 = addptr %1, %0 : tile<16xptr<f32>> loc(3:1)
+  %3 = const {value = 0} : i32 loc(4:1)
+  %4 = const {value = 16} : i32 loc(5:1)
+  %5, %6 = for %3, %K, %4, %2, %0 : tile<16xptr<f32>>, tile<16xi32> {
+  ^(%k: i32, %p: tile<16xptr<f32>>, %offs: tile<16xi32>):
+    %7 = load %p : tile<16xf32> loc(6:1)
+    %8 = splat %4 : tile<16xi32> loc(7:1)
+    %9 = addptr %p, %8 : tile<16xptr<f32>> loc(8:1)
+    %10 = const {value = 3} : tile<16xi32> loc(9:1)
+    %11 = add %offs, %10 : tile<16xi32> loc(10:1)
+    yield %9, %11 loc(11:1)
+  } loc(12:1)
+  return
+})");
+  Op* loop = a.op_at(12);
+  const ir::Block& body = *loop->regions[0]->block;
+  expect_info(a.axis->get(body.args[1].get()), {16}, {16}, {1});
+  expect_info(a.at(8), {16}, {16}, {1});
+  expect_info(a.at(12, 0), {16}, {16}, {1});
+  expect_info(a.axis->get(body.args[2].get()), {16}, {1}, {1});
+  expect_info(a.at(12, 1), {16}, {1}, {1});
+  EXPECT_EQ(a.axis->get(body.args[0].get()).divisibility, V{1});  // the induction variable
+}
+
+// A loop-carried value that changes shape of its facts every trip: the analysis
+// must still terminate, with facts that hold at every trip.
+TEST(AxisInfo, LoopFixpointTerminates) {
+  Analyzed a(R"(kernel @k(%K: i32) {
+  %0 = const {value = 1024} : tile<8xi32> loc(1:1)
+  %1 = const {value = 0} : i32 loc(2:1)
+  %2 = const {value = 1} : i32 loc(3:1)
+  %3 = for %1, %K, %2, %0 : tile<8xi32> {
+  ^(%k: i32, %v: tile<8xi32>):
+    %4 = const {value = 2} : tile<8xi32> loc(4:1)
+    %5 = mul %v, %4 : tile<8xi32> loc(5:1)
+    %6 = const {value = 1} : tile<8xi32> loc(6:1)
+    %7 = sub %5, %6 : tile<8xi32> loc(7:1)
+    yield %7 loc(8:1)
+  } loc(9:1)
+  return
+})");
+  const AxisInfo& r = a.at(9);
+  EXPECT_EQ(r.divisibility, V{1});
+  EXPECT_FALSE(r.constant.has_value());
+}
+
+// Loaded offsets are unknown until a hint (multiple_of / max_contiguous) says so.
+TEST(AxisInfo, HintRaisesFacts) {
+  Analyzed a(R"(kernel @k(%p: ptr<i32> {divisibility = 16}) {
+  %0 = splat %p : tile<64xptr<i32>> loc(1:1)
+  %1 = arange {start = 0, end = 64} : tile<64xi32> loc(2:1)
+  %2 = addptr %0, %1 : tile<64xptr<i32>> loc(3:1)
+  %3 = load %2 : tile<64xi32> loc(4:1)
+  %4 = hint %3 {contiguity = [64], divisibility = [16], constancy = [1]} : tile<64xi32> loc(5:1)
+  %5 = addptr %0, %4 : tile<64xptr<i32>> loc(6:1)
+  %6 = addptr %0, %3 : tile<64xptr<i32>> loc(7:1)
+  %7 = hint %1 {divisibility = [8]} : tile<64xi32> loc(8:1)
+  return
+})");
+  expect_info(a.at(4), {1}, {1}, {1});
+  expect_info(a.at(5), {64}, {16}, {1});
+  expect_info(a.at(6), {64}, {16}, {1});
+  expect_info(a.at(7), {1}, {4}, {1});  // unhinted: only i32 alignment survives
+  expect_info(a.at(8), {64}, {kMaxDiv}, {1});  // hints never lower what is known
+}
+
+}  // namespace
+}  // namespace tessera::analysis

@@ -1,0 +1,328 @@
+// emit_dot against a naive reference over many power-of-two shapes, every supported type
+// and both blockings (AVX-512, AVX2). The data are small integers scaled by 1/4, so every
+// product and sum is exact in every type and results must match bit for bit.
+#include <gtest/gtest.h>
+#include <llvm/ADT/SmallString.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codegen/x86/dot_microkernel.h"
+
+namespace {
+
+using tessera::codegen::x86::DotShape;
+using tessera::codegen::x86::emit_dot;
+
+// A JIT for one CPU ("" = the host); modules get the O2 pipeline before codegen.
+class DotJit {
+ public:
+  explicit DotJit(const std::string& cpu) {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    auto jtmb =
+        cpu.empty()
+            ? llvm::cantFail(llvm::orc::JITTargetMachineBuilder::detectHost())
+            : llvm::orc::JITTargetMachineBuilder(llvm::Triple(llvm::sys::getProcessTriple()));
+    if (!cpu.empty()) jtmb.setCPU(cpu);
+    jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    tm_ = llvm::cantFail(jtmb.createTargetMachine());
+    jit_ = llvm::cantFail(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create());
+  }
+
+  std::unique_ptr<llvm::Module> new_module(llvm::LLVMContext& ctx) {
+    auto m = std::make_unique<llvm::Module>("dot_test", ctx);
+    m->setDataLayout(tm_->createDataLayout());
+    m->setTargetTriple(tm_->getTargetTriple().str());
+    return m;
+  }
+
+  void optimize(llvm::Module& m) {
+    EXPECT_FALSE(llvm::verifyModule(m, &llvm::errs()));
+    llvm::PassBuilder pb(tm_.get());
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(m, mam);
+  }
+
+  void add(std::unique_ptr<llvm::Module> m, std::unique_ptr<llvm::LLVMContext> ctx) {
+    optimize(*m);
+    llvm::cantFail(jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))));
+  }
+
+  using Kernel = void(const void* a, const void* b, void* c);
+  Kernel* lookup(const std::string& name) {
+    return llvm::cantFail(jit_->lookup(name)).toPtr<Kernel*>();
+  }
+
+  std::string assembly(llvm::Module& m) {
+    optimize(m);
+    llvm::SmallString<0> text;
+    llvm::raw_svector_ostream os(text);
+    llvm::legacy::PassManager pm;
+    EXPECT_FALSE(tm_->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile));
+    pm.run(m);
+    return std::string(text.str());
+  }
+
+ private:
+  std::unique_ptr<llvm::TargetMachine> tm_;
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
+};
+
+enum class DType { F32, F16, BF16, F64, I8 };
+const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I8};
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::F64: return "f64";
+    case DType::I8: return "i8";
+  }
+  return "?";
+}
+
+llvm::Type* input_type(DType t, llvm::LLVMContext& ctx) {
+  switch (t) {
+    case DType::F32: return llvm::Type::getFloatTy(ctx);
+    case DType::F16: return llvm::Type::getHalfTy(ctx);
+    case DType::BF16: return llvm::Type::getBFloatTy(ctx);
+    case DType::F64: return llvm::Type::getDoubleTy(ctx);
+    case DType::I8: return llvm::Type::getInt8Ty(ctx);
+  }
+  return nullptr;
+}
+
+llvm::Type* acc_type(DType t, llvm::LLVMContext& ctx) {
+  if (t == DType::F64) return llvm::Type::getDoubleTy(ctx);
+  if (t == DType::I8) return llvm::Type::getInt32Ty(ctx);
+  return llvm::Type::getFloatTy(ctx);
+}
+
+// void name(const In* a, const In* b, Acc* c) { C += A·B }. Odd-numbered kernels emit into
+// an entry block that already ends in `ret` (the code after the insertion point must be
+// moved past the dot); even-numbered ones into an unterminated block, adding `ret` after.
+void add_dot_kernel(llvm::Module& m, const std::string& name, DotShape shape, DType t,
+                    int vector_bits, bool insert_before_terminator) {
+  llvm::LLVMContext& ctx = m.getContext();
+  llvm::Type* ptr = llvm::PointerType::get(ctx, 0);
+  auto* fn_ty = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, ptr, ptr}, false);
+  auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, name, m);
+  for (unsigned i = 0; i < 3; ++i) f->addParamAttr(i, llvm::Attribute::NoAlias);
+  auto* entry = llvm::BasicBlock::Create(ctx, "entry", f);
+  llvm::IRBuilder<> b(entry);
+  if (insert_before_terminator) b.SetInsertPoint(b.CreateRetVoid());
+  emit_dot(b, f->getArg(0), f->getArg(1), f->getArg(2), shape, input_type(t, ctx),
+           input_type(t, ctx), acc_type(t, ctx), vector_bits);
+  if (!insert_before_terminator) b.CreateRetVoid();
+}
+
+// ---- test data: integers k/4, |k| <= 8 (exact in every type, bf16 included) ----------
+uint16_t to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return uint16_t(u >> 16);  // exact for values with <= 8 significant bits
+}
+
+uint16_t to_f16(float x) {
+  if (x == 0) return 0;
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  uint32_t sign = (u >> 16) & 0x8000, exp = ((u >> 23) & 0xff) - 127 + 15;
+  return uint16_t(sign | (exp << 10) | ((u >> 13) & 0x3ff));  // exact for normal halves
+}
+
+// Buffers of one element type, filled from small integers.
+struct Buffer {
+  std::vector<unsigned char> bytes;
+  std::vector<double> values;  // what each element holds, for the reference
+};
+
+Buffer make_buffer(DType t, size_t n, bool accumulator, std::mt19937& rng) {
+  Buffer buf;
+  std::uniform_int_distribution<int> small(-8, 8), byte(-128, 127);
+  size_t elem = accumulator ? (t == DType::F64 ? 8 : 4)
+                            : (t == DType::F32   ? 4
+                               : t == DType::F64 ? 8
+                               : t == DType::I8  ? 1
+                                                 : 2);
+  buf.bytes.resize(n * elem);
+  for (size_t i = 0; i < n; ++i) {
+    double v = t == DType::I8 ? byte(rng) : small(rng) / 4.0;
+    buf.values.push_back(v);
+    unsigned char* p = &buf.bytes[i * elem];
+    if (t == DType::F64) {
+      std::memcpy(p, &v, 8);
+    } else if (t == DType::I8) {
+      if (accumulator) {
+        int32_t x = int32_t(v);
+        std::memcpy(p, &x, 4);
+      } else {
+        int8_t x = int8_t(v);
+        std::memcpy(p, &x, 1);
+      }
+    } else if (accumulator || t == DType::F32) {
+      float x = float(v);
+      std::memcpy(p, &x, 4);
+    } else {
+      uint16_t x = t == DType::F16 ? to_f16(float(v)) : to_bf16(float(v));
+      std::memcpy(p, &x, 2);
+    }
+  }
+  return buf;
+}
+
+double read_acc(DType t, const Buffer& c, size_t i) {
+  if (t == DType::F64) {
+    double x;
+    std::memcpy(&x, &c.bytes[i * 8], 8);
+    return x;
+  }
+  if (t == DType::I8) {
+    int32_t x;
+    std::memcpy(&x, &c.bytes[i * 4], 4);
+    return x;
+  }
+  float x;
+  std::memcpy(&x, &c.bytes[i * 4], 4);
+  return x;
+}
+
+// ---- shapes and kernels -------------------------------------------------------------------
+// f32, f64 and i8 (whose lane counts differ) run every shape; f16 and bf16 differ from
+// f32 only in the conversion on load, so they run the first half.
+const DotShape kShapes[] = {
+    {1, 1, 1},      {2, 4, 8},   {4, 16, 2},    {16, 64, 1},  {64, 64, 32}, {128, 2, 16},
+    {128, 128, 64}, {8, 32, 4},  {1, 128, 128}, {32, 8, 128}, {16, 16, 16}, {128, 1, 64},
+    {64, 16, 32},   {4, 4, 128}, {128, 32, 8},  {2, 128, 4},
+};
+constexpr int kShapeCount = sizeof(kShapes) / sizeof(kShapes[0]);
+
+int shapes_for(DType t) {
+  return t == DType::F16 || t == DType::BF16 ? kShapeCount / 2 : kShapeCount;
+}
+
+std::string kernel_name(DotShape s, DType t, int vector_bits) {
+  return "dot_" + std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) +
+         "_" + dtype_name(t) + "_v" + std::to_string(vector_bits);
+}
+
+// The AVX-512 blocking on the host CPU, the AVX2 one on an AVX2-only CPU.
+struct Target {
+  const char* cpu;
+  int vector_bits;
+};
+const Target kTargets[] = {{"", 512}, {"haswell", 256}};
+
+bool host_has_avx512() { return llvm::sys::getHostCPUFeatures().lookup("avx512f"); }
+
+DotJit& dot_jit(const std::string& cpu) {
+  auto build = [](const std::string& cpu) {
+    auto jit = std::make_unique<DotJit>(cpu);
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    auto m = jit->new_module(*ctx);
+    int count = 0;
+    for (const Target& target : kTargets) {
+      if (target.cpu != cpu) continue;
+      for (DType t : kTypes)
+        for (int i = 0; i < shapes_for(t); ++i)
+          add_dot_kernel(*m, kernel_name(kShapes[i], t, target.vector_bits), kShapes[i], t,
+                         target.vector_bits, count++ % 2 == 1);
+    }
+    jit->add(std::move(m), std::move(ctx));
+    return jit;
+  };
+  // Both compiled at once, each on its own thread and LLVMContext.
+  static std::future<std::unique_ptr<DotJit>> haswell_future =
+      std::async(std::launch::async, build, "haswell");
+  static std::unique_ptr<DotJit> host = build("");
+  static std::unique_ptr<DotJit> haswell = haswell_future.get();
+  return cpu.empty() ? *host : *haswell;
+}
+
+class DotMatchesReference : public ::testing::TestWithParam<DType> {};
+
+TEST_P(DotMatchesReference, AllShapesAndBlockings) {
+  DType t = GetParam();
+  for (const Target& target : kTargets) {
+    if (target.vector_bits == 512 && !host_has_avx512()) continue;  // still correct, but slow
+    DotJit& jit = dot_jit(target.cpu);
+    for (int shape = 0; shape < shapes_for(t); ++shape) {
+      DotShape s = kShapes[shape];
+      std::mt19937 rng(s.M * 10007 + s.N * 101 + s.K);
+      Buffer a = make_buffer(t, size_t(s.M) * s.K, false, rng);
+      Buffer b = make_buffer(t, size_t(s.K) * s.N, false, rng);
+      Buffer c = make_buffer(t, size_t(s.M) * s.N, true, rng);
+      std::string name = kernel_name(s, t, target.vector_bits);
+      jit.lookup(name)(a.bytes.data(), b.bytes.data(), c.bytes.data());
+      int mismatches = 0;
+      for (int i = 0; i < s.M; ++i)
+        for (int j = 0; j < s.N; ++j) {
+          double want = c.values[size_t(i) * s.N + j];
+          for (int k = 0; k < s.K; ++k)
+            want += a.values[size_t(i) * s.K + k] * b.values[size_t(k) * s.N + j];
+          double got = read_acc(t, c, size_t(i) * s.N + j);
+          if (got != want && mismatches++ < 3)
+            ADD_FAILURE() << name << " on " << (*target.cpu ? target.cpu : "host") << ": C[" << i
+                          << "][" << j << "] = " << got << ", want " << want;
+        }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, DotMatchesReference, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The micro-kernel must be FMA vector code with no calls: zmm with the AVX-512 blocking,
+// ymm with the AVX2 one. TESSERA_PRINT_ASM=1 prints the assembly.
+void expect_fma_vector_code(const char* cpu, int vector_bits, const char* reg) {
+  DotJit jit(cpu);
+  llvm::LLVMContext ctx;
+  auto m = jit.new_module(ctx);
+  add_dot_kernel(*m, "dot64x64x32", {64, 64, 32}, DType::F32, vector_bits, false);
+  std::string text = jit.assembly(*m);
+  if (std::getenv("TESSERA_PRINT_ASM")) std::printf("%s\n", text.c_str());
+  int vector_fmas = 0;
+  size_t pos = 0;
+  while ((pos = text.find("vfmadd", pos)) != std::string::npos) {
+    std::string line = text.substr(pos, text.find('\n', pos) - pos);
+    if (line.find("ps") != std::string::npos && line.find(reg) != std::string::npos) ++vector_fmas;
+    ++pos;
+  }
+  EXPECT_GE(vector_fmas, 8) << "expected packed FMAs on " << reg;
+  EXPECT_EQ(text.find("call"), std::string::npos);
+}
+
+TEST(DotMicrokernel, F32IsFmaVectorCodeOnAvx512) {
+  if (!host_has_avx512()) GTEST_SKIP() << "host has no AVX-512";
+  expect_fma_vector_code("", 512, "zmm");
+}
+TEST(DotMicrokernel, F32IsFmaVectorCodeOnAvx2) { expect_fma_vector_code("haswell", 256, "ymm"); }
+
+}  // namespace
