@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import os
 
 from . import cache_key as CK
@@ -255,12 +256,12 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         if isinstance(grid, int) and not isinstance(grid, bool):
             grid = (grid,)
         try:
-            ok = 1 <= len(grid) <= 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in grid)
+            ok = 1 <= len(grid) <= 3 and not any(isinstance(x, bool) for x in grid)
+            g = tuple(operator.index(x) for x in grid)  # ints, numpy integers
         except TypeError:
             ok = False
         if not ok:
             raise ValueError(f"kernel {self.__name__}: the grid must be a tuple of 1 to 3 integers, got {grid!r}")
-        g = tuple(int(x) for x in grid)
         if any(x < 0 for x in g):
             raise ValueError(f"kernel {self.__name__}: grid dimensions must be >= 0, got {g}")
         if any(x >= 2**31 for x in g):
