@@ -82,6 +82,10 @@ llvm::Type* with_lanes(llvm::Type* scalar, llvm::Type* like) {
   return scalar;
 }
 
+llvm::Value* intrinsic(llvm::IRBuilderBase& b, llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Value*> args) {
+  return b.CreateIntrinsic(id, {args[0]->getType()}, args);
+}
+
 // bf16 <-> f32 by bit manipulation (round to nearest even; NaN stays NaN).
 llvm::Value* bf16_to_f32(llvm::IRBuilderBase& b, llvm::Value* v) {
   llvm::Value* bits = b.CreateBitCast(v, with_lanes(b.getInt16Ty(), v->getType()));
@@ -101,6 +105,55 @@ llvm::Value* f32_to_bf16(llvm::IRBuilderBase& b, llvm::Value* f) {
   return b.CreateBitCast(hi, with_lanes(b.getBFloatTy(), f->getType()));
 }
 
+// Adjusts `r`, the f32 rounded to nearest even of some wider value x, to x rounded to
+// odd (truncated, with the last bit set when inexact): a later round to nearest even
+// to f16 or bf16 (<= 22 significand bits) then equals one correct rounding of x,
+// where rounding x to f32 first and then to f16/bf16 could round twice. When inexact
+// and r's last bit is even, r moves one ulp toward x (its magnitude up when |x| > |r|).
+// Example: x = 1 + 2^-8 + 2^-30 (f64) gives r = 1 + 2^-8, a bf16 tie that would round
+// down to 1; rounded to odd it is 1 + 2^-8 + 2^-23, which rounds up to 1 + 2^-7.
+llvm::Value* f32_round_to_odd(llvm::IRBuilderBase& b, llvm::Value* r, llvm::Value* inexact, llvm::Value* magnitude_up) {
+  llvm::Type* i32 = with_lanes(b.getInt32Ty(), r->getType());
+  llvm::Value* bits = b.CreateBitCast(r, i32);
+  llvm::Value* even = b.CreateICmpEQ(b.CreateAnd(bits, llvm::ConstantInt::get(i32, 1)), llvm::Constant::getNullValue(i32));
+  llvm::Value* step = b.CreateSelect(magnitude_up, llvm::ConstantInt::get(i32, 1), llvm::Constant::getAllOnesValue(i32));
+  llvm::Value* fixed = b.CreateSelect(b.CreateAnd(inexact, even), b.CreateAdd(bits, step), bits);
+  return b.CreateBitCast(fixed, r->getType());
+}
+
+// f64 -> f32 rounded to odd (NaN and inf pass through; overflow gives FLT_MAX).
+llvm::Value* f64_to_f32_odd(llvm::IRBuilderBase& b, llvm::Value* x) {
+  llvm::Value* r = b.CreateFPTrunc(x, with_lanes(b.getFloatTy(), x->getType()));
+  llvm::Value* back = b.CreateFPExt(r, x->getType());
+  llvm::Value* inexact = b.CreateFCmpONE(back, x);
+  llvm::Value* up = b.CreateFCmpOGT(intrinsic(b, llvm::Intrinsic::fabs, {x}), intrinsic(b, llvm::Intrinsic::fabs, {back}));
+  return f32_round_to_odd(b, r, inexact, up);
+}
+
+// Integer -> f32 rounded to odd. Integers of up to 32 bits are exact in f64; wider
+// ones compare against the RNE result converted back (saturating, which can only
+// misjudge exactness at 2^63 / 2^64, values a 16-bit float represents exactly).
+llvm::Value* int_to_f32_odd(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& from) {
+  bool uns = from.is_unsigned() || from.is_bool();
+  if (from.bits() <= 32) {
+    llvm::Type* f64 = with_lanes(b.getDoubleTy(), v->getType());
+    return f64_to_f32_odd(b, uns ? b.CreateUIToFP(v, f64) : b.CreateSIToFP(v, f64));
+  }
+  llvm::Type* f32 = with_lanes(b.getFloatTy(), v->getType());
+  llvm::Value* r = uns ? b.CreateUIToFP(v, f32) : b.CreateSIToFP(v, f32);
+  auto id = uns ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat;
+  llvm::Value* back = b.CreateIntrinsic(id, {v->getType(), f32}, {r});
+  llvm::Value* inexact = b.CreateICmpNE(back, v);
+  llvm::Value* up;
+  if (uns) {
+    up = b.CreateICmpUGT(v, back);
+  } else {
+    llvm::Value* neg = b.CreateICmpSLT(v, llvm::Constant::getNullValue(v->getType()));
+    up = b.CreateSelect(neg, b.CreateICmpSLT(v, back), b.CreateICmpSGT(v, back));
+  }
+  return f32_round_to_odd(b, r, inexact, up);
+}
+
 // Widen a float value to the type arithmetic is done in (f16/bf16 -> f32).
 llvm::Value* widen(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& e) {
   if (e.kind == ScalarKind::BF16) return bf16_to_f32(b, v);
@@ -111,10 +164,6 @@ llvm::Value* narrow(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& e) {
   if (e.kind == ScalarKind::BF16) return f32_to_bf16(b, v);
   if (e.kind == ScalarKind::F16) return b.CreateFPTrunc(v, with_lanes(b.getHalfTy(), v->getType()));
   return v;
-}
-
-llvm::Value* intrinsic(llvm::IRBuilderBase& b, llvm::Intrinsic::ID id, llvm::ArrayRef<llvm::Value*> args) {
-  return b.CreateIntrinsic(id, {args[0]->getType()}, args);
 }
 
 }  // namespace
@@ -134,9 +183,8 @@ llvm::Value* emit_cast(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& f
     return b.CreateSExtOrTrunc(v, dst);
   }
   if (from.is_int() && to.is_float()) {
-    llvm::Type* f32ish = to.bits() == 16 ? with_lanes(b.getFloatTy(), v->getType()) : dst;
-    llvm::Value* r = (from.is_unsigned() || from.is_bool()) ? b.CreateUIToFP(v, f32ish) : b.CreateSIToFP(v, f32ish);
-    return narrow(b, r, to);
+    if (to.bits() == 16) return narrow(b, int_to_f32_odd(b, v, from), to);
+    return (from.is_unsigned() || from.is_bool()) ? b.CreateUIToFP(v, dst) : b.CreateSIToFP(v, dst);
   }
   if (from.is_float() && to.is_int()) {
     llvm::Value* w = widen(b, v, from);
@@ -145,12 +193,11 @@ llvm::Value* emit_cast(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& f
     return b.CreateIntrinsic(id, {dst, w->getType()}, {w});
   }
   // float -> float
-  llvm::Value* w = widen(b, v, from);
-  if (to.kind == ScalarKind::BF16) {
-    if (from.kind == ScalarKind::F64) w = b.CreateFPTrunc(w, with_lanes(b.getFloatTy(), v->getType()));
-    return f32_to_bf16(b, w);
-  }
-  if (to.kind == ScalarKind::F16 && from.kind == ScalarKind::BF16) return b.CreateFPTrunc(w, dst);
+  // f64 -> f16/bf16 goes through f32 rounded to odd: one correct rounding, and no
+  // __truncdfhf2 libcall (which the kernel loader cannot resolve).
+  llvm::Value* w = from.kind == ScalarKind::F64 && to.bits() == 16 ? f64_to_f32_odd(b, v) : widen(b, v, from);
+  if (to.kind == ScalarKind::BF16) return f32_to_bf16(b, w);
+  if (to.kind == ScalarKind::F16 && w->getType()->getScalarType()->isFloatTy()) return b.CreateFPTrunc(w, dst);
   return b.CreateFPCast(w, dst);
 }
 
@@ -185,6 +232,8 @@ llvm::Value* emit_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm::Ar
   }
 
   if (in.is_float()) {
+    // No contraction of a*b+c into FMA (GPU Triton contracts): every op rounds once,
+    // so results match numpy and the interpreter bit for bit. Use tl.fma for FMA.
     std::vector<llvm::Value*> w;
     for (size_t i = 0; i < args.size(); ++i) w.push_back(widen(b, args[i], op.operands[i]->type.elem));
     llvm::Value* r = nullptr;

@@ -356,11 +356,21 @@ void KernelLowering::lower_print(const Op& op) {
     auto emit_one = [&](llvm::Value* x, llvm::Value* flat) {
       llvm::Value* iv = b_.getInt64(0);
       llvm::Value* dv = llvm::ConstantFP::get(b_.getDoubleTy(), 0.0);
-      if (kind == 2) dv = emit_cast(b_, x, e, ElemType{ScalarKind::F64});
-      else if (kind == 3) iv = b_.CreatePtrToInt(x, i64);
-      else iv = emit_cast(b_, x, e, ElemType{kind == 1 ? ScalarKind::U64 : ScalarKind::I64});
+      int k = kind;
+      if (hex && kind != 3) {
+        // hex shows the element's own bits: i32 -1 is 0xffffffff, 1.0f is 0x3f800000
+        llvm::Value* bits = e.is_float() ? b_.CreateBitCast(x, b_.getIntNTy(e.bits())) : x;
+        iv = b_.CreateZExtOrBitCast(bits, i64);
+        k = 1;
+      } else if (kind == 2) {
+        dv = emit_cast(b_, x, e, ElemType{ScalarKind::F64});
+      } else if (kind == 3) {
+        iv = b_.CreatePtrToInt(x, i64);
+      } else {
+        iv = emit_cast(b_, x, e, ElemType{kind == 1 ? ScalarKind::U64 : ScalarKind::I64});
+      }
       b_.CreateCall(fn, {prefix, pid_[0], pid_[1], pid_[2], flat, b_.getInt32(static_cast<int>(oi)),
-                         b_.getInt32(kind | (hex << 4)), iv, dv});
+                         b_.getInt32(k | (hex << 4)), iv, dv});
     };
     if (v->type.is_scalar()) {
       emit_one(scalar(v), b_.getInt64(-1));

@@ -4,6 +4,7 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -46,6 +47,16 @@ void* load_cpu_object(const std::string& object, const std::string& symbol,
   add("memcpy", reinterpret_cast<void*>(&::memcpy));
   add("memset", reinterpret_cast<void*>(&::memset));
   add("memmove", reinterpret_cast<void*>(&::memmove));
+  // libm functions LLVM may call on x86: fmod for `frem` (the `rem` op on floats),
+  // fmax/fmin for scalar llvm.maxnum/minnum (min/max, reductions).
+  using F32Fn = float (*)(float, float);
+  using F64Fn = double (*)(double, double);
+  add("fmodf", reinterpret_cast<void*>(static_cast<F32Fn>(&::fmodf)));
+  add("fmod", reinterpret_cast<void*>(static_cast<F64Fn>(&::fmod)));
+  add("fmaxf", reinterpret_cast<void*>(static_cast<F32Fn>(&::fmaxf)));
+  add("fmax", reinterpret_cast<void*>(static_cast<F64Fn>(&::fmax)));
+  add("fminf", reinterpret_cast<void*>(static_cast<F32Fn>(&::fminf)));
+  add("fmin", reinterpret_cast<void*>(static_cast<F64Fn>(&::fmin)));
   for (auto& [name, addr] : extra_symbols) add(name, addr);
   if (auto e = jd->define(llvm::orc::absoluteSymbols(std::move(syms))))
     throw std::runtime_error("cannot load kernel object: " + llvm::toString(std::move(e)));

@@ -81,35 +81,41 @@ void KernelLowering::plan_fusion(const Block& b) {
   std::vector<int> se(ops.size() + 1, 0);  // side-effecting ops before position i
   for (size_t i = 0; i < ops.size(); ++i) se[i + 1] = se[i] + (has_side_effects(*ops[i]) ? 1 : 0);
 
+  // Per value: how many code copies its lazy evaluation would emit (cheap ops are
+  // recomputed in each), the last position evaluating it, and whether some copy
+  // runs inside a nested region (a loop body: evaluated again every iteration).
   std::unordered_map<const Value*, int> eval_count, root_pos;
+  std::unordered_map<const Value*, bool> nested;
+  constexpr int kNestedCopies = 4;  // a guess: the nested block may evaluate it a few times
   for (int i = static_cast<int>(ops.size()) - 1; i >= 0; --i) {
     const Op& op = *ops[i];
     if (!lazy_eligible(op)) continue;
     const Value* v = op.result();
     int count = 0, root = -1;
-    bool forced = false;
+    bool in_nested = false;
     for (const Op* user : uses_[v]) {
       const Op* anc = ancestor_in(user, &b);
       if (anc != user) {
-        forced = true;
-        break;
-      }
-      if (lazy_.count(user)) {
+        count += kNestedCopies;
+        in_nested = true;
+        root = std::max(root, pos[anc]);
+      } else if (lazy_.count(user)) {
         count += eval_count[user->result()];
         root = std::max(root, root_pos[user->result()]);
+        in_nested |= nested[user->result()];
       } else {
         count += 1;
         root = std::max(root, pos[user]);
       }
     }
-    if (forced) continue;
     bool expensive = op.kind == OpKind::Load || op_has_trait(op.kind, 'X');
-    if (expensive && count > 1) continue;
+    if (expensive && (count > 1 || in_nested)) continue;
     if (!expensive && count > 8) continue;
     if (op.kind == OpKind::Load && root >= 0 && se[root] - se[i + 1] > 0) continue;
     lazy_.insert(&op);
     eval_count[v] = count;
     root_pos[v] = root;
+    nested[v] = in_nested;
   }
 
   // Deferred materialization: a non-lazy value whose first use (all uses in this

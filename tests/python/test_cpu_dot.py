@@ -1,0 +1,247 @@
+"""Compiled CPU path, tl.dot against numpy: f32 (ieee and the tf32 default), f16, bf16
+(cast inside the kernel), f64 and int8 operands; fp32 accumulation; acc=; out_dtype;
+tile shapes from 1 to 128; and a full tiled matmul kernel with a K loop, masks and
+strides on odd sizes."""
+import numpy as np
+import pytest
+
+import tessera
+import tessera.language as tl
+from cpu_helpers import bf16_round, poisoned, run_interpreted
+
+
+@tessera.kernel
+def dot_tile_kernel(a_ptr, b_ptr, acc_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                    CAST: tl.constexpr, USE_ACC: tl.constexpr, PREC: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    if CAST != "none":                      # (not `is not None`: the interpreter wraps None)
+        a = a.to(CAST)
+        b = b.to(CAST)
+    if USE_ACC:
+        acc = tl.load(acc_ptr + rm[:, None] * N + rn[None, :])
+        c = tl.dot(a, b, acc=acc, input_precision=PREC)
+    else:
+        c = tl.dot(a, b, input_precision=PREC)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
+def _operands(M, N, K, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "i":
+        return (rng.integers(-128, 128, (M, K)).astype(dtype), rng.integers(-128, 128, (K, N)).astype(dtype))
+    return (rng.standard_normal((M, K)).astype(dtype), rng.standard_normal((K, N)).astype(dtype))
+
+
+def _check_float(c, a64, b64, acc64, unit_roundoff, K):
+    ref = a64 @ b64 + acc64
+    bound = (2 * K + 2) * unit_roundoff * (np.abs(a64) @ np.abs(b64) + np.abs(acc64)) + 1e-300
+    err = np.abs(c.astype(np.float64) - ref)
+    assert (err <= bound).all(), f"max error {err.max()} exceeds bound {bound[np.argmax(err - bound)]}"
+
+
+SHAPES = [(16, 16, 16), (32, 64, 16), (64, 32, 128), (128, 128, 32), (16, 128, 64), (1, 1, 1), (2, 4, 8),
+          (8, 1, 32), (1, 16, 4)]
+
+
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_dot_f32_ieee_shapes(M, N, K):
+    a, b = _operands(M, N, K, np.float32, M * N + K)
+    acc = np.random.default_rng(1).standard_normal((M, N)).astype(np.float32)
+    c = poisoned((M, N), np.float32)
+    dot_tile_kernel[(1,)](a, b, acc, c, M=M, N=N, K=K, CAST="none", USE_ACC=True, PREC="ieee")
+    _check_float(c, a.astype(np.float64), b.astype(np.float64), acc.astype(np.float64), 2.0**-24, K)
+
+
+@pytest.mark.parametrize("M,N,K", [(16, 16, 16), (64, 32, 128)])
+def test_dot_f32_default_precision_is_tf32_or_better(M, N, K):
+    a, b = _operands(M, N, K, np.float32, 2)
+    c = poisoned((M, N), np.float32)
+    dot_tile_kernel[(1,)](a, b, a, c, M=M, N=N, K=K, CAST="none", USE_ACC=False, PREC=None)
+    _check_float(c, a.astype(np.float64), b.astype(np.float64), 0.0, 2.0**-11, K)   # tf32: 10-bit mantissa
+
+
+@pytest.mark.parametrize("M,N,K", [(16, 16, 16), (32, 64, 16), (128, 128, 32), (64, 16, 128)])
+def test_dot_f16_inputs_accumulate_in_f32(M, N, K):
+    a, b = _operands(M, N, K, np.float16, 3)
+    acc = np.ones((M, N), np.float32)
+    c = poisoned((M, N), np.float32)
+    dot_tile_kernel[(1,)](a, b, acc, c, M=M, N=N, K=K, CAST="none", USE_ACC=True, PREC="ieee")
+    # products of f16 are exact in f32: only the f32 sums round
+    _check_float(c, a.astype(np.float64), b.astype(np.float64), 1.0, 2.0**-24, K)
+
+
+def test_dot_f16_sum_exceeds_f16_range_in_f32_accumulator():
+    M = N = K = 16
+    a = np.full((M, K), 200.0, np.float16)
+    b = np.full((K, N), 30.0, np.float16)                     # 16 * 6000 = 96000 > f16 max
+    c = poisoned((M, N), np.float32)
+    dot_tile_kernel[(1,)](a, b, a, c, M=M, N=N, K=K, CAST="none", USE_ACC=False, PREC="ieee")
+    np.testing.assert_array_equal(c, np.full((M, N), 96000.0, np.float32))
+
+
+@pytest.mark.parametrize("M,N,K", [(16, 16, 16), (64, 32, 64), (32, 128, 16)])
+def test_dot_bf16_via_casts(M, N, K):
+    a, b = _operands(M, N, K, np.float32, 4)
+    c = poisoned((M, N), np.float32)
+    dot_tile_kernel[(1,)](a, b, a, c, M=M, N=N, K=K, CAST=tl.bfloat16, USE_ACC=False, PREC="ieee")
+    _check_float(c, bf16_round(a).astype(np.float64), bf16_round(b).astype(np.float64), 0.0, 2.0**-24, K)
+
+
+@pytest.mark.parametrize("M,N,K", [(16, 16, 16), (32, 16, 64)])
+def test_dot_f64(M, N, K):
+    a, b = _operands(M, N, K, np.float64, 5)
+    acc = np.full((M, N), 0.25)
+    c = poisoned((M, N), np.float64)
+    dot_tile_kernel[(1,)](a, b, acc, c, M=M, N=N, K=K, CAST="none", USE_ACC=True, PREC="ieee")
+    _check_float(c, a, b, acc, 2.0**-53, K)
+
+
+@pytest.mark.parametrize("M,N,K", [(16, 16, 16), (32, 64, 128), (1, 8, 4)])
+def test_dot_int8_accumulates_in_int32_exactly(M, N, K):
+    a, b = _operands(M, N, K, np.int8, 6)
+    acc = np.arange(M * N, dtype=np.int32).reshape(M, N) - 1000
+    c = poisoned((M, N), np.int32)
+    dot_tile_kernel[(1,)](a, b, acc, c, M=M, N=N, K=K, CAST="none", USE_ACC=True, PREC="ieee")
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32) + acc)
+
+
+@tessera.kernel
+def dot_out_f16_kernel(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    rk = tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    c = tl.dot(a, b, out_dtype=tl.float16)
+    tl.static_assert(c.dtype == tl.float16)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
+def test_dot_out_dtype_f16_rounds_the_f32_result():
+    M = N = K = 32
+    a, b = _operands(M, N, K, np.float16, 7)
+    c = poisoned((M, N), np.float16)
+    dot_out_f16_kernel[(1,)](a, b, c, M=M, N=N, K=K)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), ref, rtol=2e-3, atol=2e-3)
+
+
+@tessera.kernel
+def dot_chain_kernel(a_ptr, b_ptr, c_ptr, d_ptr, BLOCK: tl.constexpr):
+    # (A @ B) @ C with a transposed operand and an elementwise op on the intermediate
+    r = tl.arange(0, BLOCK)
+    idx = r[:, None] * BLOCK + r[None, :]
+    a = tl.load(a_ptr + idx)
+    b = tl.load(b_ptr + idx)
+    c = tl.load(c_ptr + idx)
+    ab = tl.dot(a, tl.trans(b), input_precision="ieee")
+    d = tl.dot(tl.maximum(ab, 0.0), c, input_precision="ieee")
+    tl.store(d_ptr + idx, d)
+
+
+def test_dot_chain_with_transposed_operand():
+    n = 32
+    rng = np.random.default_rng(8)
+    a, b, c = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(3))
+    d = poisoned((n, n), np.float32)
+    dot_chain_kernel[(1,)](a, b, c, d, BLOCK=n)
+    ref = np.maximum(a.astype(np.float64) @ b.T.astype(np.float64), 0) @ c.astype(np.float64)
+    np.testing.assert_allclose(d, ref, rtol=1e-4, atol=1e-4)
+
+
+# --- full tiled matmul ------------------------------------------------------------------------------
+@tessera.kernel
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CAST: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * s_am + rk[None, :] * s_ak
+    b_ptrs = b_ptr + rk[:, None] * s_bk + rn[None, :] * s_bn
+    if CAST == "int8":
+        acc = tl.zeros((BM, BN), tl.int32)
+    else:
+        acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        k_left = K - k * BK
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0.0)
+        if CAST == "bf16":
+            a = a.to(tl.bfloat16)
+            b = b.to(tl.bfloat16)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BK * s_ak
+        b_ptrs += BK * s_bk
+    c_ptrs = c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn
+    tl.store(c_ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def run_matmul(a, b, out_dtype, BM, BN, BK, cast="none"):
+    M, K = a.shape
+    _, N = b.shape
+    c = poisoned((M, N), out_dtype)
+    isz = a.itemsize
+    grid = (tessera.cdiv(M, BM), tessera.cdiv(N, BN))
+    matmul_kernel[grid](a, b, c, M, N, K, a.strides[0] // isz, a.strides[1] // isz,
+                        b.strides[0] // b.itemsize, b.strides[1] // b.itemsize,
+                        c.strides[0] // c.itemsize, c.strides[1] // c.itemsize,
+                        BM=BM, BN=BN, BK=BK, CAST=cast)
+    return c
+
+
+MATMUL_SIZES = [(1, 1, 1), (17, 33, 65), (128, 128, 128), (100, 64, 300), (257, 129, 77)]
+
+
+@pytest.mark.parametrize("M,N,K", MATMUL_SIZES)
+@pytest.mark.parametrize("blocks", [(32, 32, 32), (64, 16, 16)], ids=lambda b: "x".join(map(str, b)))
+def test_tiled_matmul_f32(M, N, K, blocks):
+    a, b = _operands(M, N, K, np.float32, M + N + K)
+    c = run_matmul(a, b, np.float32, *blocks)
+    _check_float(c, a.astype(np.float64), b.astype(np.float64), 0.0, 2.0**-24, K)
+
+
+@pytest.mark.parametrize("M,N,K", [(17, 33, 65), (128, 64, 256)])
+def test_tiled_matmul_f16(M, N, K):
+    a, b = _operands(M, N, K, np.float16, 9)
+    c = run_matmul(a, b, np.float32, 32, 32, 32)
+    _check_float(c, a.astype(np.float64), b.astype(np.float64), 0.0, 2.0**-24, K)
+
+
+@pytest.mark.parametrize("M,N,K", [(17, 33, 65), (64, 128, 96)])
+def test_tiled_matmul_bf16_cast_in_kernel(M, N, K):
+    a, b = _operands(M, N, K, np.float32, 10)
+    c = run_matmul(a, b, np.float32, 32, 32, 32, cast="bf16")
+    _check_float(c, bf16_round(a).astype(np.float64), bf16_round(b).astype(np.float64), 0.0, 2.0**-24, K)
+
+
+def test_tiled_matmul_int8():
+    M, N, K = 37, 70, 200
+    a, b = _operands(M, N, K, np.int8, 11)
+    c = run_matmul(a, b, np.int32, 32, 32, 32, cast="int8")
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+
+
+def test_tiled_matmul_transposed_and_strided_views():
+    rng = np.random.default_rng(12)
+    base_a = rng.standard_normal((90, 120)).astype(np.float32)
+    base_b = rng.standard_normal((80, 70)).astype(np.float32)
+    a = base_a[::2, 1::3].T                                   # (40, 45), both strides unusual
+    b = base_b[:45, ::2]                                      # (45, 35)
+    c = run_matmul(a, b, np.float32, 16, 16, 16)
+    _check_float(c, a.astype(np.float64), b.astype(np.float64), 0.0, 2.0**-24, a.shape[1])
+
+
+def test_dot_agrees_with_interpreter():
+    M, N, K = 16, 32, 64
+    a, b = _operands(M, N, K, np.float16, 13)
+    acc = np.random.default_rng(14).standard_normal((M, N)).astype(np.float32)
+    c_c, c_i = poisoned((M, N), np.float32), poisoned((M, N), np.float32)
+    dot_tile_kernel[(1,)](a, b, acc, c_c, M=M, N=N, K=K, CAST="none", USE_ACC=True, PREC="ieee")
+    run_interpreted(dot_tile_kernel, (1,), a, b, acc, c_i, M=M, N=N, K=K, CAST="none", USE_ACC=True, PREC="ieee")
+    np.testing.assert_allclose(c_c, c_i, rtol=1e-5, atol=1e-5)
