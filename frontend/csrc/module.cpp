@@ -9,6 +9,7 @@
 #include "tessera/compiler.h"
 #include "tessera/cpu_launcher.h"
 #include "tessera/cpu_loader.h"
+#include "tessera/cuda_runtime.h"
 #include "tessera/thread_pool.h"
 
 namespace py = pybind11;
@@ -79,8 +80,18 @@ uint64_t pack_arg(PyObject* o, char kind, size_t index) {
       PyObject* p = PyObject_CallMethod(o, "data_ptr", nullptr);
       if (!p) {
         PyErr_Clear();
-        throw py::type_error("argument " + std::to_string(index) + ": expected an array or tensor, got " +
-                             std::string(Py_TYPE(o)->tp_name));
+        // CuPy and other __cuda_array_interface__ producers: data = (pointer, read_only).
+        PyObject* cai = PyObject_GetAttrString(o, "__cuda_array_interface__");
+        if (cai) {
+          PyObject* data = PyDict_Check(cai) ? PyDict_GetItemString(cai, "data") : nullptr;  // borrowed
+          if (data && PyTuple_Check(data) && PyTuple_Size(data) >= 1) p = PyNumber_Long(PyTuple_GetItem(data, 0));
+          Py_DECREF(cai);
+        }
+        if (!p) {
+          PyErr_Clear();
+          throw py::type_error("argument " + std::to_string(index) + ": expected an array or tensor, got " +
+                               std::string(Py_TYPE(o)->tp_name));
+        }
       }
       slot = PyLong_AsUnsignedLongLong(p);
       Py_DECREF(p);
@@ -131,6 +142,28 @@ void launch_cpu(uintptr_t entry, int64_t g0, int64_t g1, int64_t g2, py::tuple a
   py::gil_scoped_release release;
   runtime::launch_cpu(reinterpret_cast<runtime::CpuEntry>(entry), argv, static_cast<int32_t>(g0),
                       static_cast<int32_t>(g1), static_cast<int32_t>(g2));
+}
+
+void launch_cuda(int device, uintptr_t fn, int64_t g0, int64_t g1, int64_t g2, int threads, int shared,
+                 uintptr_t stream, py::tuple args, const std::string& kinds) {
+  if (args.size() != kinds.size()) throw py::value_error("launch: argument count does not match the kernel");
+  if (g0 < 0 || g1 < 0 || g2 < 0) throw py::value_error("grid dimensions must be >= 0");
+  if (g0 > INT32_MAX || g1 > 65535 || g2 > 65535)
+    throw py::value_error("grid dimensions exceed the GPU's limits (2^31-1, 65535, 65535)");
+  uint64_t slots[64];
+  void* params[64];
+  if (kinds.size() > 64) throw py::value_error("launch: more than 64 kernel arguments");
+  size_t n = 0;
+  for (size_t i = 0; i < kinds.size(); ++i)
+    if (kinds[i] != 'x') {
+      slots[n] = pack_arg(args[i].ptr(), kinds[i], i);
+      params[n] = &slots[n];  // the driver reads sizeof(param) bytes: the low bytes
+      ++n;
+    }
+  if (g0 == 0 || g1 == 0 || g2 == 0) return;
+  py::gil_scoped_release release;
+  runtime::cuda::launch(device, fn, static_cast<int>(g0), static_cast<int>(g1), static_cast<int>(g2), threads, shared,
+                        stream, params);
 }
 
 uintptr_t load_cpu(const py::bytes& object, const std::string& symbol) {
@@ -206,5 +239,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("build_id", &compiler_build_id);
   m.def("host_cpu_name", &host_cpu_name);
   m.def("host_cpu_features", &host_cpu_features);
+  py::register_exception<runtime::cuda::CudaError>(m, "CudaError", PyExc_RuntimeError);
+  m.def("cuda_available", &runtime::cuda::available);
+  m.def("cuda_unavailable_reason", &runtime::cuda::unavailable_reason);
+  m.def("cuda_device_count", &runtime::cuda::device_count);
+  m.def("cuda_capability", &runtime::cuda::compute_capability);
+  m.def("cuda_device_name", &runtime::cuda::device_name);
+  m.def("cuda_load", [](int device, const py::bytes& image, const std::string& name, int shared) {
+    std::string img = image;
+    py::gil_scoped_release release;
+    return runtime::cuda::load_function(device, img, name, shared);
+  });
+  m.def("cuda_launch", &launch_cuda);
+  m.def("cuda_synchronize", [](int device) {
+    py::gil_scoped_release release;
+    runtime::cuda::synchronize(device);
+  });
   m.def("num_threads", [] { return runtime::ThreadPool::global().num_threads(); });
 }

@@ -132,6 +132,39 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
     return ck
 
 
+def _gpu_target(kernel_name, device):
+    """'cuda:N' device -> compile target 'cuda:<sm>' of that GPU (90 -> '90a')."""
+    if not _C.cuda_available():
+        raise RuntimeError(f"kernel {kernel_name}: arguments live on {device} but CUDA is not usable here: "
+                           f"{_C.cuda_unavailable_reason()}")
+    index = int(device.split(":")[1]) if ":" in device else 0
+    cap = _C.cuda_capability(index)
+    return f"cuda:{cap}a" if cap >= 90 else f"cuda:{cap}"
+
+
+def _cpu_launcher(ck):
+    return functools.partial(_C.launch_cpu, ck.entry)
+
+
+def _cuda_launcher(ck, device, num_warps):
+    index = int(device.split(":")[1]) if ":" in device else 0
+    fn = _C.cuda_load(index, ck.binary, ck.entry_symbol, int(ck.metadata.get("shared", 0) or 0))
+    threads = 32 * num_warps
+    shared = int(ck.metadata.get("shared", 0) or 0)
+    try:
+        import torch
+        current = torch.cuda.current_stream
+    except ImportError:  # no torch: the legacy default stream unless stream= is given
+        current = None
+
+    def launch(g0, g1, g2, args, kinds, stream=None):
+        if stream is None:
+            stream = current(index).cuda_stream if current is not None else 0
+        _C.cuda_launch(index, fn, g0, g1, g2, threads, shared, int(stream), args, kinds)
+
+    return launch
+
+
 class Kernel:
     """A function compiled by Tessera. Launch with `kernel[grid](*args, **meta)`.
 
@@ -207,11 +240,11 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug)
     try:
         if _n == 1:
-            _launch_cpu(_ck.entry, grid[0], 1, 1, ({", ".join(runtime)}{"," if runtime else ""}), _ck.kinds)
+            _ck.launcher(grid[0], 1, 1, ({", ".join(runtime)}{"," if runtime else ""}), _ck.kinds)
         elif _n == 2:
-            _launch_cpu(_ck.entry, grid[0], grid[1], 1, ({", ".join(runtime)}{"," if runtime else ""}), _ck.kinds)
+            _ck.launcher(grid[0], grid[1], 1, ({", ".join(runtime)}{"," if runtime else ""}), _ck.kinds)
         else:
-            _launch_cpu(_ck.entry, grid[0], grid[1], grid[2], ({", ".join(runtime)}{"," if runtime else ""}), _ck.kinds)
+            _ck.launcher(grid[0], grid[1], grid[2], ({", ".join(runtime)}{"," if runtime else ""}), _ck.kinds)
     except (TypeError, ValueError, OverflowError):
         return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug)
     return _ck
@@ -268,7 +301,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
             raise ValueError(f"kernel {self.__name__}: grid dimensions must be < 2^31, got {g}")
         return g + (1,) * (3 - len(g))
 
-    def run(self, *args, grid, num_warps=4, num_stages=3, debug=None, **kwargs):
+    def run(self, *args, grid, num_warps=4, num_stages=3, debug=None, stream=None, **kwargs):
         for opt in _LAUNCH_OPTIONS:
             if opt in kwargs and opt not in self._name_index:
                 kwargs.pop(opt)  # accepted for Triton compatibility; no effect on the CPU
@@ -288,7 +321,12 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
             self._compiled[key] = ck
         g = self._grid(grid, values)
         runtime = tuple(v for ce, v in zip(self.constexpr_mask, values) if not ce)
-        _C.launch_cpu(ck.entry, g[0], g[1], g[2], runtime, ck.kinds)
+        try:
+            ck.launcher(g[0], g[1], g[2], runtime, ck.kinds, **({"stream": stream} if stream is not None else {}))
+        except RuntimeError as e:
+            if type(e).__name__ == "CudaError":
+                raise RuntimeError(f"kernel {self.__name__}: {e}") from e
+            raise
         return ck
 
     def _argument_error(self, values, error):
@@ -338,16 +376,16 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         if len(devices) > 1:
             raise ValueError(f"kernel {self.__name__}: arrays on different devices in one launch: "
                              f"{sorted(devices)}")
-        target = "cpu"
+        target, device = "cpu", None
         if devices and next(iter(devices)) != "cpu":
-            raise NotImplementedError(
-                f"kernel {self.__name__}: arguments live on {next(iter(devices))}, but the GPU back end "
-                f"is not available in this build yet; pass CPU arrays")
+            device = next(iter(devices))
+            target = _gpu_target(self.__name__, device)
         options = {"num_warps": opt_key[0], "num_stages": opt_key[1], "debug": opt_key[2]}
         runtime_names = [self.arg_names[i] for i in runtime]
         ck = compile_specialization(self, arg_types, constexprs, attrs, options, target, runtime_names)
         ck.kinds = "".join(kinds)
         ck.runtime_indices = runtime
+        ck.launcher = _cpu_launcher(ck) if target == "cpu" else _cuda_launcher(ck, device, opt_key[0])
         return ck
 
     def _interpret(self, values, grid):

@@ -42,7 +42,7 @@ TEST(PassRegistry, RunsKnownPassesAndNamesThemForUnknownOnes) {
 TEST(PassRegistry, DefaultPipeline) {
   std::vector<std::string> names;
   for (const char* const* p = kDefaultPipeline; *p; ++p) names.push_back(*p);
-  EXPECT_EQ(names, (std::vector<std::string>{"canonicalize", "cse", "licm", "canonicalize", "dce"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"canonicalize", "licm", "cse", "canonicalize", "dce"}));
 }
 
 // ------------------------------------------------------- float rounding helpers

@@ -193,18 +193,12 @@ def test_arrays_on_different_devices(path):
 
 
 @pytest.mark.parametrize("make", [lambda: FakeTorchTensor("cuda:0"), FakeCupyArray])
-def test_gpu_arrays_without_gpu_back_end(path, make):
-    with pytest.raises(NotImplementedError, match="kernel add: .*cuda.*GPU back end is not available"):
+def test_gpu_arrays_without_a_usable_gpu(path, make):
+    from tessera._core import _C
+    if _C.cuda_available():
+        pytest.skip("this machine has a usable CUDA driver")
+    with pytest.raises(RuntimeError, match="kernel add: arguments live on cuda.*CUDA is not usable here"):
         launch(make(), make(), make(), N, BLOCK=128)
-
-
-def test_real_torch_cuda_tensor_without_gpu_back_end():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    t = torch.ones(N, device="cuda")
-    with pytest.raises(NotImplementedError, match="kernel add: .*cuda"):
-        launch(t, t, t, N, BLOCK=128)
 
 
 def test_kernel_called_without_grid():

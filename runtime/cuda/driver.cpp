@@ -1,0 +1,182 @@
+// CUDA Driver API through dlopen("libcuda.so.1"): a table of the few entry points
+// Tessera uses, primary contexts per device, module loading and launches. Every
+// call is checked and a failure becomes a CudaError naming the call.
+#include <dlfcn.h>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "tessera/cuda_runtime.h"
+
+namespace tessera::runtime::cuda {
+
+namespace {
+
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void*;
+using CUmodule = void*;
+using CUfunction = void*;
+using CUstream = void*;
+
+constexpr int kAttrComputeMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+constexpr int kAttrComputeMinor = 76;
+constexpr int kFuncAttrMaxDynamicShared = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+struct Driver {
+  void* lib = nullptr;
+  std::string error;
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned, void*, void**);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**);
+};
+
+template <typename F>
+bool sym(Driver& d, F& f, const char* name) {
+  f = reinterpret_cast<F>(dlsym(d.lib, name));
+  if (!f) d.error = std::string("libcuda has no ") + name;
+  return f != nullptr;
+}
+
+Driver& driver() {
+  static Driver d;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    d.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!d.lib) {
+      d.error = "the CUDA driver (libcuda.so.1) is not installed";
+      return;
+    }
+    bool ok = sym(d, d.cuInit, "cuInit") && sym(d, d.cuGetErrorName, "cuGetErrorName") &&
+              sym(d, d.cuGetErrorString, "cuGetErrorString") && sym(d, d.cuDeviceGetCount, "cuDeviceGetCount") &&
+              sym(d, d.cuDeviceGet, "cuDeviceGet") && sym(d, d.cuDeviceGetName, "cuDeviceGetName") &&
+              sym(d, d.cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
+              sym(d, d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+              sym(d, d.cuCtxSetCurrent, "cuCtxSetCurrent") && sym(d, d.cuCtxSynchronize, "cuCtxSynchronize") &&
+              sym(d, d.cuModuleLoadDataEx, "cuModuleLoadDataEx") &&
+              sym(d, d.cuModuleGetFunction, "cuModuleGetFunction") &&
+              sym(d, d.cuFuncSetAttribute, "cuFuncSetAttribute") && sym(d, d.cuLaunchKernel, "cuLaunchKernel");
+    if (!ok) {
+      dlclose(d.lib);
+      d.lib = nullptr;
+      return;
+    }
+    CUresult r = d.cuInit(0);
+    if (r != 0) {
+      d.error = "cuInit failed with CUDA error " + std::to_string(r) + " (no GPU, or the driver is not usable)";
+      d.lib = nullptr;
+    }
+  });
+  return d;
+}
+
+void check(CUresult r, const char* call) {
+  if (r == 0) return;
+  Driver& d = driver();
+  const char* name = "?";
+  const char* text = "";
+  if (d.lib) {
+    d.cuGetErrorName(r, &name);
+    d.cuGetErrorString(r, &text);
+  }
+  throw CudaError(std::string(call) + " failed: " + name + " (" + text + ")", r);
+}
+
+Driver& require() {
+  Driver& d = driver();
+  if (!d.lib) throw CudaError("CUDA is not available: " + d.error, -1);
+  return d;
+}
+
+std::mutex g_mutex;
+std::map<int, CUcontext> g_contexts;
+
+void make_current(int device) {
+  Driver& d = require();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_contexts.find(device);
+  if (it == g_contexts.end()) {
+    CUdevice dev;
+    check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+    CUcontext ctx;
+    check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    it = g_contexts.emplace(device, ctx).first;
+  }
+  check(d.cuCtxSetCurrent(it->second), "cuCtxSetCurrent");
+}
+
+}  // namespace
+
+bool available() { return driver().lib != nullptr; }
+std::string unavailable_reason() { return driver().lib ? "" : driver().error; }
+
+int device_count() {
+  Driver& d = require();
+  int n = 0;
+  check(d.cuDeviceGetCount(&n), "cuDeviceGetCount");
+  return n;
+}
+
+int compute_capability(int device) {
+  Driver& d = require();
+  CUdevice dev;
+  check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  int major = 0, minor = 0;
+  check(d.cuDeviceGetAttribute(&major, kAttrComputeMajor, dev), "cuDeviceGetAttribute");
+  check(d.cuDeviceGetAttribute(&minor, kAttrComputeMinor, dev), "cuDeviceGetAttribute");
+  return major * 10 + minor;
+}
+
+std::string device_name(int device) {
+  Driver& d = require();
+  CUdevice dev;
+  check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  char buf[256] = {0};
+  check(d.cuDeviceGetName(buf, sizeof buf, dev), "cuDeviceGetName");
+  return buf;
+}
+
+uintptr_t load_function(int device, const std::string& image, const std::string& kernel_name, int shared_bytes) {
+  Driver& d = require();
+  make_current(device);
+  CUmodule mod;
+  // PTX must be NUL-terminated; a cubin is passed as is.
+  std::string copy = image;
+  copy.push_back('\0');
+  check(d.cuModuleLoadDataEx(&mod, copy.data(), 0, nullptr, nullptr), "cuModuleLoadDataEx");
+  CUfunction fn;
+  check(d.cuModuleGetFunction(&fn, mod, kernel_name.c_str()), "cuModuleGetFunction");
+  if (shared_bytes > 48 * 1024)
+    check(d.cuFuncSetAttribute(fn, kFuncAttrMaxDynamicShared, shared_bytes), "cuFuncSetAttribute");
+  return reinterpret_cast<uintptr_t>(fn);
+}
+
+void launch(int device, uintptr_t function, int g0, int g1, int g2, int threads, int shared_bytes, uintptr_t stream,
+            void** params) {
+  Driver& d = require();
+  make_current(device);
+  check(d.cuLaunchKernel(reinterpret_cast<CUfunction>(function), g0, g1, g2, threads, 1, 1, shared_bytes,
+                         reinterpret_cast<CUstream>(stream), params, nullptr),
+        "cuLaunchKernel");
+}
+
+void synchronize(int device) {
+  Driver& d = require();
+  make_current(device);
+  check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
+}  // namespace tessera::runtime::cuda

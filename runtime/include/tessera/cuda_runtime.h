@@ -1,0 +1,41 @@
+// The CUDA runtime of Tessera: the CUDA Driver API loaded with dlopen, so that
+// importing Tessera and every CPU path work on machines without a GPU or driver.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace tessera::runtime::cuda {
+
+// A CUDA failure: `what()` names the call, the CUDA error name and its text.
+class CudaError : public std::runtime_error {
+ public:
+  CudaError(const std::string& msg, int code) : std::runtime_error(msg), code(code) {}
+  int code;
+};
+
+// True when libcuda could be loaded and cuInit succeeded (never throws).
+bool available();
+// Why available() is false ("" when it is true).
+std::string unavailable_reason();
+int device_count();
+// Compute capability as major*10 + minor (e.g. 90).
+int compute_capability(int device);
+std::string device_name(int device);
+
+// Loads PTX or a cubin into the device's primary context; returns a CUfunction
+// handle for `kernel_name`. Modules stay loaded until the process exits.
+uintptr_t load_function(int device, const std::string& image, const std::string& kernel_name,
+                        int shared_bytes);
+
+// Launches `function` with the given grid, block of `threads` threads, dynamic
+// shared memory and stream (0 = the legacy default stream). `params` points to
+// `count` pointers to the argument values.
+void launch(int device, uintptr_t function, int g0, int g1, int g2, int threads, int shared_bytes,
+            uintptr_t stream, void** params);
+
+// Blocks until all work on the device's primary context is done.
+void synchronize(int device);
+
+}  // namespace tessera::runtime::cuda
