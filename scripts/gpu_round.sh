@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole GPU round in one call, run ON the GPU host (no LLVM there):
+#   1. builds the Python binding against the core library built on the development
+#      machine and carried in .carry/lib/ (see scripts/prepare_gpu_round.sh);
+#   2. runs the GPU tests (pytest -m gpu);
+#   3. runs the GPU benchmark side by side with torch and Triton;
+#   4. prints a short table last.
+# From the development machine: bash scripts/prepare_gpu_round.sh, then run
+# `bash scripts/gpu_round.sh` on the GPU host with .carry carried along.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3}
+CORE="$ROOT/.carry/lib/libtessera_core.so"
+[ -f "$CORE" ] || { echo "missing $CORE: run scripts/prepare_gpu_round.sh on the development machine"; exit 2; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+BUILD=/tmp/tessera-binding-build
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_CORE=OFF -DTESSERA_BUILD_TESTS=OFF \
+  -DTESSERA_PREBUILT_CORE="$CORE" -DPython3_EXECUTABLE="$(command -v $PY)" > /tmp/tessera-cmake.log 2>&1 \
+  || { cat /tmp/tessera-cmake.log; exit 1; }
+ninja -C "$BUILD" > /tmp/tessera-ninja.log 2>&1 || { cat /tmp/tessera-ninja.log; exit 1; }
+mkdir -p frontend/tessera/_lib
+cp -f "$BUILD"/frontend/csrc/_C*.so "$CORE" frontend/tessera/_lib/
+export PYTHONPATH="$ROOT/frontend${PYTHONPATH:+:$PYTHONPATH}"
+export TESSERA_CACHE_DIR=$(mktemp -d /tmp/tessera-gpu-cache.XXXXXX)
+OUT_DIR=${OUT:-/tmp/tessera-gpu-out}
+mkdir -p "$OUT_DIR"
+
+echo "== GPU tests"
+$PY -m pytest -q -m gpu tests/python -p no:cacheprovider 2>&1 | tee "$OUT_DIR/gpu_tests.log" | tail -25
+echo "== GPU benchmark"
+$PY bench/bench_gpu.py --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/gpu_bench.log" | tail -40
