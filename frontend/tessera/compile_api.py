@@ -10,7 +10,7 @@ def compile(kernel, signature, constexprs=None, target="cpu", num_warps=4, num_s
     maps each stage ('tir', 'tir-opt', 'llir', 'llir-opt', 'asm' / 'ptx') to text.
 
     signature: {'x': '*fp32', 'n': 'i32'} or '*fp32,*fp32,i32' (runtime parameters
-    in order); constexprs: {'BLOCK': 1024}; target: 'cpu' or 'cuda:90a'.
+    in order); 'i32:16' marks a value divisible by 16 (as a launch would specialize it); constexprs: {'BLOCK': 1024}; target: 'cpu' or 'cuda:90a'.
     """
     if not isinstance(kernel, Kernel):
         raise TypeError("tessera.compile expects a @tessera.kernel function")
@@ -25,8 +25,14 @@ def compile(kernel, signature, constexprs=None, target="cpu", num_warps=4, num_s
     missing = [n for n in names if n not in signature]
     if missing:
         raise ValueError(f"signature is missing parameters: {', '.join(missing)}")
-    arg_types = {n: D.parse_signature_type(signature[n]) if isinstance(signature[n], str) else signature[n]
-                 for n in names}
+    # 'i32:16' / '*fp32:16' (Triton's spelling): the value is divisible by 16.
+    arg_types, attrs = {}, {}
+    for n in names:
+        t = signature[n]
+        if isinstance(t, str) and ":" in t:
+            t, div = t.rsplit(":", 1)
+            attrs[n] = {"divisibility": int(div)}
+        arg_types[n] = D.parse_signature_type(t) if isinstance(t, str) else t
     for i, n in enumerate(kernel.arg_names):
         if kernel.constexpr_mask[i] and n not in constexprs:
             d = kernel.defaults[i]
@@ -35,4 +41,4 @@ def compile(kernel, signature, constexprs=None, target="cpu", num_warps=4, num_s
             else:
                 raise ValueError(f"constexpr parameter '{n}' needs a value in constexprs=")
     options = {"num_warps": num_warps, "num_stages": num_stages, "debug": debug}
-    return compile_specialization(kernel, arg_types, constexprs, {}, options, target, names, use_cache=False)
+    return compile_specialization(kernel, arg_types, constexprs, attrs, options, target, names, use_cache=False)

@@ -332,6 +332,8 @@ template <class T>
 void run_kernel(CpuJit& jit, const std::string& name, const std::vector<T>& xs,
                 std::vector<T>& ys) {
   using Kernel = void(const T*, T*, int64_t);
+  ys.clear();
+  if (xs.empty()) return;  // the kernels run at least one vector
   std::vector<T> padded(xs);
   padded.resize((xs.size() + 15) / 16 * 16, T(0));
   ys.assign(padded.size(), T(0));

@@ -42,6 +42,9 @@ struct Chunk {
   int width = 1;
 };
 
+// True when the view is a dense row-major buffer starting at its base.
+bool is_contiguous(const TileRef& r, const ir::Type& t);
+
 struct TargetDesc {
   int vector_bits = 256;
   int chunk_lanes = 16;

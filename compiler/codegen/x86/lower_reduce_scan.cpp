@@ -231,8 +231,22 @@ void KernelLowering::lower_dot(const Op& op) {
   const Type& ct = op.result()->type;
   TileRef a = materialize(op.operands[0]);
   TileRef bm = materialize(op.operands[1]);
-  TileRef c = new_buffer(ct);
-  write_into(c, op.operands[2]);
+  // Accumulate in place when the accumulator is a loop-carried tile used only by
+  // this dot: the carried buffer becomes the result, and a `yield` of it copies
+  // nothing (the matmul K loop then moves no accumulator bytes at all).
+  const Value* acc = op.operands[2];
+  auto acc_it = tiles_.find(acc);
+  bool in_place = acc->arg_owner() && acc->arg_owner()->parent() && acc->arg_owner()->parent()->parent() &&
+                  acc->arg_owner()->parent()->parent()->kind == OpKind::For && uses_[acc].size() == 1 &&
+                  acc_it != tiles_.end() && is_contiguous(acc_it->second, acc->type) &&
+                  acc->type.elem == ct.elem;
+  TileRef c;
+  if (in_place) {
+    c = acc_it->second;
+  } else {
+    c = new_buffer(ct);
+    write_into(c, acc);
+  }
   DotShape shape{static_cast<int>(at.shape[0]), static_cast<int>(bt.shape[1]), static_cast<int>(at.shape[1])};
   emit_dot(b_, a.base, bm.base, c.base, shape, llvm_mem_type(ctx_, at.elem), llvm_mem_type(ctx_, bt.elem),
            llvm_mem_type(ctx_, ct.elem), target_.vector_bits);

@@ -52,6 +52,8 @@ std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
   return s;
 }
 
+}  // namespace
+
 bool is_contiguous(const TileRef& r, const Type& t) {
   if (r.kind != TileRef::View || r.offset != 0) return false;
   auto rm = row_major_strides(t.shape);
@@ -60,7 +62,6 @@ bool is_contiguous(const TileRef& r, const Type& t) {
   return true;
 }
 
-}  // namespace
 
 TileRef& KernelLowering::tile(const Value* v) {
   auto it = tiles_.find(v);
