@@ -3,7 +3,7 @@ tessera.language (mirrors triton.language); they run on the CPU (x86-64 vector
 code) and, later, NVIDIA GPUs."""
 from . import language  # noqa: F401
 from .errors import CompilationError, InternalCompilerError  # noqa: F401
-from .jit import CompiledKernel, Kernel, jit, kernel  # noqa: F401
+from .jit import CompiledKernel, Kernel, jit, kernel, set_debug, set_interpret  # noqa: F401
 from .compile_api import compile  # noqa: F401
 from .language.core import constexpr  # noqa: F401
 

@@ -5,13 +5,10 @@ the same calling convention as a compiled launch (the differential oracle)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 
 import numpy as np
-
-import importlib
-
-import tessera
 
 # `tessera.jit` the attribute is the decorator alias (tessera.jit = tessera.kernel), which
 # shadows the module of the same name: reach the module through importlib.
@@ -177,17 +174,17 @@ def run_interpreted(kernel, grid, *args, **kwargs):
         kernel[grid](*args, **kwargs)
 
 
-def copies(arrays):
-    return [a.copy() if isinstance(a, np.ndarray) else a for a in arrays]
-
-
 def run_compiled_and_interpreted(kernel, grid, *args, **kwargs):
-    """Runs the kernel compiled and interpreted on separate copies of the array
-    arguments; returns (compiled_args, interpreted_args)."""
-    ca = copies(args)
-    ia = copies(args)
-    kernel[grid](*ca, **kwargs)
-    run_interpreted(kernel, grid, *ia, **kwargs)
+    """Runs the kernel compiled and interpreted, each on its own copies of the array
+    arguments; returns (compiled_arrays, interpreted_arrays) in argument order."""
+    ca = [a.copy() for a in args if isinstance(a, np.ndarray)]
+    ia = [a.copy() for a in ca]
+
+    def with_arrays(arrays):
+        it = iter(arrays)
+        return [next(it) if isinstance(a, np.ndarray) else a for a in args]
+    kernel[grid](*with_arrays(ca), **kwargs)
+    run_interpreted(kernel, grid, *with_arrays(ia), **kwargs)
     return ca, ia
 
 
@@ -206,5 +203,3 @@ def erf_ref(x):
     x = np.asarray(x, np.float64)
     return np.vectorize(math.erf, otypes=[np.float64])(x) if x.size else x
 
-
-__all__ = [n for n in dir() if not n.startswith("_")] + ["tessera"]

@@ -155,3 +155,8 @@ def test_launch_option_debug():
     device_assert_kernel[(1,)](x, 1, BLOCK=1)
     with pytest.raises(AssertionError, match="x must be positive"):
         device_assert_kernel[(1,)](x, 1, BLOCK=1, debug=True)
+
+
+def test_debug_and_interpret_switches_are_public():
+    # tessera.jit is the decorator (as triton.jit), so the switches live on the package.
+    assert callable(tessera.set_debug) and callable(tessera.set_interpret)

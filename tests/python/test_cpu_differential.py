@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-import tessera.language as tl
 from tessera.language import dtypes as D
 from tessera.language import semantics as S
 from cpu_helpers import poisoned, run_interpreted, ulp_distance

@@ -210,7 +210,7 @@ def test_cast_matrix(src):
     n = x.size
     outs = [poisoned(n, d) for d in CAST_TARGETS]
     bf = poisoned(n, np.uint16)
-    b1 = poisoned(n, np.bool_) if False else np.full(n, 7, np.uint8).view(np.bool_)
+    b1 = np.full(n, 7, np.uint8).view(np.bool_)              # poisoned: 7 is no bool's byte
     cast_all_kernel[grid_for(n, 32)](x, *outs, bf, b1, n, BLOCK=32)
     failures = []
     for d, got in zip(CAST_TARGETS, outs):
@@ -318,19 +318,18 @@ def float_mod_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs) % tl.load(y_ptr + offs))
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_float_remainder_is_fmod(dtype):
-    x = np.array([7.5, -7.5, 7.5, -7.5, 1e10, 0.0, -0.0, np.inf, 3.0, np.nan, 5.0, 1.0], dtype)
+    with np.errstate(over="ignore"):                          # 1e10 is inf in f16
+        x = np.array([7.5, -7.5, 7.5, -7.5, 1e10, 0.0, -0.0, np.inf, 3.0, np.nan, 5.0, 1.0], dtype)
     y = np.array([2.0, 2.0, -2.0, -2.0, 3.0, 1.0, 1.0, 1.0, np.inf, 1.0, 0.0, 0.1], dtype)
-    out = poisoned(16, dtype)[:12].copy()
     xp, yp = np.resize(x, 16), np.resize(y, 16)
-    out16 = poisoned(16, dtype)
-    float_mod_kernel[(1,)](xp, yp, out16, BLOCK=16)
+    out = poisoned(16, dtype)
+    float_mod_kernel[(1,)](xp, yp, out, BLOCK=16)
     with np.errstate(all="ignore"):
         want = np.fmod(xp, yp)
-    np.testing.assert_array_equal(out16, want)
-    np.testing.assert_array_equal(np.signbit(out16), np.signbit(want))
-    del out
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
 
 
 @tessera.kernel
@@ -435,3 +434,31 @@ def test_bf16_casts_agree_with_interpreter():
     run_interpreted(cast_all_kernel, grid_for(n, 32), x, *outs_i, n, BLOCK=32)
     for c, i in zip(outs_c, outs_i):
         np.testing.assert_array_equal(c, i)
+
+
+@tessera.kernel
+def rtz_downcast_kernel(x_ptr, h_ptr, b_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(h_ptr + offs, x.to(tl.float16, fp_downcast_rounding="rtz"))
+    tl.store(b_ptr + offs, tl.cast(x, tl.bfloat16, fp_downcast_rounding="rtz").to(tl.uint16, bitcast=True))
+
+
+@pytest.mark.xfail(reason="code generator ignores fp_downcast_rounding='rtz' (the cast rounds to nearest; "
+                          "the interpreter truncates)", strict=True)
+def test_downcast_round_toward_zero():
+    x = np.array([1 + 2**-11 + 2**-20, -(1 + 2**-11 + 2**-20), 70000.0, 1.99999, -3.3, 0.1, 65519.0, 1.0],
+                 np.float32)
+    h, b = poisoned(8, np.float16), poisoned(8, np.uint16)
+    rtz_downcast_kernel[(1,)](x, h, b, BLOCK=8)
+    x64 = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        want_h = x.astype(np.float16)
+    toward_zero = np.abs(want_h.astype(np.float64)) > np.abs(x64)
+    want_h[toward_zero] = np.nextafter(want_h[toward_zero], np.float16(0))
+    np.testing.assert_array_equal(h, want_h)
+    np.testing.assert_array_equal(b, (x.view(np.uint32) >> 16).astype(np.uint16))   # truncated bits
+    hi, bi = poisoned(8, np.float16), poisoned(8, np.uint16)
+    run_interpreted(rtz_downcast_kernel, (1,), x, hi, bi, BLOCK=8)          # the oracle agrees
+    np.testing.assert_array_equal(hi, want_h)
+    np.testing.assert_array_equal(bi, b)

@@ -1,14 +1,12 @@
 """Compiled CPU path, elementwise ops against numpy: arithmetic on odd sizes with
 masks, comparisons and where, min/max with NaNs, math functions (ulp-bounded, with
 special values), fma, umulhi, scalars and weak literals, 2-D/3-D grids."""
-import math
-
 import numpy as np
 import pytest
 
 import tessera
 import tessera.language as tl
-from cpu_helpers import (ODD_SIZES, assert_close, assert_no_poison, assert_poison, assert_ulp,
+from cpu_helpers import (ODD_SIZES, assert_close, assert_poison, assert_ulp,
                          bf16_bits_to_f32, bf16_round, erf_ref, f32_to_bf16_bits, grid_for,
                          poisoned, run_interpreted, special_values)
 
@@ -214,6 +212,18 @@ def test_maximum_minimum_nan_handling():
     np.testing.assert_array_equal(apply_binary(op_math_min, x, y), np.fmin(x, y))
 
 
+@pytest.mark.xfail(reason="interpreter rejects tl.PropagateNan.ALL (the int 0xFFFF in tessera.language.core): "
+                          "'propagate_nan must be tl.PropagateNan.NONE or ALL, got 65535'", strict=True)
+def test_propagate_nan_agrees_with_interpreter():
+    x = np.array([1, np.nan, np.nan, -0.0, 3, -np.inf, 5, 2], np.float32)
+    y = np.array([2, 1, np.nan, 0.0, np.nan, 7, np.inf, 1], np.float32)
+    for fn in (op_maximum_nan, op_minimum_nan):
+        out = apply_binary(fn, x, y)
+        ref = poisoned(8, np.float32)
+        run_interpreted(binary_kernel, (1,), x, y, ref, 8, FN=fn, BLOCK=8)
+        np.testing.assert_array_equal(out, ref)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.uint32, np.int64])
 def test_maximum_minimum_integers_and_builtin_min_max(dtype):
     rng = np.random.default_rng(17)
@@ -299,7 +309,8 @@ def _math_inputs(name, dtype, n=4097):
     special = special_values(dtype)
     if name in ("sin", "cos"):
         special = special[np.abs(special) <= TRIG_LIMIT[np.dtype(dtype)]]   # see the xfail below
-    return np.concatenate([x.astype(dtype), special])
+    with np.errstate(over="ignore"):
+        return np.concatenate([x.astype(dtype), special])           # f16: large inputs become inf
 
 
 # sin/cos reduce arguments with Cody-Waite only: vector_math.cpp documents them accurate up
@@ -332,7 +343,8 @@ def test_math_function_ulp_and_special_values(name, dtype):
 @pytest.mark.parametrize("name", ["sin", "cos"])
 def test_sin_cos_huge_arguments(name, dtype):
     fi = np.finfo(dtype)
-    x = np.geomspace(TRIG_LIMIT[np.dtype(dtype)], float(fi.max), 1000).astype(dtype)
+    with np.errstate(over="ignore"):
+        x = np.geomspace(TRIG_LIMIT[np.dtype(dtype)], float(fi.max), 1000).astype(dtype)
     x = np.concatenate([x, -x])
     out = apply_unary(getattr(tl, name), x)
     assert_ulp(out, _ref_f64(name, x), 2 if dtype == np.float32 else 4, inputs=x, what=name)
@@ -355,7 +367,8 @@ def test_math_function_bf16_via_casts(name):
     out = np.zeros(bits.size, np.uint16)
     bf16_unary_kernel[grid_for(bits.size, 128)](bits, out, bits.size, FN=getattr(tl, name), BLOCK=128)
     got = bf16_bits_to_f32(out)
-    want = bf16_round(_ref_f64(name, x).astype(np.float32))
+    with np.errstate(over="ignore"):
+        want = bf16_round(_ref_f64(name, x).astype(np.float32))
     d = np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64)) >> 16
     finite = ~np.isnan(want)
     assert (d[finite] <= (0 if name in _EXACT else 1)).all(), (x[finite][d[finite] > 1], got[finite][d[finite] > 1])
@@ -461,9 +474,6 @@ def axpb_kernel(x_ptr, out_ptr, a, b, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, a * x + b, mask=mask)
 
 
-@pytest.mark.xfail(reason="elementwise.cpp now sets allowContract on float ops: a*x+b may become one "
-                          "FMA, not the separately rounded IEEE ops of docs/tile_ir.md and the interpreter",
-                   strict=True)
 def test_runtime_scalar_arguments():
     x = _inputs(1000, np.float32, 23)
     out = poisoned(1000, np.float32)
@@ -472,17 +482,6 @@ def test_runtime_scalar_arguments():
     # int scalars promote with the f32 tile: a (i32) * x (f32) -> f32
     axpb_kernel[grid_for(1000, 128)](x, out, 3, 7, 1000, BLOCK=128)
     np.testing.assert_array_equal(out, np.float32(3) * x + np.float32(7))
-
-
-def test_runtime_scalar_arguments_fused_or_not():
-    # Whatever the contraction policy, each element is a*x+b rounded once (FMA) or twice.
-    x = _inputs(1000, np.float32, 23)
-    for a, b in ((2.5, -1.25), (3, 7)):
-        out = poisoned(1000, np.float32)
-        axpb_kernel[grid_for(1000, 128)](x, out, a, b, 1000, BLOCK=128)
-        twice = np.float32(a) * x + np.float32(b)
-        once = (np.float64(np.float32(a)) * x + np.float32(b)).astype(np.float32)   # exact product in f64
-        assert ((out == twice) | (out == once)).all()
 
 
 @tessera.kernel
@@ -529,10 +528,10 @@ def test_long_fused_chain_matches_interpreter_and_numpy():
     t = np.exp(-xd * xd) * np.sin(yd) + np.sqrt(np.abs(yd)) / (1 + xd * xd)
     t = np.where(t > 0.1, t, np.log(1 + np.abs(t)))
     want = np.maximum(t, -0.5) + np.trunc(yd)
-    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    assert_close(out, want, rtol=1e-5, atol=1e-5)
     ref = poisoned(n, np.float32)
     run_interpreted(fused_chain_kernel, grid_for(n, 512), x, y, ref, n, BLOCK=512)
-    np.testing.assert_allclose(out, ref, rtol=2e-6, atol=1e-6)
+    assert_close(out, ref, np.float32)                          # math within a few ulp
 
 
 @tessera.kernel

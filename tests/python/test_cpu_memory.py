@@ -536,3 +536,24 @@ def test_atomics_agree_with_interpreter_single_program():
         run_interpreted(atomic_kernel, (1,), mem_i, vals, old_i, 61, KIND=kind, BLOCK=64)
         np.testing.assert_array_equal(mem_c, mem_i, err_msg=kind)
         np.testing.assert_array_equal(old_c, old_i, err_msg=kind)
+
+
+# --- alignment and hints ---------------------------------------------------------------------------
+@tessera.kernel
+def hinted_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.multiple_of(tl.program_id(0) * BLOCK, BLOCK) + tl.arange(0, BLOCK)
+    offs = tl.max_contiguous(offs, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.int16])
+@pytest.mark.parametrize("n", [4096, 4097])            # 4096: n specialized as divisible by 16
+def test_misaligned_array_views_with_contiguity_hints(dtype, n):
+    base = (np.arange(n + 8) % 100).astype(dtype)
+    out_base = poisoned(n + 8, dtype)
+    for shift in (1, 3):                                 # data pointers not 16-byte aligned
+        x, y = base[shift:shift + n], base[shift + 1:shift + 1 + n]
+        out = out_base[shift:shift + n]
+        hinted_add_kernel[grid_for(n, 256)](x, y, out, n, BLOCK=256)
+        np.testing.assert_array_equal(out, x + y)

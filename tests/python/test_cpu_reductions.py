@@ -7,7 +7,7 @@ import pytest
 
 import tessera
 import tessera.language as tl
-from cpu_helpers import grid_for, poisoned, run_interpreted
+from cpu_helpers import poisoned, run_interpreted
 
 
 # --- reduction functions passed as FN (module level: part of the kernel's key) -------------------
