@@ -2,9 +2,11 @@
 //   tir (parsed) -> verify -> canonicalize -> licm -> cse -> canonicalize -> dce
 //   -> tir-opt (the verifier runs after every pass)
 //   -> llir (lowered) -> llir-opt (LLVM O3) -> asm + object        [cpu]
+//   -> llir (NVVM) -> llir-opt (LLVM O3) -> ptx                     [cuda:XX / sm_XX]
 // TESSERA_DUMP=stage,... (CompileOptions::dump) prints the IR after each stage.
 #include <cstdio>
 
+#include "codegen/nvptx/compile_nvptx.h"
 #include "codegen/x86/compile_x86.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
@@ -71,7 +73,20 @@ CompileResult compile_tile_ir(const std::string& ir_text, const CompileOptions& 
     r.metadata["cpu_features"] = out.cpu_features;
     return r;
   }
-  throw CompileError("target '" + opts.target + "' is not supported yet (supported: cpu)", true);
+  if (codegen::nvptx::is_nvptx_target(opts.target)) {
+    auto out = codegen::nvptx::compile_nvptx(*k, opts);
+    add_stage("llir", std::move(out.llir));
+    add_stage("llir-opt", std::move(out.llir_opt));
+    add_stage("ptx", out.ptx);
+    r.binary = std::move(out.ptx);
+    r.binary_kind = "ptx";
+    r.entry_symbol = out.entry_symbol;
+    r.metadata["arch"] = out.arch;
+    r.metadata["num_warps"] = std::to_string(out.num_warps);
+    r.metadata["shared"] = std::to_string(out.shared_bytes);  // static shared memory, bytes
+    return r;
+  }
+  throw CompileError("target '" + opts.target + "' is not supported yet (supported: cpu, cuda:XX, sm_XX)", true);
 }
 
 }  // namespace tessera

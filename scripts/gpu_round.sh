@@ -16,10 +16,11 @@ CORE="$ROOT/.carry/lib/libtessera_core.so"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
 BUILD=/tmp/tessera-binding-build
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_CORE=OFF -DTESSERA_BUILD_TESTS=OFF \
+GEN=$(command -v ninja >/dev/null && echo Ninja || echo "Unix Makefiles")
+cmake -S . -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_CORE=OFF -DTESSERA_BUILD_TESTS=OFF \
   -DTESSERA_PREBUILT_CORE="$CORE" -DPython3_EXECUTABLE="$(command -v $PY)" > /tmp/tessera-cmake.log 2>&1 \
   || { cat /tmp/tessera-cmake.log; exit 1; }
-ninja -C "$BUILD" > /tmp/tessera-ninja.log 2>&1 || { cat /tmp/tessera-ninja.log; exit 1; }
+cmake --build "$BUILD" -j 16 > /tmp/tessera-ninja.log 2>&1 || { cat /tmp/tessera-ninja.log; exit 1; }
 mkdir -p frontend/tessera/_lib
 cp -f "$BUILD"/frontend/csrc/_C*.so "$CORE" frontend/tessera/_lib/
 export PYTHONPATH="$ROOT/frontend${PYTHONPATH:+:$PYTHONPATH}"

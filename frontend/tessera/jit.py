@@ -99,25 +99,28 @@ def _raise_compile_failure(kernel_name, fn, res):
 
 def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, target, runtime_names,
                            use_cache=True):
-    """Compile (or fetch from the disk cache) one specialization of `kernel`."""
-    if target != "cpu":
-        raise NotImplementedError(
-            f"target '{target}': the GPU back end is not available in this build yet; use target='cpu'")
+    """Compile (or fetch from the disk cache) one specialization of `kernel` for
+    `target`: 'cpu' (this host) or 'cuda:<sm>' / 'sm_<sm>' (PTX)."""
+    gpu = target.startswith(("cuda:", "sm_"))
+    if not gpu and target != "cpu":
+        raise NotImplementedError(f"target '{target}' is not supported (use 'cpu', 'cuda:90a', 'sm_80', ...)")
     kinds = "".join(S.launch_kind(arg_types[n]) for n in runtime_names)
     spec = tuple((n, arg_types[n].ir, tuple(sorted(arg_attrs.get(n, {}).items()))) for n in runtime_names)
-    key = CK.make_key(kernel._dependency_sources(), spec, constexprs, options, CK.cpu_target())
+    key = CK.make_key(kernel._dependency_sources(), spec, constexprs, options,
+                      "gpu:" + target if gpu else CK.cpu_target())
     cache_dir = _cache_dir()
     if use_cache:
         blobs = _C.cache_get(cache_dir, key)
-        if blobs is not None and b"binary" in [k.encode() for k in blobs]:
+        if blobs is not None and "binary" in blobs:
             order = blobs["stage_order"].decode().split(",")
             asm = {s: blobs["stage:" + s].decode() for s in order if "stage:" + s in blobs}
+            meta = {k[5:]: v.decode() for k, v in blobs.items() if k.startswith("meta:")}
             return CompiledKernel(blobs["name"].decode(), asm, order, blobs["binary"], blobs["entry"].decode(),
-                                  {}, kinds, None, cache_key=key, from_cache=True)
+                                  meta, kinds, None, cache_key=key, from_cache=True)
     from .compiler import generate_tile_ir  # imported on a cache miss only: ~10 ms
     ir = generate_tile_ir(kernel.fn, arg_types, constexprs, arg_attrs, options)
     dump = [s for s in os.environ.get("TESSERA_DUMP", "").split(",") if s]
-    res = _C.compile(ir, "cpu", options.get("num_warps", 4), options.get("num_stages", 3),
+    res = _C.compile(ir, target, options.get("num_warps", 4), options.get("num_stages", 3),
                      bool(options.get("debug", False)), dump)
     if "error" in res:
         _raise_compile_failure(kernel.__name__, kernel.fn, res)
@@ -128,6 +131,8 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
                  "stage_order": ",".join(ck.stage_order).encode()}
         for s, text in ck.asm.items():
             blobs["stage:" + s] = text.encode()
+        for k, v in ck.metadata.items():
+            blobs["meta:" + k] = str(v).encode()
         _C.cache_put(cache_dir, key, blobs)
     return ck
 

@@ -102,10 +102,10 @@ def test_dump_constexpr_values_reach_the_compiler(env, kfile):
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "cuda:90a", "sm_80"])
-def test_dump_gpu_target_is_a_clear_not_implemented(env, kfile, target):
+def test_dump_gpu_target_prints_ptx(env, kfile, target):
     r = tessera(env, "dump", f"{kfile}:add", *ADD_ARGS, "--target", target, "--stage", "ptx")
-    assert_clean_error(r, 1, "GPU back end is not available")
-    assert len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 0, r.stderr
+    assert ".version" in r.stdout and ".entry add" in r.stdout
 
 
 def test_dump_unknown_stage_lists_the_stages(env, kfile):

@@ -212,8 +212,6 @@ def test_maximum_minimum_nan_handling():
     np.testing.assert_array_equal(apply_binary(op_math_min, x, y), np.fmin(x, y))
 
 
-@pytest.mark.xfail(reason="interpreter rejects tl.PropagateNan.ALL (the int 0xFFFF in tessera.language.core): "
-                          "'propagate_nan must be tl.PropagateNan.NONE or ALL, got 65535'", strict=True)
 def test_propagate_nan_agrees_with_interpreter():
     x = np.array([1, np.nan, np.nan, -0.0, 3, -np.inf, 5, 2], np.float32)
     y = np.array([2, 1, np.nan, 0.0, np.nan, 7, np.inf, 1], np.float32)

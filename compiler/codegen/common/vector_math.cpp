@@ -5,6 +5,8 @@
 // for |x| <= 2^18 (f32) / 2^40 (f64); beyond, they stay finite in [-1, 1].
 #include "codegen/common/vector_math.h"
 
+#include <llvm/IR/IntrinsicsX86.h>
+
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/Support/ErrorHandling.h>
 
@@ -192,6 +194,9 @@ class MathEmitter {
   // normal powers of two, the first exact, so overflow to inf, gradual underflow into
   // denormals and underflow to 0 each come out of a single correctly rounded multiply.
   Value* scale_by_pow2(Value* y, Value* n) {
+    // AVX-512's vscalefps/pd computes y·2^floor(n) rounded once, denormals and
+    // overflow included: the same result in one instruction instead of eight.
+    if (llvm::Value* r = avx512_scalef(y, n)) return r;
     Value* n1 = floor(mul(n, c(0.5)));
     Value* n2 = sub(n, n1);
     return mul(mul(y, pow2(n1)), pow2(n2));
@@ -432,6 +437,23 @@ class MathEmitter {
     return select(b_.CreateFCmpOGT(below_hi, c(lo)), below_hi, c(lo));
   }
   Value* clamp_above(Value* x, double hi) { return select(b_.CreateFCmpOLT(x, c(hi)), x, c(hi)); }
+
+  // vscalef for full 512-bit vectors when the function being emitted targets
+  // AVX-512 (its "target-features" attribute says so); nullptr otherwise.
+  Value* avx512_scalef(Value* y, Value* n) {
+    auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(y->getType());
+    if (!vt || vt->getPrimitiveSizeInBits() != 512) return nullptr;
+    llvm::BasicBlock* bb = b_.GetInsertBlock();
+    llvm::Function* f = bb ? bb->getParent() : nullptr;
+    if (!f || !f->hasFnAttribute("target-features")) return nullptr;
+    if (f->getFnAttribute("target-features").getValueAsString().find("+avx512f") == llvm::StringRef::npos)
+      return nullptr;
+    bool dbl = vt->getElementType()->isDoubleTy();
+    auto id = dbl ? llvm::Intrinsic::x86_avx512_mask_scalef_pd_512 : llvm::Intrinsic::x86_avx512_mask_scalef_ps_512;
+    llvm::Value* all = dbl ? static_cast<llvm::Value*>(b_.getInt8(0xFF)) : static_cast<llvm::Value*>(b_.getInt16(0xFFFF));
+    // Operands: a, b, passthru, mask, rounding (4 = current direction).
+    return b_.CreateIntrinsic(id, {}, {y, n, llvm::UndefValue::get(vt), all, b_.getInt32(4)});
+  }
 
   Value* horner(Value* t, ArrayRef<double> coeffs) {
     Value* acc = c(coeffs.back());

@@ -17,22 +17,17 @@
 
 #include <mutex>
 
+#include "codegen/common/llvm_errors.h"
 #include "codegen/x86/kernel_lowering.h"
 
 namespace tessera::codegen::x86 {
 
 namespace {
 
-// LLVM reports fatal errors through a handler that must not return; throwing a
-// CompileError turns them into a Python exception instead of an abort.
-void throw_on_llvm_fatal_error(void*, const char* reason, bool) {
-  throw CompileError(std::string("LLVM fatal error: ") + reason + " (this is a Tessera bug)", false);
-}
-
 void init_llvm_x86() {
   static std::once_flag once;
   std::call_once(once, [] {
-    llvm::install_fatal_error_handler(throw_on_llvm_fatal_error, nullptr);
+    install_llvm_error_handler();
     LLVMInitializeX86TargetInfo();
     LLVMInitializeX86Target();
     LLVMInitializeX86TargetMC();
@@ -78,6 +73,7 @@ X86Output compile_x86(const ir::Kernel& k, const CompileOptions& opts) {
   bool avx512 = out.cpu_features.find("+avx512f") != std::string::npos;
   TargetDesc td;
   td.vector_bits = avx512 ? 512 : 256;
+  td.cpu_features = out.cpu_features;
   td.chunk_lanes = 16;
 
   llvm::LLVMContext ctx;

@@ -30,6 +30,8 @@ std::string KernelLowering::run() {
   for (int i = 0; i < 6; ++i) params.push_back(b_.getInt32Ty());
   auto* fty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
   fn_ = llvm::Function::Create(fty, llvm::Function::InternalLinkage, "tessera_kernel_" + k_.name, m_);
+  // Known before lowering so that emitters (vector math) can pick target instructions.
+  fn_->addFnAttr("target-features", target_.cpu_features);
   for (size_t i = 0; i < k_.args.size(); ++i) {
     llvm::Argument* a = fn_->getArg(i);
     a->setName(k_.args[i].value->name);

@@ -46,6 +46,7 @@ struct Chunk {
 bool is_contiguous(const TileRef& r, const ir::Type& t);
 
 struct TargetDesc {
+  std::string cpu_features;  // LLVM feature string, e.g. "+avx2,+avx512f,..."
   int vector_bits = 256;
   int chunk_lanes = 16;
 };

@@ -47,6 +47,8 @@ def _nan_mode(propagate_nan) -> bool:
         return False
     if p is True:
         return True
+    if type(p) is int:  # tl.PropagateNan.NONE (0) / ALL (0xFFFF)
+        return p != 0
     name = str(getattr(p, "name", p)).lower()
     if name.endswith("all"):
         return True

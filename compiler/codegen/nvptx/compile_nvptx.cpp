@@ -1,0 +1,140 @@
+// The NVPTX back end driver: builds the kernel's LLVM module, runs LLVM's O3
+// pipeline with the NVPTX target machine, and prints PTX.
+#include "codegen/common/llvm_errors.h"
+#include "codegen/nvptx/compile_nvptx.h"
+
+#include <llvm/Analysis/CGSCCPassManager.h>
+#include <llvm/Analysis/LoopAnalysisManager.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <cctype>
+#include <mutex>
+
+#include "codegen/nvptx/gpu_lowering.h"
+
+namespace tessera::codegen::nvptx {
+
+namespace {
+
+constexpr const char* kTriple = "nvptx64-nvidia-cuda";
+// The newest PTX ISA LLVM 19 emits that CUDA 12+/13 ptxas and driver 580 accept.
+constexpr const char* kPtxFeatures = "+ptx80";
+
+void init_llvm_nvptx() {
+  install_llvm_error_handler();
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+}
+
+// "cuda:90a" / "sm_90a" -> "90a"; empty if malformed.
+std::string arch_digits(const std::string& target) {
+  std::string s;
+  if (target.rfind("cuda:", 0) == 0) s = target.substr(5);
+  else if (target.rfind("sm_", 0) == 0) s = target.substr(3);
+  else return "";
+  if (s.rfind("sm_", 0) == 0) s = s.substr(3);  // "cuda:sm_90a"
+  size_t i = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  if (i == 0 || !(i == s.size() || (i + 1 == s.size() && s[i] == 'a'))) return "";
+  return s;
+}
+
+std::string print_module(const llvm::Module& m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  return s;
+}
+
+}  // namespace
+
+bool is_nvptx_target(const std::string& target) {
+  return target.rfind("cuda:", 0) == 0 || target.rfind("sm_", 0) == 0;
+}
+
+NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
+  std::string digits = arch_digits(opts.target);
+  if (digits.empty())
+    throw CompileError("target '" + opts.target + "' is not a CUDA architecture (expected e.g. 'cuda:90a', 'cuda:80' or 'sm_90a')", true);
+  int cc = std::stoi(digits);
+  if (cc < 70 || cc > 90)
+    throw CompileError("target '" + opts.target + "': the GPU back end supports sm_70 to sm_90a", true);
+  init_llvm_nvptx();
+  NvptxOutput out;
+  out.arch = "sm_" + digits;
+  // The kernel's own attribute (written by the frontend from the same option) wins.
+  auto nw = k.attrs.find("num_warps");
+  out.num_warps = nw != k.attrs.end() && std::holds_alternative<int64_t>(nw->second)
+                      ? static_cast<int>(std::get<int64_t>(nw->second))
+                      : opts.num_warps;
+  if (out.num_warps < 1 || out.num_warps > 32 || (out.num_warps & (out.num_warps - 1)))
+    throw CompileError("num_warps must be a power of two from 1 to 32, got " + std::to_string(out.num_warps), true);
+
+  std::string err;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, err);
+  if (!target) throw CompileError("LLVM has no NVPTX target: " + err + " (this is a Tessera bug)", false);
+  llvm::TargetOptions to;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(kTriple, out.arch, kPtxFeatures, to, std::nullopt,
+                                                                      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+
+  llvm::LLVMContext ctx;
+  auto m = std::make_unique<llvm::Module>("tessera_" + k.name, ctx);
+  m->setTargetTriple(kTriple);
+  m->setDataLayout(tm->createDataLayout());
+  GpuLowering lowering(k, *m, out.num_warps, opts.debug);
+  llvm::Function* fn = lowering.run();
+  out.entry_symbol = fn->getName().str();
+  out.shared_bytes = lowering.shared_bytes();
+  if (out.shared_bytes > 48 * 1024)
+    throw CompileError("kernel " + k.name + " needs " + std::to_string(out.shared_bytes) +
+                           " bytes of shared memory; the GPU back end supports at most 48 KB yet (use smaller tiles)",
+                       true);
+  for (llvm::Function& f : *m) {
+    if (f.isDeclaration()) continue;
+    f.addFnAttr("target-cpu", out.arch);
+    f.addFnAttr("target-features", kPtxFeatures);
+  }
+  out.llir = print_module(*m);
+  std::string verr;
+  llvm::raw_string_ostream vos(verr);
+  if (llvm::verifyModule(*m, &vos))
+    throw CompileError("LLVM IR verification failed for kernel " + k.name + ": " + verr + " (this is a Tessera bug)", false);
+
+  {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(tm.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+    mpm.run(*m, mam);
+  }
+  out.llir_opt = print_module(*m);
+
+  llvm::SmallVector<char, 0> buf;
+  llvm::raw_svector_ostream os(buf);
+  llvm::legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
+    throw CompileError("LLVM cannot emit PTX for " + out.arch + " (this is a Tessera bug)", false);
+  pm.run(*m);
+  out.ptx.assign(buf.begin(), buf.end());
+  return out;
+}
+
+}  // namespace tessera::codegen::nvptx

@@ -1,0 +1,25 @@
+// The NVPTX back end: Tile IR kernel -> LLVM IR (NVVM) -> optimized LLVM IR -> PTX.
+#pragma once
+
+#include <string>
+
+#include "ir/ir.h"
+#include "tessera/compiler.h"
+
+namespace tessera::codegen::nvptx {
+
+struct NvptxOutput {
+  std::string llir, llir_opt, ptx;
+  std::string entry_symbol;  // the kernel's name: the PTX .entry
+  std::string arch;          // e.g. "sm_90a"
+  int num_warps = 4;
+  int shared_bytes = 0;      // static shared memory the kernel uses
+};
+
+// True for targets this back end handles: "cuda:90a", "cuda:80", "sm_90a", ...
+bool is_nvptx_target(const std::string& target);
+
+// Throws CompileError (user_error) for ops the GPU path does not support yet.
+NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts);
+
+}  // namespace tessera::codegen::nvptx

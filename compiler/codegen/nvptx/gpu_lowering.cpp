@@ -1,0 +1,557 @@
+// NVPTX lowering, part 1: the kernel function, scalar ops, control flow, and tile
+// values (lazy evaluation at an element index, materialization, shared memory).
+#include "codegen/nvptx/gpu_lowering.h"
+
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include "codegen/common/elementwise.h"
+
+namespace tessera::codegen::nvptx {
+
+using namespace ir;
+
+namespace {
+
+constexpr unsigned kSharedAS = 3;
+
+void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out) {
+  for (auto& op : b.ops) {
+    const Value* mem = nullptr;
+    if (op->kind == OpKind::Load && op->result()->type.is_tile()) mem = op->result();
+    if (op->kind == OpKind::Store && op->operands[1]->type.is_tile()) mem = op->operands[1];
+    if (mem) {
+      int v = std::max(1, 16 / mem->type.elem.bytes());
+      auto it = out.find(mem->type.shape);
+      out[mem->type.shape] = it == out.end() ? v : std::min(it->second, v);
+    }
+    for (auto& r : op->regions) collect_shape_vecs(*r->block, out);
+  }
+}
+
+}  // namespace
+
+GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug)
+    : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
+      num_threads_(num_warps * 32), debug_(debug), axis_(k) {
+  collect_shape_vecs(*k.body(), shape_vec_);
+}
+
+void GpuLowering::unsupported(const Op& op, const std::string& what) {
+  throw CompileError(what + " (in kernel " + k_.name + " at " + k_.file() + ":" + std::to_string(op.loc.line) + ":" +
+                         std::to_string(op.loc.col) + ")",
+                     /*user_error=*/true, op.loc.line, op.loc.col);
+}
+
+llvm::Function* GpuLowering::run() {
+  std::vector<llvm::Type*> params;
+  for (auto& a : k_.args) params.push_back(llvm_elem_type(ctx_, a.value->type.elem));
+  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+  fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, k_.name, m_);
+  fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
+  fn_->addFnAttr(llvm::Attribute::NoUnwind);
+  for (size_t i = 0; i < k_.args.size(); ++i) {
+    llvm::Argument* a = fn_->getArg(i);
+    a->setName(k_.args[i].value->name);
+    if (k_.args[i].value->type.elem.is_ptr()) a->addAttr(llvm::Attribute::NoUndef);
+    scalars_[k_.args[i].value] = a;
+  }
+  entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+  auto* start = llvm::BasicBlock::Create(ctx_, "start", fn_);
+  b_.SetInsertPoint(entry_);
+  using namespace llvm::Intrinsic;
+  tid_ = b_.CreateIntrinsic(nvvm_read_ptx_sreg_tid_x, {}, {});
+  const llvm::Intrinsic::ID ctaid[3] = {nvvm_read_ptx_sreg_ctaid_x, nvvm_read_ptx_sreg_ctaid_y, nvvm_read_ptx_sreg_ctaid_z};
+  const llvm::Intrinsic::ID nctaid[3] = {nvvm_read_ptx_sreg_nctaid_x, nvvm_read_ptx_sreg_nctaid_y,
+                                         nvvm_read_ptx_sreg_nctaid_z};
+  for (int i = 0; i < 3; ++i) {
+    pid_[i] = b_.CreateIntrinsic(ctaid[i], {}, {});
+    nprog_[i] = b_.CreateIntrinsic(nctaid[i], {}, {});
+  }
+  b_.SetInsertPoint(start);
+  plan_load_layouts(*k_.body());
+  lower_block(*k_.body());
+  if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
+  b_.SetInsertPoint(entry_);
+  b_.CreateBr(start);
+
+  // Kernel entry and its thread count for NVPTX.
+  llvm::NamedMDNode* ann = m_.getOrInsertNamedMetadata("nvvm.annotations");
+  auto md = [&](const char* key, int v) {
+    ann->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, key),
+                                             llvm::ConstantAsMetadata::get(b_.getInt32(v))}));
+  };
+  md("kernel", 1);
+  md("maxntidx", num_threads_);
+  return fn_;
+}
+
+llvm::Value* GpuLowering::scalar(const Value* v) {
+  auto it = scalars_.find(v);
+  if (it == scalars_.end()) throw CompileError("scalar value used before it was lowered (this is a Tessera bug)", false);
+  return it->second;
+}
+
+TileVal& GpuLowering::tile(const Value* v) {
+  auto it = tiles_.find(v);
+  if (it == tiles_.end()) throw CompileError("tile value used before it was lowered (this is a Tessera bug)", false);
+  return it->second;
+}
+
+void GpuLowering::plan_load_layouts(const Block& b) {
+  for (auto& op : b.ops) {
+    for (auto& r : op->regions) plan_load_layouts(*r->block);
+    if (op->kind != OpKind::Broadcast) continue;
+    const Value* v = op->operands[0];
+    BlockedLayout l = canonical_layout(op->result()->type.shape);
+    for (int d = 0; d < v->type.rank(); ++d)
+      if (v->type.shape[d] == 1 && l.shape[d] != 1) l = l.collapse(d);
+    while (v->def() && v->def()->kind == OpKind::ExpandDims && v->def()->operands[0]->type.is_tile()) {
+      l = l.slice(static_cast<int>(v->def()->int_attr("axis")));
+      v = v->def()->operands[0];
+    }
+    if (v->def() && v->def()->kind == OpKind::Load && !load_layout_.count(v)) load_layout_.emplace(v, l);
+  }
+}
+
+void GpuLowering::lower_block(const Block& b) {
+  for (auto& op : b.ops) {
+    if (b_.GetInsertBlock()->getTerminator()) break;  // after a return
+    lower_op(*op);
+  }
+}
+
+void GpuLowering::lower_op(const Op& op) {
+  switch (op.kind) {
+    case OpKind::For: return lower_for(op);
+    case OpKind::While: return lower_while(op);
+    case OpKind::If: return lower_if(op);
+    case OpKind::Return: b_.CreateRetVoid(); return;
+    case OpKind::Yield:
+    case OpKind::Condition:
+    case OpKind::Assume: return;
+    case OpKind::Assert:
+      // A no-op unless compiled with TESSERA_DEBUG=1 (CompileOptions::debug).
+      if (debug_) unsupported(op, "'assert' is not supported on the GPU yet");
+      return;
+    case OpKind::Store:
+      if (op.operands[1]->type.is_tile()) return lower_store(op);
+      return lower_scalar_store(op);
+    case OpKind::Reduce: return lower_reduce(op);
+    case OpKind::Scan:
+    case OpKind::Dot:
+    case OpKind::AtomicRmw:
+    case OpKind::AtomicCas:
+    case OpKind::Print:
+      unsupported(op, std::string("'") + op.name() + "' is not supported on the GPU yet");
+    default: break;
+  }
+  if (!op.results.empty() && op.result()->type.is_tile()) return lower_tile_op(op);
+
+  switch (op.kind) {
+    case OpKind::Const:
+      scalars_[op.result()] = emit_constant(b_, op.result()->type.elem, 1, op.attrs.at("value"));
+      return;
+    case OpKind::ProgramId: scalars_[op.result()] = pid_[op.int_attr("axis")]; return;
+    case OpKind::NumPrograms: scalars_[op.result()] = nprog_[op.int_attr("axis")]; return;
+    case OpKind::Load: scalars_[op.result()] = lower_scalar_load(op); return;
+    default: break;
+  }
+  if (op_has_trait(op.kind, 'E') || op.kind == OpKind::Hint) {
+    std::vector<llvm::Value*> args;
+    for (Value* v : op.operands) args.push_back(scalar(v));
+    scalars_[op.result()] = emit_elementwise(b_, op, args);
+    return;
+  }
+  unsupported(op, std::string("'") + op.name() + "' is not supported on the GPU yet");
+}
+
+// Cheap ops stay lazy; loads and expensive math are computed once, in the layout
+// of the Regs values they are computed from.
+void GpuLowering::lower_tile_op(const Op& op) {
+  switch (op.kind) {
+    case OpKind::Load: return lower_load(op);
+    case OpKind::Const:
+    case OpKind::Arange:
+    case OpKind::Splat:
+    case OpKind::Broadcast:
+    case OpKind::ExpandDims:
+    case OpKind::Reshape:
+    case OpKind::Permute:
+    case OpKind::Join:
+    case OpKind::Split:
+    case OpKind::Hint:
+      for (auto& r : op.results) tiles_[r.get()] = TileVal{};
+      return;
+    default: break;
+  }
+  if (!op_has_trait(op.kind, 'E')) unsupported(op, std::string("'") + op.name() + "' is not supported on the GPU yet");
+  tiles_[op.result()] = TileVal{};
+  if (op_has_trait(op.kind, 'X')) {
+    BlockedLayout l = preferred_layout(op.result());
+    TileVal t;
+    t.kind = TileVal::Regs;
+    t.regs = materialize(op.result(), l);
+    t.layout = std::move(l);
+    tiles_[op.result()] = std::move(t);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Tile values at an element index.
+
+llvm::Value* GpuLowering::at(const Value* v, const SymIndex& s) {
+  if (v->type.is_scalar()) return scalar(v);
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(v)) + "@" +
+                    std::to_string(reinterpret_cast<uintptr_t>(b_.GetInsertBlock())) + ":" + sym_index_key(s);
+  auto it = memo_.find(key);
+  if (it != memo_.end()) return it->second;
+  llvm::Value* r = at_uncached(v, s);
+  memo_[key] = r;
+  return r;
+}
+
+llvm::Value* GpuLowering::at_uncached(const Value* v, const SymIndex& s) {
+  TileVal& t = tile(v);
+  if (t.kind == TileVal::Regs) {
+    if (auto reg = t.layout.find(s)) return t.regs[*reg];
+    return read_through_smem(v, s);
+  }
+  const Op& op = *v->def();
+  switch (op.kind) {
+    case OpKind::Const: return emit_constant(b_, v->type.elem, 1, op.attrs.at("value"));
+    case OpKind::Arange:
+      return b_.CreateAdd(runtime_index(s[0]), b_.getInt32(static_cast<uint32_t>(op.int_attr("start"))));
+    case OpKind::Splat: return scalar(op.operands[0]);
+    case OpKind::Broadcast: {
+      SymIndex o = s;
+      const auto& oshape = op.operands[0]->type.shape;
+      for (size_t d = 0; d < o.size(); ++d)
+        if (oshape[d] == 1) o[d].clear();
+      return at(op.operands[0], o);
+    }
+    case OpKind::ExpandDims: {
+      SymIndex o = s;
+      o.erase(o.begin() + op.int_attr("axis"));
+      return at(op.operands[0], o);
+    }
+    case OpKind::Reshape: return at(op.operands[0], split_flat_bits(flat_bits(s), op.operands[0]->type.shape));
+    case OpKind::Permute: {
+      auto order = op.ints_attr("order");
+      SymIndex o(s.size());
+      for (size_t i = 0; i < s.size(); ++i) o[order[i]] = s[i];
+      return at(op.operands[0], o);
+    }
+    case OpKind::Join: {
+      SymIndex o = s;
+      IndexBit which = o.back()[0];
+      o.pop_back();
+      if (which.kind == IndexBit::Zero) return at(op.operands[0], o);
+      if (which.kind == IndexBit::One) return at(op.operands[1], o);
+      llvm::Value* a = at(op.operands[0], o);
+      llvm::Value* c = at(op.operands[1], o);
+      return b_.CreateSelect(thread_bit(which.thread_bit), c, a);
+    }
+    case OpKind::Split: {
+      SymIndex o = s;
+      o.push_back({IndexBit{v->index() ? IndexBit::One : IndexBit::Zero, 0}});
+      return at(op.operands[0], o);
+    }
+    default: break;
+  }
+  std::vector<llvm::Value*> args;
+  for (const Value* a : op.operands) args.push_back(at(a, s));
+  return emit_elementwise(b_, op, args);
+}
+
+std::vector<llvm::Value*> GpuLowering::materialize(const Value* v, const BlockedLayout& l) {
+  std::vector<llvm::Value*> regs;
+  for (int r = 0; r < l.num_regs(); ++r) regs.push_back(at(v, l.index_of(r)));
+  return regs;
+}
+
+BlockedLayout GpuLowering::canonical_layout(const std::vector<int64_t>& shape) const {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  auto it = shape_vec_.find(shape);
+  int64_t vec = it == shape_vec_.end() ? 4 : it->second;
+  vec = std::min<int64_t>(vec, shape.back());
+  vec = std::min<int64_t>(vec, std::max<int64_t>(1, numel / num_threads_));
+  return make_blocked_layout(shape, static_cast<int>(vec), num_threads_);
+}
+
+const BlockedLayout* GpuLowering::layout_hint(const Value* v) {
+  if (v->type.is_scalar()) return nullptr;
+  auto t = tiles_.find(v);
+  if (t != tiles_.end() && t->second.kind == TileVal::Regs) return &t->second.layout;
+  if (hint_none_.count(v)) return nullptr;
+  auto h = hint_memo_.find(v);
+  if (h != hint_memo_.end()) return &h->second;
+  const Op* op = v->def();
+  if (op && (op_has_trait(op->kind, 'E') || op->kind == OpKind::Hint))
+    for (const Value* a : op->operands)
+      if (a->type.shape == v->type.shape)
+        if (const BlockedLayout* l = layout_hint(a)) return &(hint_memo_[v] = *l);
+  hint_none_.insert(v);
+  return nullptr;
+}
+
+BlockedLayout GpuLowering::preferred_layout(const Value* v) {
+  if (const BlockedLayout* l = layout_hint(v)) return *l;
+  return canonical_layout(v->type.shape);
+}
+
+llvm::Value* GpuLowering::thread_bit(int b) {
+  return b_.CreateICmpNE(b_.CreateAnd(tid_, b_.getInt32(1u << b)), b_.getInt32(0));
+}
+
+// Sum of the index bits: constants, plus runs of consecutive thread bits moved in
+// one shift-and-mask each.
+llvm::Value* GpuLowering::runtime_index(const std::vector<IndexBit>& bits) {
+  uint32_t c = 0;
+  llvm::Value* r = nullptr;
+  for (size_t p = 0; p < bits.size();) {
+    if (bits[p].kind != IndexBit::Thread) {
+      if (bits[p].kind == IndexBit::One) c |= 1u << p;
+      ++p;
+      continue;
+    }
+    size_t q = p + 1;
+    while (q < bits.size() && bits[q].kind == IndexBit::Thread && bits[q].thread_bit == bits[p].thread_bit + int(q - p)) ++q;
+    int tb = bits[p].thread_bit;
+    uint32_t mask = ((1u << (q - p)) - 1) << tb;
+    llvm::Value* part = b_.CreateAnd(tid_, b_.getInt32(mask));
+    if (tb > static_cast<int>(p)) part = b_.CreateLShr(part, tb - p);
+    else if (tb < static_cast<int>(p)) part = b_.CreateShl(part, p - tb);
+    r = r ? b_.CreateOr(r, part) : part;
+    p = q;
+  }
+  if (!r) return b_.getInt32(c);
+  return c ? b_.CreateOr(r, b_.getInt32(c)) : r;
+}
+
+llvm::Value* GpuLowering::is_first_replica(const BlockedLayout& l) {
+  uint32_t unused = static_cast<uint32_t>(num_threads_ - 1) & ~l.thread_mask;
+  if (!unused) return nullptr;
+  return b_.CreateICmpEQ(b_.CreateAnd(tid_, b_.getInt32(unused)), b_.getInt32(0));
+}
+
+void GpuLowering::barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+
+llvm::GlobalVariable* GpuLowering::new_smem(llvm::Type* elem, int64_t count, const std::string& name) {
+  auto* ty = llvm::ArrayType::get(elem, count);
+  auto* g = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
+                                     "smem_" + name + "_" + std::to_string(smem_count_++), nullptr,
+                                     llvm::GlobalValue::NotThreadLocal, kSharedAS);
+  g->setAlignment(llvm::Align(16));
+  int64_t bytes = static_cast<int64_t>(m_.getDataLayout().getTypeAllocSize(ty));
+  shared_bytes_ = static_cast<int>(((shared_bytes_ + 15) / 16) * 16 + bytes);
+  return g;
+}
+
+// A layout conversion through shared memory: the value's owners store every
+// element (replicas store the same bits), a barrier, then any thread loads any
+// element. The barrier before the stores keeps a loop's next iteration from
+// overwriting elements a slower thread still reads.
+llvm::Value* GpuLowering::read_through_smem(const Value* v, const SymIndex& s) {
+  const ElemType& e = v->type.elem;
+  llvm::Type* mt = llvm_mem_type(ctx_, e);
+  auto& buf = smem_of_[v];
+  if (!buf) buf = new_smem(mt, v->type.numel(), "cvt");
+  if (!smem_written_.count({v, b_.GetInsertBlock()})) {
+    TileVal& t = tile(v);
+    barrier();
+    for (int r = 0; r < t.layout.num_regs(); ++r) {
+      llvm::Value* idx = runtime_index(flat_bits(t.layout.index_of(r)));
+      b_.CreateStore(to_mem(b_, t.regs[r], e), b_.CreateInBoundsGEP(mt, buf, idx));
+    }
+    barrier();
+    smem_written_.insert({v, b_.GetInsertBlock()});
+  }
+  llvm::Value* idx = runtime_index(flat_bits(s));
+  return from_mem(b_, b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, buf, idx)), e);
+}
+
+llvm::Value* GpuLowering::alloca_in_entry(llvm::Type* t) {
+  llvm::IRBuilder<> eb(entry_, entry_->begin());
+  return eb.CreateAlloca(t);
+}
+
+std::vector<llvm::Value*> GpuLowering::carry_slots(const Type& t, const BlockedLayout& l) {
+  std::vector<llvm::Value*> slots;
+  int n = t.is_tile() ? l.num_regs() : 1;
+  for (int r = 0; r < n; ++r) slots.push_back(alloca_in_entry(llvm_elem_type(ctx_, t.elem)));
+  return slots;
+}
+
+// ---------------------------------------------------------------------------
+// Control flow. Carried values live in allocas (one per register), which SROA
+// turns back into registers; a carried tile keeps one layout for the whole loop.
+
+namespace {
+struct Carried {
+  BlockedLayout layout;
+  std::vector<llvm::Value*> slots;
+};
+}  // namespace
+
+void GpuLowering::lower_for(const Op& op) {
+  const Block& body = *op.regions[0]->block;
+  size_t n = op.operands.size() - 3;
+  llvm::Value* lb = scalar(op.operands[0]);
+  llvm::Value* ub = scalar(op.operands[1]);
+  llvm::Value* step = scalar(op.operands[2]);
+  const ElemType& ivt = op.operands[0]->type.elem;
+  std::vector<Carried> c(n);
+  auto store_values = [&](const std::vector<const Value*>& vals) {
+    std::vector<std::vector<llvm::Value*>> v(n);
+    for (size_t i = 0; i < n; ++i)
+      v[i] = vals[i]->type.is_tile() ? materialize(vals[i], c[i].layout) : std::vector<llvm::Value*>{scalar(vals[i])};
+    for (size_t i = 0; i < n; ++i)
+      for (size_t r = 0; r < v[i].size(); ++r) b_.CreateStore(v[i][r], c[i].slots[r]);
+  };
+  auto load_values = [&](const std::vector<Value*>& dst) {
+    for (size_t i = 0; i < n; ++i) {
+      const Type& t = dst[i]->type;
+      std::vector<llvm::Value*> regs;
+      for (llvm::Value* s : c[i].slots) regs.push_back(b_.CreateLoad(llvm_elem_type(ctx_, t.elem), s));
+      if (t.is_tile()) tiles_[dst[i]] = TileVal{TileVal::Regs, c[i].layout, regs};
+      else scalars_[dst[i]] = regs[0];
+    }
+  };
+  std::vector<const Value*> inits;
+  for (size_t i = 0; i < n; ++i) {
+    inits.push_back(op.operands[3 + i]);
+    if (inits[i]->type.is_tile()) c[i].layout = preferred_layout(inits[i]);
+    c[i].slots = carry_slots(inits[i]->type, c[i].layout);
+  }
+  store_values(inits);
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  auto* header = llvm::BasicBlock::Create(ctx_, "for.header", fn_);
+  auto* bodybb = llvm::BasicBlock::Create(ctx_, "for.body", fn_);
+  auto* exit = llvm::BasicBlock::Create(ctx_, "for.exit", fn_);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(header);
+  llvm::PHINode* iv = b_.CreatePHI(lb->getType(), 2);
+  iv->addIncoming(lb, pre);
+  llvm::Value* cond = ivt.is_unsigned() ? b_.CreateICmpULT(iv, ub) : b_.CreateICmpSLT(iv, ub);
+  b_.CreateCondBr(cond, bodybb, exit);
+  b_.SetInsertPoint(bodybb);
+  scalars_[body.args[0].get()] = iv;
+  std::vector<Value*> args;
+  for (size_t i = 0; i < n; ++i) args.push_back(body.args[1 + i].get());
+  load_values(args);
+  lower_block(body);
+  std::vector<const Value*> ys(body.terminator()->operands.begin(), body.terminator()->operands.end());
+  store_values(ys);
+  iv->addIncoming(b_.CreateAdd(iv, step), b_.GetInsertBlock());
+  b_.CreateBr(header);
+  b_.SetInsertPoint(exit);
+  std::vector<Value*> results;
+  for (auto& r : op.results) results.push_back(r.get());
+  load_values(results);
+}
+
+void GpuLowering::lower_while(const Op& op) {
+  const Block& before = *op.regions[0]->block;
+  const Block& after = *op.regions[1]->block;
+  size_t n = op.operands.size();
+  std::vector<Carried> c(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (op.operands[i]->type.is_tile()) c[i].layout = preferred_layout(op.operands[i]);
+    c[i].slots = carry_slots(op.operands[i]->type, c[i].layout);
+  }
+  auto store_into = [&](std::vector<Carried>& dst, const std::vector<const Value*>& vals) {
+    std::vector<std::vector<llvm::Value*>> v(vals.size());
+    for (size_t i = 0; i < vals.size(); ++i)
+      v[i] = vals[i]->type.is_tile() ? materialize(vals[i], dst[i].layout) : std::vector<llvm::Value*>{scalar(vals[i])};
+    for (size_t i = 0; i < vals.size(); ++i)
+      for (size_t r = 0; r < v[i].size(); ++r) b_.CreateStore(v[i][r], dst[i].slots[r]);
+  };
+  auto load_from = [&](std::vector<Carried>& src, const std::vector<Value*>& dst) {
+    for (size_t i = 0; i < dst.size(); ++i) {
+      const Type& t = dst[i]->type;
+      std::vector<llvm::Value*> regs;
+      for (llvm::Value* s : src[i].slots) regs.push_back(b_.CreateLoad(llvm_elem_type(ctx_, t.elem), s));
+      if (t.is_tile()) tiles_[dst[i]] = TileVal{TileVal::Regs, src[i].layout, regs};
+      else scalars_[dst[i]] = regs[0];
+    }
+  };
+  store_into(c, std::vector<const Value*>(op.operands.begin(), op.operands.end()));
+  auto* header = llvm::BasicBlock::Create(ctx_, "while.before", fn_);
+  auto* bodybb = llvm::BasicBlock::Create(ctx_, "while.after", fn_);
+  auto* exit = llvm::BasicBlock::Create(ctx_, "while.exit", fn_);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(header);
+  std::vector<Value*> bargs;
+  for (auto& a : before.args) bargs.push_back(a.get());
+  load_from(c, bargs);
+  lower_block(before);
+  const Op* cond = before.terminator();
+  std::vector<const Value*> passed(cond->operands.begin() + 1, cond->operands.end());
+  std::vector<Carried> p(passed.size());
+  for (size_t i = 0; i < passed.size(); ++i) {
+    if (passed[i]->type.is_tile()) p[i].layout = preferred_layout(passed[i]);
+    p[i].slots = carry_slots(passed[i]->type, p[i].layout);
+  }
+  store_into(p, passed);
+  b_.CreateCondBr(scalar(cond->operands[0]), bodybb, exit);
+  b_.SetInsertPoint(bodybb);
+  std::vector<Value*> aargs;
+  for (auto& a : after.args) aargs.push_back(a.get());
+  load_from(p, aargs);
+  lower_block(after);
+  std::vector<const Value*> ys(after.terminator()->operands.begin(), after.terminator()->operands.end());
+  store_into(c, ys);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(exit);
+  std::vector<Value*> results;
+  for (auto& r : op.results) results.push_back(r.get());
+  load_from(p, results);
+}
+
+void GpuLowering::lower_if(const Op& op) {
+  size_t n = op.results.size();
+  std::vector<Carried> c(n);
+  auto* thenbb = llvm::BasicBlock::Create(ctx_, "if.then", fn_);
+  auto* elsebb = llvm::BasicBlock::Create(ctx_, "if.else", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "if.join", fn_);
+  b_.CreateCondBr(scalar(op.operands[0]), thenbb, elsebb);
+  bool slots_made = false;
+  for (int r = 0; r < 2; ++r) {
+    b_.SetInsertPoint(r == 0 ? thenbb : elsebb);
+    const Block& blk = *op.regions[r]->block;
+    lower_block(blk);
+    if (b_.GetInsertBlock()->getTerminator()) continue;  // returned
+    const Op* y = blk.terminator();
+    if (y && y->kind == OpKind::Yield && n) {
+      if (!slots_made) {  // results take the layout of the first branch's values
+        for (size_t i = 0; i < n; ++i) {
+          if (op.result(i)->type.is_tile()) c[i].layout = preferred_layout(y->operands[i]);
+          c[i].slots = carry_slots(op.result(i)->type, c[i].layout);
+        }
+        slots_made = true;
+      }
+      std::vector<std::vector<llvm::Value*>> v(n);
+      for (size_t i = 0; i < n; ++i)
+        v[i] = y->operands[i]->type.is_tile() ? materialize(y->operands[i], c[i].layout)
+                                              : std::vector<llvm::Value*>{scalar(y->operands[i])};
+      for (size_t i = 0; i < n; ++i)
+        for (size_t k = 0; k < v[i].size(); ++k) b_.CreateStore(v[i][k], c[i].slots[k]);
+    }
+    b_.CreateBr(join);
+  }
+  b_.SetInsertPoint(join);
+  if (!slots_made) {
+    if (n) b_.CreateUnreachable();
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Type& t = op.result(i)->type;
+    std::vector<llvm::Value*> regs;
+    for (llvm::Value* s : c[i].slots) regs.push_back(b_.CreateLoad(llvm_elem_type(ctx_, t.elem), s));
+    if (t.is_tile()) tiles_[op.result(i)] = TileVal{TileVal::Regs, c[i].layout, regs};
+    else scalars_[op.result(i)] = regs[0];
+  }
+}
+
+}  // namespace tessera::codegen::nvptx

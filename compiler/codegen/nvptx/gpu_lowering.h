@@ -1,0 +1,124 @@
+// Lowers one Tile IR kernel to an NVPTX kernel function (internal to codegen/nvptx).
+//
+// One program instance is one CTA of num_warps*32 threads; tiles are spread over
+// the threads by blocked layouts (blocked_layout.h). A tile value is either
+//   * Regs: materialized, each thread holding its elements of the layout in
+//     LLVM scalars (loads, reductions, math, loop-carried and if results); or
+//   * Lazy: a cheap op (const, arange, splat, broadcast, expand_dims, reshape,
+//     permute, join/split, cheap elementwise) recomputed wherever an element is
+//     needed: `at(v, index)` evaluates element `index` (a function of the thread
+//     id) of v in the calling thread.
+// When a thread asks a Regs value for an element another thread holds, the value
+// goes through shared memory (every thread stores its elements, barrier, loads).
+// All control flow is uniform across the CTA (conditions are scalars, identical in
+// every thread), so barriers may appear anywhere.
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "analysis/axis_info.h"
+#include "codegen/nvptx/blocked_layout.h"
+#include "ir/ir.h"
+#include "tessera/compiler.h"
+
+namespace tessera::codegen::nvptx {
+
+struct TileVal {
+  enum Kind { Lazy, Regs } kind = Lazy;
+  BlockedLayout layout;             // Regs
+  std::vector<llvm::Value*> regs;   // Regs: one scalar per register
+};
+
+class GpuLowering {
+ public:
+  GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug);
+  // Emits the kernel function (named after the kernel) and returns it.
+  llvm::Function* run();
+  int shared_bytes() const { return shared_bytes_; }
+
+ private:
+  // --- gpu_lowering.cpp: kernel, scalars, control flow, tile values ---------
+  // Loads that feed broadcasts (through expand_dims) take the broadcast's layout
+  // with the broadcast dims collapsed, so broadcasting them moves no data.
+  void plan_load_layouts(const ir::Block& b);
+  void lower_block(const ir::Block& b);
+  void lower_op(const ir::Op& op);
+  void lower_tile_op(const ir::Op& op);
+  void lower_for(const ir::Op& op);
+  void lower_while(const ir::Op& op);
+  void lower_if(const ir::Op& op);
+  llvm::Value* scalar(const ir::Value* v);
+  TileVal& tile(const ir::Value* v);
+  [[noreturn]] void unsupported(const ir::Op& op, const std::string& what);
+
+  // Element `s` of v, evaluated in the current thread (scalars: the scalar).
+  llvm::Value* at(const ir::Value* v, const SymIndex& s);
+  llvm::Value* at_uncached(const ir::Value* v, const SymIndex& s);
+  std::vector<llvm::Value*> materialize(const ir::Value* v, const BlockedLayout& l);
+  BlockedLayout canonical_layout(const std::vector<int64_t>& shape) const;
+  // The layout of a Regs value this lazy value is computed from, else canonical.
+  BlockedLayout preferred_layout(const ir::Value* v);
+  const BlockedLayout* layout_hint(const ir::Value* v);
+  llvm::Value* read_through_smem(const ir::Value* v, const SymIndex& s);
+  llvm::GlobalVariable* new_smem(llvm::Type* elem, int64_t count, const std::string& name);
+  llvm::Value* runtime_index(const std::vector<IndexBit>& bits);  // i32
+  llvm::Value* thread_bit(int b);                                 // i1
+  // Threads that hold a replica (unused thread bits set) must not store.
+  llvm::Value* is_first_replica(const BlockedLayout& l);
+  void barrier();
+  llvm::Value* alloca_in_entry(llvm::Type* t);
+  std::vector<llvm::Value*> carry_slots(const ir::Type& t, const BlockedLayout& l);
+
+  // --- lower_memory_nvptx.cpp: global loads and stores ----------------------
+  void lower_load(const ir::Op& op);
+  void lower_store(const ir::Op& op);
+  llvm::Value* lower_scalar_load(const ir::Op& op);
+  void lower_scalar_store(const ir::Op& op);
+  // Elements per access for a run of registers: pointer contiguity, alignment,
+  // mask constancy and 16 bytes per access bound it.
+  int access_width(const ir::Op& op, const BlockedLayout& l);
+  int64_t mask_constancy(const ir::Value* m, int dim);
+  std::vector<llvm::Value*> emit_global_load(llvm::Value* ptr, const ir::ElemType& e, int n, llvm::Value* pred,
+                                             const std::vector<llvm::Value*>& others);
+  void emit_global_store(llvm::Value* ptr, const ir::ElemType& e, const std::vector<llvm::Value*>& vals,
+                         llvm::Value* pred);
+
+  // --- lower_reduce_nvptx.cpp ------------------------------------------------
+  void lower_reduce(const ir::Op& op);
+  std::vector<llvm::Value*> emit_combine(const ir::Op& op, const std::vector<llvm::Value*>& lhs,
+                                         const std::vector<llvm::Value*>& rhs);
+  std::vector<llvm::Value*> combine_all(const ir::Op& op, std::vector<std::vector<llvm::Value*>> parts);
+  llvm::Value* shuffle_xor(llvm::Value* v, int lane_mask);
+
+  const ir::Kernel& k_;
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  int num_warps_, num_threads_;
+  bool debug_;
+  llvm::Function* fn_ = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  analysis::AxisAnalysis axis_;
+  llvm::Value* tid_ = nullptr;
+  llvm::Value* pid_[3] = {};
+  llvm::Value* nprog_[3] = {};
+  std::map<std::vector<int64_t>, int> shape_vec_;  // per tile shape: elements per thread run
+  std::unordered_map<const ir::Value*, BlockedLayout> load_layout_;  // from plan_load_layouts
+  std::unordered_map<const ir::Value*, llvm::Value*> scalars_;
+  std::unordered_map<const ir::Value*, TileVal> tiles_;
+  // at() results, valid in the basic block they were emitted in.
+  std::unordered_map<std::string, llvm::Value*> memo_;
+  std::unordered_map<const ir::Value*, BlockedLayout> hint_memo_;
+  std::set<const ir::Value*> hint_none_;
+  std::unordered_map<const ir::Value*, llvm::GlobalVariable*> smem_of_;
+  std::set<std::pair<const ir::Value*, llvm::BasicBlock*>> smem_written_;
+  int shared_bytes_ = 0;
+  int smem_count_ = 0;
+};
+
+}  // namespace tessera::codegen::nvptx
