@@ -122,7 +122,8 @@ def main():
 
         def check_sm():
             torch.testing.assert_close(y.float(), torch.softmax(x.float(), 1), atol=2e-3, rtol=2e-3)
-        t_ms, err = try_bench(lambda: t_softmax[(x.shape[0],)](y, x, x.stride(0), x.shape[1], BLOCK=4096), check_sm)
+        t_ms, err = try_bench(lambda: t_softmax[(x.shape[0],)](y, x, x.stride(0), x.shape[1], BLOCK=4096,
+                                                               num_warps=16), check_sm)
         torch_ms = do_bench(lambda: torch.softmax(x, 1, out=y) if False else y.copy_(torch.softmax(x, 1)))
         tr_ms = (do_bench(lambda: tr_softmax[(x.shape[0],)](y, x, x.stride(0), x.shape[1], BLOCK=4096,
                                                               num_warps=16)) if triton else None)

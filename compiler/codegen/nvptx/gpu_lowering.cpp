@@ -2,11 +2,43 @@
 // values (lazy evaluation at an element index, materialization, shared memory).
 #include "codegen/nvptx/gpu_lowering.h"
 
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include "codegen/common/elementwise.h"
 
 namespace tessera::codegen::nvptx {
+
+namespace {
+
+// exp/exp2 of f32 (and f16/bf16, computed in f32) with the SFU's ex2.approx, as
+// Triton does: exp(x) = ex2(x·log2 e), relative error about 2^-22. Everything else
+// goes to the shared elementwise lowering.
+llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm::ArrayRef<llvm::Value*> args) {
+  using ir::ElemType;
+  using ir::OpKind;
+  using ir::ScalarKind;
+  if ((op.kind == OpKind::Exp || op.kind == OpKind::Exp2) && op.result()->type.elem.is_float() &&
+      op.result()->type.elem.kind != ScalarKind::F64 && !args[0]->getType()->isVectorTy()) {
+    const ElemType& e = op.result()->type.elem;
+    ElemType f32{ScalarKind::F32, ScalarKind::I32};
+    llvm::Value* x = emit_cast(b, args[0], e, f32);
+    if (op.kind == OpKind::Exp) x = b.CreateFMul(x, llvm::ConstantFP::get(b.getFloatTy(), 1.4426950408889634));
+    llvm::Value* r = b.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {x});
+    return emit_cast(b, r, f32, e);
+  }
+  // fp32 `/` is div.full.f32 (max error 2 ulp), as in Triton; tl.div_rn and
+  // tl.fdiv(ieee_rounding=True) mark the op rounding = "rn" and stay IEEE.
+  if (op.kind == OpKind::Div && op.result()->type.elem.kind == ScalarKind::F32 && op.str_attr("rounding") != "rn" &&
+      !args[0]->getType()->isVectorTy() && !args[1]->getType()->isVectorTy()) {
+    auto* fty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy(), b.getFloatTy()}, false);
+    auto* div_full = llvm::InlineAsm::get(fty, "div.full.f32 $0, $1, $2;", "=f,f,f", false);
+    return b.CreateCall(div_full, {args[0], args[1]});
+  }
+  return emit_elementwise(b, op, args);
+}
+
+}  // namespace
 
 using namespace ir;
 
@@ -159,7 +191,7 @@ void GpuLowering::lower_op(const Op& op) {
   if (op_has_trait(op.kind, 'E') || op.kind == OpKind::Hint) {
     std::vector<llvm::Value*> args;
     for (Value* v : op.operands) args.push_back(scalar(v));
-    scalars_[op.result()] = emit_elementwise(b_, op, args);
+    scalars_[op.result()] = emit_gpu_elementwise(b_, op, args);
     return;
   }
   unsupported(op, std::string("'") + op.name() + "' is not supported on the GPU yet");
@@ -260,7 +292,7 @@ llvm::Value* GpuLowering::at_uncached(const Value* v, const SymIndex& s) {
   }
   std::vector<llvm::Value*> args;
   for (const Value* a : op.operands) args.push_back(at(a, s));
-  return emit_elementwise(b_, op, args);
+  return emit_gpu_elementwise(b_, op, args);
 }
 
 std::vector<llvm::Value*> GpuLowering::materialize(const Value* v, const BlockedLayout& l) {

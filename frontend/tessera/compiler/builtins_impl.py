@@ -213,7 +213,7 @@ def _umulhi(cg, x, y):
 
 @builtin_impl("fdiv")
 def _fdiv(cg, x, y, ieee_rounding=False):
-    return cg.sem.fdiv(x, y)
+    return cg.sem.fdiv(x, y, ieee=bool(getattr(ieee_rounding, "value", ieee_rounding)))
 
 
 @builtin_impl("div_rn")

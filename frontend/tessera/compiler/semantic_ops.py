@@ -395,13 +395,17 @@ class ElementwiseOps:
             r = self.cast(r, D.BY_IR["i" + x.dtype.ir[1:]], bitcast=True)
         return r
 
-    def fdiv(self, x, y, what="tl.fdiv"):
+    def fdiv(self, x, y, what="tl.fdiv", ieee=False):
         # As Triton: both operands must be floats (Python numbers are weak).
         for v in (x, y):
             if isinstance(v, Value) and not v.dtype.is_floating():
                 raise SemanticError(f"{what} needs floating-point operands, got {describe(v)}")
         if is_number(x) and is_number(y):
             x = self.to_value(float(x))
+        if what == "tl.div_rn" or ieee:
+            # IEEE round-to-nearest even where `/` may be approximate (GPUs: div.full.f32).
+            x, y = self.promote(x, y, "truediv", "truediv")
+            return self._op("div", [x, y], x.dtype, x.shape, {"rounding": "rn"})
         return self.truediv(x, y)
 
     def cdiv(self, x, y):
