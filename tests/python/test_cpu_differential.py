@@ -326,8 +326,6 @@ def test_reduction_at_root(kernel_dir, tree, env, shape, seed, red, axis):
         np.testing.assert_array_equal(c, i)
 
 
-@pytest.mark.xfail(reason="interpreter tl.sigmoid = 1/(1+exp(-x)) gives 0 for x < -88.7 (f32) / -709.8 (f64) "
-                          "where the true result is a nonzero denormal (compiled is right)", strict=True)
 def test_interpreter_sigmoid_of_very_negative_arguments(kernel_dir):
     src = kernel_source("gen", ["tl.store(out_ptr + rm * BN + rn, tl.sigmoid(x), mask=mask)"])
     kernel = load_kernel(kernel_dir, src)

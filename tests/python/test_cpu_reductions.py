@@ -194,8 +194,6 @@ def test_argmax_tie_break_right_picks_some_maximum(axis):
         np.testing.assert_array_equal(x[np.arange(16), idx], x.max(axis=1))
 
 
-@pytest.mark.xfail(reason="code generator: axis=None with keep_dims=True gives shape (1,), Triton and "
-                          "the interpreter give (1, 1)", strict=True)
 @pytest.mark.parametrize("fn", [r_sum, r_max, r_argmin, r_xor, r_user_or], ids=lambda f: f.__name__)
 def test_keep_dims_axis_none_keeps_the_rank(fn):
     x = _data(np.int32, (16, 32), 21) & 0xFF
@@ -217,8 +215,6 @@ def constexpr_is_none_kernel(out_ptr, AXIS: tl.constexpr):
         tl.store(out_ptr, 2)
 
 
-@pytest.mark.xfail(reason="interpreter: `AXIS is None` is False for a constexpr parameter given None "
-                          "(it is wrapped in KernelConstexpr)", strict=True)
 def test_constexpr_is_none_in_interpreter():
     out = np.zeros(1, np.int32)
     constexpr_is_none_kernel[(1,)](out, AXIS=None)
@@ -228,8 +224,6 @@ def test_constexpr_is_none_in_interpreter():
     assert out[0] == 1
 
 
-@pytest.mark.xfail(reason="interpreter: tensor.dtype == <constexpr dtype> is False (dtype.__eq__ does not "
-                          "unwrap a KernelConstexpr)", strict=True)
 def test_dtype_compares_equal_to_constexpr_dtype_in_interpreter():
     x = np.zeros(2, np.float32)
     dtype_eq_constexpr_kernel[(1,)](x, T=tl.float32)          # compiled: fine

@@ -184,6 +184,8 @@ class TileOps:
 
     def reduce(self, inputs, axis, combine, keep_dims=False, what="tl.reduce"):
         """inputs: list of tiles of one shape; combine(lhs_scalars, rhs_scalars) -> scalars."""
+        full = axis is None
+        orig_rank = len(getattr(inputs[0], "shape", ()) or ())
         inputs, axis = self._prepare_reduce_inputs(inputs, axis, what)
         region = self._combine_region(inputs, combine, what)
         shape = inputs[0].shape
@@ -192,7 +194,11 @@ class TileOps:
                                  [IRType(v.dtype, rshape) for v in inputs], {"axis": axis}, [region])
         results = [Value(r) for r in op.results]
         if keep_dims:
-            results = [self.expand_dims(r, axis) for r in results]
+            if full:  # axis=None keeps every dimension as size 1 (as numpy and Triton)
+                for _ in range(max(orig_rank, 1)):
+                    results = [self.expand_dims(r, 0) for r in results]
+            else:
+                results = [self.expand_dims(r, axis) for r in results]
         return results
 
     def scan(self, inputs, axis, combine, reverse=False, what="tl.associative_scan"):
@@ -210,6 +216,7 @@ class TileOps:
         """(values, indices) of the max (greater=True) or min along axis; ties go to the
         smaller index when tie_break_left (as Triton's _argmax_combine)."""
         x = self._tile(x, what)
+        full_rank = len(x.shape) if axis is None else None
         if axis is None:
             x = self.reshape(x, (_numel(x.shape),))
             axis = 0
@@ -228,7 +235,11 @@ class TileOps:
                 better = self.logical_or(better, tie)
             return [self.where(better, v1, v2), self.where(better, i1, i2)]
 
-        return self.reduce([x, index], axis, combine, keep_dims, what)
+        results = self.reduce([x, index], axis, combine, keep_dims and full_rank is None, what)
+        if keep_dims and full_rank is not None:  # axis=None: every dimension kept as 1
+            for _ in range(max(full_rank, 1)):
+                results = [self.expand_dims(r, 0) for r in results]
+        return results
 
     # ------------------------------------------------------------------ dot
     def dot(self, a, b, acc, input_precision, out_dtype):

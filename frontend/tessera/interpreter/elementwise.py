@@ -68,7 +68,9 @@ _MATH = {
     "sqrt_rn": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "floor": np.floor,
     "ceil": np.ceil, "erf": _erf,
     "rsqrt": lambda x: np.asarray(1, x.dtype) / np.sqrt(x),
-    "sigmoid": lambda x: np.asarray(1, x.dtype) / (np.asarray(1, x.dtype) + np.exp(-x)),
+    # exp(-|x|) never overflows: for x << 0 the result is the (denormal) e/(1+e).
+    "sigmoid": lambda x: np.where(x >= 0, np.asarray(1, x.dtype) / (np.asarray(1, x.dtype) + np.exp(-np.abs(x))),
+                                  np.exp(-np.abs(x)) / (np.asarray(1, x.dtype) + np.exp(-np.abs(x)))),
 }
 
 

@@ -148,12 +148,12 @@ def _bind_arguments(fn, args: dict, constexprs: dict, types: dict, memory: Memor
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise TypeError(f"kernel '{fn.__name__}' cannot take *args or **kwargs")
         if name in constexprs:
-            values.append(KernelConstexpr(constexprs[name]))
+            values.append(_constexpr_argument(constexprs[name]))
         elif name in args:
             values.append(_runtime_argument(name, args[name], types.get(name), memory))
         elif p.default is not p.empty:
             if _is_constexpr_annotation(p.annotation) or isinstance(p.default, core.constexpr):
-                values.append(KernelConstexpr(p.default))
+                values.append(_constexpr_argument(p.default))
             else:
                 values.append(_runtime_argument(name, p.default, types.get(name), memory))
         else:
@@ -168,6 +168,15 @@ def _normalize_grid(grid) -> tuple:
     if not 1 <= len(grid) <= 3 or any(g < 0 for g in grid):
         raise ValueError(f"grid must be 1 to 3 non-negative ints, got {grid}")
     return grid + (1,) * (3 - len(grid))
+
+
+def _constexpr_argument(value):
+    """Numbers get constexpr arithmetic; None and dtypes stay themselves, so that
+    `AXIS is None` and `x.dtype == T` behave as in compiled kernels."""
+    v = value.value if isinstance(value, core.constexpr) else value
+    if v is None or isinstance(v, D.dtype):
+        return v
+    return KernelConstexpr(v)
 
 
 def run_grid(fn, grid, args: dict, constexprs: dict, *, types: dict | None = None) -> None:
