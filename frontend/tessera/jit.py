@@ -365,6 +365,8 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
             if s[0] == "ptr":
                 arg_types[name] = D.pointer_type(D.BY_IR[s[1]])
                 devices.add(s[2])
+                if len(s) > 3 and s[3] and name not in self.do_not_specialize:
+                    attrs[name] = {"divisibility": 16}
             elif s[0] == "scalar":
                 arg_types[name] = D.NUMPY_TO_DTYPE[s[1]]
             elif isinstance(s, tuple):

@@ -90,6 +90,13 @@ except ImportError:  # pragma: no cover
     _np_generic = ()
 
 
+def _data_ptr(value) -> int:
+    if hasattr(value, "data_ptr"):
+        return int(value.data_ptr())
+    cai = getattr(value, "__cuda_array_interface__", None)
+    return int(cai["data"][0]) if cai else 0
+
+
 def spec_of(value):
     """A hashable key for how `value` specializes its (non-constexpr) parameter."""
     f = _FAST.get(type(value))
@@ -113,6 +120,10 @@ def spec_of(value):
         return ("scalar", name)
     ad = array_dtype(value)
     if ad is not None:
+        if ad[1] != "cpu":
+            # GPU pointers also specialize on 16-byte alignment (as Triton): it is what
+            # lets loads and stores be 16 bytes per thread (ld.global.v4).
+            return ("ptr", ad[0].ir, ad[1], _data_ptr(value) % 16 == 0)
         return ("ptr", ad[0].ir, ad[1])
     if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "shape", None) == ():
         return ("scalar", str(value.dtype))
