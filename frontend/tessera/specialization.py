@@ -97,12 +97,31 @@ def _data_ptr(value) -> int:
     return int(cai["data"][0]) if cai else 0
 
 
+_TORCH_SPEC_CACHE = {}
+
+
+def _torch_spec(value):
+    """torch.Tensor fast path: (dtype, device) pairs are cached; a CUDA pointer adds
+    its 16-byte alignment (one data_ptr() call)."""
+    k = (value.dtype, value.device)
+    base = _TORCH_SPEC_CACHE.get(k)
+    if base is None:
+        t, dev = array_dtype(value)
+        base = _TORCH_SPEC_CACHE[k] = ("ptr", t.ir, dev)
+    if base[2] == "cpu":
+        return base
+    return base + (value.data_ptr() % 16 == 0,)
+
+
 def spec_of(value):
     """A hashable key for how `value` specializes its (non-constexpr) parameter."""
     f = _FAST.get(type(value))
     if f is not None:
         return f(value)
     t = type(value)
+    if t.__module__ == "torch" and t.__name__ in ("Tensor", "Parameter"):
+        _FAST[t] = _torch_spec
+        return _torch_spec(value)
     if t is bool:
         return "i1"
     if t is int:

@@ -36,6 +36,7 @@ struct Driver {
   CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
   CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
   CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
   CUresult (*cuCtxSynchronize)();
   CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned, void*, void**);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
@@ -65,7 +66,7 @@ Driver& driver() {
               sym(d, d.cuDeviceGet, "cuDeviceGet") && sym(d, d.cuDeviceGetName, "cuDeviceGetName") &&
               sym(d, d.cuDeviceGetAttribute, "cuDeviceGetAttribute") &&
               sym(d, d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
-              sym(d, d.cuCtxSetCurrent, "cuCtxSetCurrent") && sym(d, d.cuCtxSynchronize, "cuCtxSynchronize") &&
+              sym(d, d.cuCtxSetCurrent, "cuCtxSetCurrent") && sym(d, d.cuCtxGetCurrent, "cuCtxGetCurrent") && sym(d, d.cuCtxSynchronize, "cuCtxSynchronize") &&
               sym(d, d.cuModuleLoadDataEx, "cuModuleLoadDataEx") &&
               sym(d, d.cuModuleGetFunction, "cuModuleGetFunction") &&
               sym(d, d.cuFuncSetAttribute, "cuFuncSetAttribute") && sym(d, d.cuLaunchKernel, "cuLaunchKernel");
@@ -104,8 +105,17 @@ Driver& require() {
 std::mutex g_mutex;
 std::map<int, CUcontext> g_contexts;
 
+// Last (device, context) this thread made current: if the context is still current
+// (torch may have switched it), launching needs no lock and no cuCtxSetCurrent.
+thread_local int t_device = -1;
+thread_local CUcontext t_context = nullptr;
+
 void make_current(int device) {
   Driver& d = require();
+  if (t_device == device) {
+    CUcontext cur = nullptr;
+    if (d.cuCtxGetCurrent(&cur) == 0 && cur == t_context) return;
+  }
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_contexts.find(device);
   if (it == g_contexts.end()) {
@@ -116,6 +126,8 @@ void make_current(int device) {
     it = g_contexts.emplace(device, ctx).first;
   }
   check(d.cuCtxSetCurrent(it->second), "cuCtxSetCurrent");
+  t_device = device;
+  t_context = it->second;
 }
 
 }  // namespace
