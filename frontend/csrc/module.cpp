@@ -255,5 +255,20 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release release;
     runtime::cuda::synchronize(device);
   });
+  m.def("cuda_malloc", &runtime::cuda::mem_alloc);
+  m.def("cuda_free", &runtime::cuda::mem_free);
+  m.def("cuda_memset", &runtime::cuda::mem_set);
+  m.def("cuda_copy_to_device", [](int device, uintptr_t dst, py::buffer src) {
+    py::buffer_info info = src.request();
+    size_t bytes = static_cast<size_t>(info.size) * static_cast<size_t>(info.itemsize);
+    py::gil_scoped_release release;
+    runtime::cuda::copy_to_device(device, dst, info.ptr, bytes);
+  });
+  m.def("cuda_copy_to_host", [](int device, py::buffer dst, uintptr_t src) {
+    py::buffer_info info = dst.request(true);
+    size_t bytes = static_cast<size_t>(info.size) * static_cast<size_t>(info.itemsize);
+    py::gil_scoped_release release;
+    runtime::cuda::copy_to_host(device, info.ptr, src, bytes);
+  });
   m.def("num_threads", [] { return runtime::ThreadPool::global().num_threads(); });
 }

@@ -6,6 +6,7 @@ from .errors import CompilationError, InternalCompilerError  # noqa: F401
 from .jit import CompiledKernel, Kernel, jit, kernel, set_debug, set_interpret  # noqa: F401
 from .compile_api import compile  # noqa: F401
 from .language.core import constexpr  # noqa: F401
+from .array import Array, empty, from_numpy, zeros  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -28,6 +28,11 @@ def array_dtype(value):
     if dt is None:
         return None
     mod = type(value).__module__
+    if mod == "tessera.array":  # tessera.Array
+        t = D.NUMPY_TO_DTYPE.get(dt.name)
+        if t is None:
+            raise TypeError(f"tessera.Array dtype {dt} is not supported")
+        return t, value.device
     if mod.startswith("torch"):
         t = D.TORCH_TO_DTYPE.get(str(dt))
         if t is None:

@@ -41,6 +41,11 @@ struct Driver {
   CUresult (*cuModuleLoadDataEx)(CUmodule*, const void*, unsigned, void*, void**);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuMemAlloc)(unsigned long long*, size_t);
+  CUresult (*cuMemFree)(unsigned long long);
+  CUresult (*cuMemcpyHtoD)(unsigned long long, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, unsigned long long, size_t);
+  CUresult (*cuMemsetD8)(unsigned long long, unsigned char, size_t);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**);
 };
@@ -69,7 +74,10 @@ Driver& driver() {
               sym(d, d.cuCtxSetCurrent, "cuCtxSetCurrent") && sym(d, d.cuCtxGetCurrent, "cuCtxGetCurrent") && sym(d, d.cuCtxSynchronize, "cuCtxSynchronize") &&
               sym(d, d.cuModuleLoadDataEx, "cuModuleLoadDataEx") &&
               sym(d, d.cuModuleGetFunction, "cuModuleGetFunction") &&
-              sym(d, d.cuFuncSetAttribute, "cuFuncSetAttribute") && sym(d, d.cuLaunchKernel, "cuLaunchKernel");
+              sym(d, d.cuFuncSetAttribute, "cuFuncSetAttribute") && sym(d, d.cuLaunchKernel, "cuLaunchKernel") &&
+              sym(d, d.cuMemAlloc, "cuMemAlloc_v2") && sym(d, d.cuMemFree, "cuMemFree_v2") &&
+              sym(d, d.cuMemcpyHtoD, "cuMemcpyHtoD_v2") && sym(d, d.cuMemcpyDtoH, "cuMemcpyDtoH_v2") &&
+              sym(d, d.cuMemsetD8, "cuMemsetD8_v2");
     if (!ok) {
       dlclose(d.lib);
       d.lib = nullptr;
@@ -189,6 +197,38 @@ void synchronize(int device) {
   Driver& d = require();
   make_current(device);
   check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
+uintptr_t mem_alloc(int device, size_t bytes) {
+  Driver& d = require();
+  make_current(device);
+  unsigned long long p = 0;
+  check(d.cuMemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
+  return static_cast<uintptr_t>(p);
+}
+
+void mem_free(int device, uintptr_t ptr) {
+  Driver& d = require();
+  make_current(device);
+  check(d.cuMemFree(ptr), "cuMemFree");
+}
+
+void copy_to_device(int device, uintptr_t dst, const void* src, size_t bytes) {
+  Driver& d = require();
+  make_current(device);
+  if (bytes) check(d.cuMemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+}
+
+void copy_to_host(int device, void* dst, uintptr_t src, size_t bytes) {
+  Driver& d = require();
+  make_current(device);
+  if (bytes) check(d.cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+}
+
+void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes) {
+  Driver& d = require();
+  make_current(device);
+  if (bytes) check(d.cuMemsetD8(dst, value, bytes), "cuMemsetD8");
 }
 
 }  // namespace tessera::runtime::cuda

@@ -38,4 +38,12 @@ void launch(int device, uintptr_t function, int g0, int g1, int g2, int threads,
 // Blocks until all work on the device's primary context is done.
 void synchronize(int device);
 
+// Device memory (for tessera.Array without torch/CuPy): allocation, free and
+// synchronous copies between host and device.
+uintptr_t mem_alloc(int device, size_t bytes);
+void mem_free(int device, uintptr_t ptr);
+void copy_to_device(int device, uintptr_t dst, const void* src, size_t bytes);
+void copy_to_host(int device, void* dst, uintptr_t src, size_t bytes);
+void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes);
+
 }  // namespace tessera::runtime::cuda
