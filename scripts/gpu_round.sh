@@ -30,5 +30,10 @@ mkdir -p "$OUT_DIR"
 
 echo "== GPU tests"
 $PY -m pytest -q -m gpu tests/python -p no:cacheprovider 2>&1 | tee "$OUT_DIR/gpu_tests.log" | tail -25
+echo "== the CPU op-by-op suite rerun on the GPU (coverage report, not a gate)"
+TESSERA_TEST_DEVICE=cuda timeout 300 $PY -m pytest -q -p no:cacheprovider tests/python/test_cpu_elementwise.py \
+  tests/python/test_cpu_memory.py tests/python/test_cpu_reductions.py tests/python/test_cpu_shapes.py \
+  tests/python/test_cpu_control_flow.py tests/python/test_cpu_dot.py tests/python/test_cpu_random.py \
+  tests/python/test_cpu_dtypes.py 2>&1 | tee "$OUT_DIR/gpu_suite.log" | tail -3
 echo "== GPU benchmark"
 $PY bench/bench_gpu.py --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/gpu_bench.log" | tail -40
