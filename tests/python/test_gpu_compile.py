@@ -104,17 +104,114 @@ def test_softmax_reduces_with_warp_shuffles(num_warps, tmp_path):
     assemble(ptx, "sm_90a", tmp_path)
 
 
-def test_unsupported_op_is_a_compilation_error_with_the_line():
+def test_dot_too_large_for_shared_memory_is_a_compilation_error_with_the_line():
+    # 128x64 + 64x128 f32 operands (64 KB) do not fit the 48 KB the dot stages them in.
     @tessera.kernel
-    def cumsum(x_ptr, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + offs)
-        tl.store(x_ptr + offs, tl.cumsum(x, axis=0))
+    def big_dot(a_ptr, c_ptr, BM: tl.constexpr, BK: tl.constexpr):
+        r = tl.arange(0, BM)
+        k = tl.arange(0, BK)
+        a = tl.load(a_ptr + r[:, None] * BK + k[None, :])
+        c = tl.dot(a, tl.trans(a))
+        tl.store(c_ptr + r[:, None] * BM + r[None, :], c)
 
     with pytest.raises(tessera.CompilationError) as e:
-        tessera.compile(cumsum, signature="*fp32", constexprs={"BLOCK": 128}, target="cuda:90a")
-    assert "not supported on the GPU yet" in str(e.value)
-    assert "tl.cumsum" in str(e.value)  # the source line is shown
+        tessera.compile(big_dot, signature="*fp32,*fp32", constexprs={"BM": 128, "BK": 64}, target="cuda:90a")
+    assert "at most 48 KB" in str(e.value)
+    assert "tl.dot(a, tl.trans(a))" in str(e.value)  # the source line is shown
+
+
+# The tutorial's matmul (tutorials/03_matmul.py, without grouping): a K loop, masks.
+@tessera.kernel
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        kk = k * BK + rk
+        a = tl.load(a_ptr + rm[:, None] * s_am + kk[None, :] * s_ak,
+                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + kk[:, None] * s_bk + rn[None, :] * s_bn,
+                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@pytest.mark.parametrize("target,arch", [("cuda:90a", "sm_90a"), ("cuda:80", "sm_80")])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_matmul_uses_fma_on_shared_memory_operands(dtype, target, arch, tmp_path):
+    ck = tessera.compile(matmul_kernel, signature=f"*{dtype},*{dtype},*fp32" + ",i32" * 9,
+                         constexprs={"BM": 64, "BN": 64, "BK": 32}, target=target)
+    ptx = ck.asm["ptx"]
+    assert ptx.count("fma.rn.f32") >= 32, ptx  # 8 rows x 4 columns of C per thread
+    assert ptx.count("bar.sync") == 2          # stage A and B, then read them
+    assert "ld.shared" in ptx
+    assert ck.metadata["shared"] == str(2 * 64 * 32 * (4 if dtype == "fp32" else 2))
+    assemble(ptx, arch, tmp_path)
+
+
+@tessera.kernel
+def cumsum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, REVERSE: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + tl.program_id(0) * n + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr + tl.program_id(0) * n + offs, tl.cumsum(x, axis=0, reverse=REVERSE), mask=offs < n)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumsum_compiles_and_assembles(reverse, tmp_path):
+    ck = tessera.compile(cumsum_kernel, signature="*fp32,*fp32,i32", constexprs={"BLOCK": 1024, "REVERSE": reverse},
+                         target="cuda:90a")
+    ptx = ck.asm["ptx"]
+    assert "st.shared" in ptx and ptx.count("bar.sync") == 4  # stage, chunk scans, prefixes, read back
+    assemble(ptx, "sm_90a", tmp_path)
+
+
+@tessera.kernel
+def histogram_kernel(x_ptr, hist_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0)
+    tl.atomic_add(hist_ptr + x, tl.full((BLOCK,), 1, tl.int32), mask=mask)
+
+
+@pytest.mark.parametrize("target,arch", [("cuda:90a", "sm_90a"), ("cuda:80", "sm_80")])
+def test_histogram_uses_global_atomics(target, arch, tmp_path):
+    ck = tessera.compile(histogram_kernel, signature="*i32,*i32,i32", constexprs={"BLOCK": 1024}, target=target)
+    ptx = ck.asm["ptx"]
+    assert ptx.count("atom.global.add.u32") == 8, ptx  # 1024 keys over 128 threads
+    assert ptx.count("fence.acq_rel.gpu") == 2
+    assemble(ptx, arch, tmp_path)
+
+
+@tessera.kernel
+def argmax_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + tl.program_id(0) * n + offs, mask=offs < n, other=-float("inf"))
+    tl.store(out_ptr + tl.program_id(0), tl.argmax(x, axis=0))
+
+
+def test_argmax_compiles_and_assembles(tmp_path):
+    ck = tessera.compile(argmax_kernel, signature="*fp32,*i32,i32", constexprs={"BLOCK": 1024}, target="cuda:90a")
+    assert "shfl.sync.bfly.b32" in ck.asm["ptx"]
+    assemble(ck.asm["ptx"], "sm_90a", tmp_path)
+
+
+@tessera.kernel
+def print_assert_kernel(x_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.device_print("x: ", x)
+    tl.device_assert(x > 0, "x must be positive")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_print_uses_vprintf_and_assert_uses_assertfail_when_debug(debug, tmp_path):
+    ck = tessera.compile(print_assert_kernel, signature="*fp32", constexprs={"BLOCK": 64}, target="cuda:90a",
+                         debug=debug)
+    ptx = ck.asm["ptx"]
+    assert "vprintf" in ptx
+    assert ("__assertfail" in ptx) == debug
+    assemble(ptx, "sm_90a", tmp_path)
 
 
 def test_gpu_compile_goes_through_the_disk_cache(tmp_path, monkeypatch):

@@ -161,20 +161,16 @@ void GpuLowering::lower_op(const Op& op) {
     case OpKind::Yield:
     case OpKind::Condition:
     case OpKind::Assume: return;
-    case OpKind::Assert:
-      // A no-op unless compiled with TESSERA_DEBUG=1 (CompileOptions::debug).
-      if (debug_) unsupported(op, "'assert' is not supported on the GPU yet");
-      return;
+    case OpKind::Assert: return lower_assert(op);  // a no-op unless debug (TESSERA_DEBUG=1)
+    case OpKind::Print: return lower_print(op);
     case OpKind::Store:
       if (op.operands[1]->type.is_tile()) return lower_store(op);
       return lower_scalar_store(op);
     case OpKind::Reduce: return lower_reduce(op);
-    case OpKind::Scan:
-    case OpKind::Dot:
+    case OpKind::Scan: return lower_scan(op);
+    case OpKind::Dot: return lower_dot(op);
     case OpKind::AtomicRmw:
-    case OpKind::AtomicCas:
-    case OpKind::Print:
-      unsupported(op, std::string("'") + op.name() + "' is not supported on the GPU yet");
+    case OpKind::AtomicCas: return lower_atomic(op);
     default: break;
   }
   if (!op.results.empty() && op.result()->type.is_tile()) return lower_tile_op(op);

@@ -17,6 +17,7 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -95,6 +96,23 @@ class GpuLowering {
   std::vector<llvm::Value*> combine_all(const ir::Op& op, std::vector<std::vector<llvm::Value*>> parts);
   llvm::Value* shuffle_xor(llvm::Value* v, int lane_mask);
 
+  // --- lower_dot_nvptx.cpp: dot with FMA, operands staged in shared memory ---
+  void lower_dot(const ir::Op& op);
+
+  // --- lower_scan_nvptx.cpp: inclusive scans through shared memory ---------
+  void lower_scan(const ir::Op& op);
+  // Emits `for (iv = 0; iv < n; ++iv) body(iv)` (iv i32); n a runtime i32.
+  void emit_loop(llvm::Value* n, const std::function<void(llvm::Value*)>& body);
+
+  // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
+  void lower_atomic(const ir::Op& op);
+  bool has_uses(const ir::Value* v);
+
+  // --- lower_debug_nvptx.cpp: print (vprintf) and assert (__assertfail) -----
+  void lower_print(const ir::Op& op);
+  void lower_assert(const ir::Op& op);
+  llvm::Value* global_cstring(const std::string& text);  // generic pointer
+
   const ir::Kernel& k_;
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
@@ -119,6 +137,10 @@ class GpuLowering {
   std::set<std::pair<const ir::Value*, llvm::BasicBlock*>> smem_written_;
   int shared_bytes_ = 0;
   int smem_count_ = 0;
+  // Staging buffers for dot operands, shared by every dot (lower_dot_nvptx.cpp).
+  llvm::GlobalVariable* dot_smem_[2] = {};
+  std::set<const ir::Value*> used_;  // values some op uses (for has_uses)
+  bool used_ready_ = false;
 };
 
 }  // namespace tessera::codegen::nvptx
