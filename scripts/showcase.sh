@@ -12,3 +12,11 @@ for t in tutorials/[0-9]*.py; do
   echo "================ $t ================"
   python3 "$t"
 done
+# With a usable NVIDIA GPU (and torch), the same kernels on the GPU next to torch and
+# Triton: results are checked against torch, then timed.
+if python3 -c "import torch, tessera; from tessera._core import _C; assert _C.cuda_available() and torch.cuda.is_available()" 2>/dev/null; then
+  echo "================ GPU: bench/bench_gpu.py ================"
+  python3 bench/bench_gpu.py --out "$(mktemp -d)"
+else
+  echo "(no usable NVIDIA GPU here: the showcase ran on the CPU)"
+fi
