@@ -224,3 +224,22 @@ def test_gpu_compile_goes_through_the_disk_cache(tmp_path, monkeypatch):
     assert not first.from_cache and again.from_cache
     assert again.binary == first.binary and again.asm["ptx"] == first.asm["ptx"]
     assert again.metadata.get("shared") == str(first.metadata.get("shared"))
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas (CUDA toolkit) not installed")
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("which", ["add", "softmax"])
+def test_tutorial_kernels_have_no_local_memory_spills(tmp_path, arch, which):
+    if which == "add":
+        ck = tessera.compile(add_kernel, signature="*fp32:16,*fp32:16,*fp32:16,i32:16",
+                             constexprs={"BLOCK_SIZE": 1024}, target="cuda:" + arch[3:])
+    else:
+        ck = tessera.compile(softmax_kernel, signature="*fp32:16,*fp32:16,i32:16,i32:16,i32",
+                             constexprs={"BLOCK_SIZE": 4096}, target="cuda:" + arch[3:], num_warps=16)
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(ck.asm["ptx"])
+    r = subprocess.run([PTXAS, f"-arch={arch}", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in r.stderr, r.stderr
+    assert "0 bytes stack frame" in r.stderr, r.stderr
