@@ -222,9 +222,19 @@ llvm::Value* emit_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm::Ar
     case OpKind::AddPtr: {
       const ElemType& off_t = op.operands[1]->type.elem;
       llvm::Type* i64 = with_lanes(b.getInt64Ty(), args[1]->getType());
-      llvm::Value* off = off_t.is_unsigned() || off_t.is_bool() ? b.CreateZExtOrTrunc(args[1], i64) : b.CreateSExtOrTrunc(args[1], i64);
+      bool uns = off_t.is_unsigned() || off_t.is_bool();
+      auto widen_offset = [&](llvm::Value* o) { return uns ? b.CreateZExtOrTrunc(o, i64) : b.CreateSExtOrTrunc(o, i64); };
       llvm::Type* elem = llvm_mem_type(b.getContext(), out.pointee_type());
-      return b.CreateGEP(elem, args[0], off);
+      // An offset a + b known not to wrap (a range-checked `pid*BLOCK + arange`) is
+      // the same as two steps, p + a + b, each widened on its own: the step that is
+      // the same in every chunk then leaves the loop instead of a sign extension of
+      // the sum per chunk.
+      auto* add = llvm::dyn_cast<llvm::BinaryOperator>(args[1]);
+      if (add && add->getOpcode() == llvm::Instruction::Add && off_t.bits() < 64 &&
+          (uns ? add->hasNoUnsignedWrap() : add->hasNoSignedWrap()))
+        return b.CreateGEP(elem, b.CreateGEP(elem, args[0], widen_offset(add->getOperand(0))),
+                           widen_offset(add->getOperand(1)));
+      return b.CreateGEP(elem, args[0], widen_offset(args[1]));
     }
     case OpKind::Select: return b.CreateSelect(args[0], args[1], args[2]);
     case OpKind::Hint: return args[0];

@@ -15,6 +15,9 @@
 #include <llvm/TargetParser/Host.h>
 #include <llvm/Transforms/Utils/Cloning.h>
 
+#include <unistd.h>
+
+#include <fstream>
 #include <mutex>
 
 #include "codegen/common/llvm_errors.h"
@@ -41,6 +44,28 @@ std::string print_module(const llvm::Module& m) {
   llvm::raw_string_ostream os(s);
   m.print(os, nullptr);
   return s;
+}
+
+// The size of one instance of the last-level cache (what a core can use), from
+// sysfs as lscpu reads it; else the C library's answer (in a VM it may be the sum
+// over all of the host's L3 slices), else 32 MB. Only the threshold of streaming
+// stores depends on it.
+int64_t host_last_level_cache_bytes() {
+  int64_t best = 0;
+  for (int index = 0; index < 8; ++index) {
+    std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream type(dir + "type"), size(dir + "size");
+    std::string t, s;
+    if (!(type >> t) || !(size >> s)) break;
+    if (t == "Instruction" || s.empty()) continue;
+    int64_t v = std::atoll(s.c_str());
+    char unit = s.back();
+    v *= unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1;
+    best = std::max(best, v);
+  }
+  if (best > 0) return best;
+  long bytes = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return bytes > 0 ? bytes : int64_t{32} << 20;
 }
 
 }  // namespace
@@ -75,6 +100,7 @@ X86Output compile_x86(const ir::Kernel& k, const CompileOptions& opts) {
   td.vector_bits = avx512 ? 512 : 256;
   td.cpu_features = out.cpu_features;
   td.chunk_lanes = 16;
+  td.last_level_cache_bytes = host_last_level_cache_bytes();
 
   llvm::LLVMContext ctx;
   auto m = std::make_unique<llvm::Module>("tessera_" + k.name, ctx);

@@ -50,8 +50,11 @@ Blocking choose_blocking(int vector_bits, llvm::Type* acc_ty) {
 class DotEmitter {
  public:
   DotEmitter(llvm::IRBuilderBase& b, Value* a, Value* bm, Value* c, DotShape shape,
-             llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty, int vector_bits)
-      : b_(b),
+             llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty, int vector_bits, DotStart start,
+             bool c_first)
+      : start_(start),
+        c_first_(c_first),
+        b_(b),
         a_(a),
         b_mat_(bm),
         c_(c),
@@ -108,7 +111,9 @@ class DotEmitter {
     }
     Value* b_cols = b_.CreateGEP(b_ty_, b_mat_, j0);
     std::vector<Value*> acc(rows * vectors);
-    for (size_t t = 0; t < acc.size(); ++t) acc[t] = load(acc_vec_ty, c_ptrs[t], c_ty_);
+    for (size_t t = 0; t < acc.size(); ++t)
+      acc[t] = start_ == DotStart::LoadC ? load(acc_vec_ty, c_ptrs[t], c_ty_)
+                                         : llvm::Constant::getNullValue(acc_vec_ty);
 
     auto k_step = [&](Value* k, std::vector<Value*>& acc) {
       std::vector<Value*> b_vecs(vectors);
@@ -134,7 +139,16 @@ class DotEmitter {
         for (int u = 0; u < unroll; ++u) k_step(b_.CreateAdd(k0, i64(u)), acc);
       });
     }
-    for (size_t t = 0; t < acc.size(); ++t) store(acc[t], c_ptrs[t], c_ty_);
+    for (size_t t = 0; t < acc.size(); ++t) {
+      Value* out = acc[t];
+      if (start_ == DotStart::ZeroThenAdd) {
+        Value* c = load(acc_vec_ty, c_ptrs[t], c_ty_);
+        Value* lhs = c_first_ ? c : out;
+        Value* rhs = c_first_ ? out : c;
+        out = c_ty_->isIntegerTy() ? b_.CreateAdd(lhs, rhs) : b_.CreateFAdd(lhs, rhs);
+      }
+      store(out, c_ptrs[t], c_ty_);
+    }
   }
 
   // f16/bf16 -> f32 (fpext), i8 -> i32 (sext); f32/f64 unchanged.
@@ -214,6 +228,8 @@ class DotEmitter {
     return after;
   }
 
+  DotStart start_;
+  bool c_first_;
   llvm::IRBuilderBase& b_;
   Value* a_;
   Value* b_mat_;
@@ -240,7 +256,7 @@ bool supported_types(llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty) {
 
 void emit_dot(llvm::IRBuilderBase& b, llvm::Value* a, llvm::Value* bm, llvm::Value* c,
               DotShape shape, llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty,
-              int vector_bits) {
+              int vector_bits, DotStart start, bool c_first) {
   if (!supported_types(a_ty, b_ty, c_ty))
     llvm::report_fatal_error(
         "Tessera bug: emit_dot supports f32/f16/bf16 -> f32, f64 -> f64 "
@@ -249,7 +265,7 @@ void emit_dot(llvm::IRBuilderBase& b, llvm::Value* a, llvm::Value* bm, llvm::Val
     llvm::report_fatal_error("Tessera bug: emit_dot needs power-of-two M, N, K");
   llvm::IRBuilderBase::FastMathFlagGuard keep_callers_flags(b);
   b.clearFastMathFlags();
-  DotEmitter(b, a, bm, c, shape, a_ty, b_ty, c_ty, vector_bits).emit();
+  DotEmitter(b, a, bm, c, shape, a_ty, b_ty, c_ty, vector_bits, start, c_first).emit();
 }
 
 }  // namespace tessera::codegen::x86

@@ -17,8 +17,17 @@ struct DotShape {
 // f64 → f64; i8 → i32. `vector_bits` is the widest vector register of the target
 // (256 for AVX2, 512 for AVX-512). On return the builder is positioned after
 // the emitted code (in a new block).
+//
+// `start` says where the sums start and where they go:
+//   LoadC:       C = C + A·B, accumulating from C's values (the default);
+//   Zero:        C = A·B, the sums start at zero and C is only written;
+//   ZeroThenAdd: C = C + (A·B) with A·B summed from zero in registers and then added
+//                to C in one rounded add, i.e. exactly `add(C, dot(A, B, 0))` (or
+//                `add(dot(A, B, 0), C)` with c_first = false: the operand order of
+//                the add, kept for NaN payloads) without a buffer for the dot.
+enum class DotStart { LoadC, Zero, ZeroThenAdd };
 void emit_dot(llvm::IRBuilderBase& b, llvm::Value* a, llvm::Value* bm, llvm::Value* c,
               DotShape shape, llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty,
-              int vector_bits);
+              int vector_bits, DotStart start = DotStart::LoadC, bool c_first = true);
 
 }  // namespace tessera::codegen::x86

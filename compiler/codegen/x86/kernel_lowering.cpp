@@ -7,7 +7,10 @@
 // holds one 8-byte slot per kernel argument (values in the low bytes).
 #include "codegen/x86/kernel_lowering.h"
 
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Verifier.h>
+
+#include <set>
 
 #include "codegen/common/elementwise.h"
 
@@ -90,6 +93,9 @@ void KernelLowering::emit_entry(llvm::Function* body) {
   lin->addIncoming(next, loop);
   b_.CreateCondBr(b_.CreateICmpSLT(next, entry->getArg(2)), loop, exit);
   b_.SetInsertPoint(exit);
+  // Non-temporal stores are weakly ordered: make them visible before the pool
+  // reports these programs done (see streaming_stores.cpp).
+  if (emitted_streaming_) b_.CreateIntrinsic(llvm::Intrinsic::x86_sse_sfence, {}, {});
   b_.CreateRetVoid();
 }
 
@@ -211,19 +217,34 @@ void KernelLowering::lower_for(const Op& op) {
   }
   lower_block(body);
   const Op* y = body.terminator();
-  // Tiles yielded are first evaluated into temporaries: a yielded value may still
-  // read the carried buffer it replaces.
-  std::vector<TileRef> tmp(n);
+  // A yielded tile may still read the carried buffers it replaces, so in general
+  // it is evaluated into a temporary first and copied back. It is written in place
+  // when it reads only its own buffer, each element only for the same element
+  // (`ptrs += BLOCK`, `acc = acc * s + x`), and no other yielded tile reads that buffer.
+  std::vector<std::vector<int>> reads(n);
   for (size_t i = 0; i < n; ++i)
     if (y->operands[i]->type.is_tile()) {
-      const TileRef& src = tile(y->operands[i]);
-      if (src.kind == TileRef::View && src.base == bufs[i].base && src.strides == bufs[i].strides && src.offset == 0)
-        continue;  // yields the carried value itself
-      tmp[i] = materialize(y->operands[i]);
+      reads[i].assign(n, 0);
+      std::set<std::pair<const Value*, bool>> seen;
+      carried_reads(y->operands[i], bufs, true, reads[i], seen);
     }
+  std::vector<TileRef> tmp(n);
+  std::vector<bool> in_place(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (!y->operands[i]->type.is_tile()) continue;
+    const TileRef& src = tile(y->operands[i]);
+    if (src.kind == TileRef::View && src.base == bufs[i].base && src.strides == bufs[i].strides && src.offset == 0)
+      continue;  // yields the carried value itself
+    bool alone = src.kind == TileRef::Lazy && reads[i][i] <= 1;
+    for (size_t j = 0; j < n && alone; ++j)
+      if (j != i) alone = reads[i][j] == 0 && (reads[j].empty() || reads[j][i] == 0);
+    in_place[i] = alone;
+    if (!alone) tmp[i] = materialize(y->operands[i]);
+  }
   for (size_t i = 0; i < n; ++i) {
     if (y->operands[i]->type.is_tile()) {
-      if (tmp[i].base) copy_view(bufs[i], tmp[i], y->operands[i]->type);
+      if (in_place[i]) write_into(bufs[i], y->operands[i]);
+      else if (tmp[i].base) copy_view(bufs[i], tmp[i], y->operands[i]->type);
     } else {
       b_.CreateStore(scalar(y->operands[i]), slots[i]);
     }
@@ -236,6 +257,24 @@ void KernelLowering::lower_for(const Op& op) {
     if (op.result(i)->type.is_tile()) tiles_[op.result(i)] = bufs[i];
     else scalars_[op.result(i)] = b_.CreateLoad(llvm_elem_type(ctx_, op.result(i)->type.elem), slots[i]);
   }
+}
+
+void KernelLowering::carried_reads(const Value* v, const std::vector<TileRef>& bufs, bool same_index,
+                                   std::vector<int>& how, std::set<std::pair<const Value*, bool>>& seen) {
+  if (v->type.is_scalar() || !seen.insert({v, same_index}).second) return;
+  const TileRef& r = tile(v);
+  if (r.kind == TileRef::View) {
+    for (size_t j = 0; j < bufs.size(); ++j)
+      if (bufs[j].base && r.base == bufs[j].base) {
+        bool same = same_index && r.offset == 0 && r.strides == bufs[j].strides;
+        how[j] = std::max(how[j], same ? 1 : 2);
+      }
+    return;
+  }
+  const Op& op = *r.op;
+  bool elementwise = op_has_trait(op.kind, 'E') || op.kind == OpKind::Load;
+  for (const Value* o : op.operands)
+    carried_reads(o, bufs, same_index && elementwise && o->type.shape == v->type.shape, how, seen);
 }
 
 void KernelLowering::lower_while(const Op& op) {

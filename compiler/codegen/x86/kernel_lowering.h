@@ -13,11 +13,18 @@
 // for loads, when no store or atomic runs between the load and its consumer.
 // A value used several times whose first use is a reduce over all of it is written
 // to its buffer by that reduce's loop (softmax: load+max in one pass, exp+sum in one).
+//
+// Each consumer's loop is specialized (mask_versioning.cpp): masks such as
+// `pid*BLOCK + arange < n` are tested whole before the loop, and a copy of the loop
+// with them known true has plain loads and stores (the masked copy is for the last
+// block). Large launches store their results around the cache (streaming_stores.cpp).
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -49,6 +56,7 @@ struct TargetDesc {
   std::string cpu_features;  // LLVM feature string, e.g. "+avx2,+avx512f,..."
   int vector_bits = 256;
   int chunk_lanes = 16;
+  int64_t last_level_cache_bytes = 32 << 20;  // decides streaming stores
 };
 
 class KernelLowering {
@@ -64,6 +72,10 @@ class KernelLowering {
   void lower_block(const ir::Block& b);
   void lower_op(const ir::Op& op);
   void lower_for(const ir::Op& op);
+  // How the evaluation of `v` reads the buffers `bufs` (a loop's carried tiles): per
+  // buffer, 0 not at all, 1 each element only for the same element of v, 2 otherwise.
+  void carried_reads(const ir::Value* v, const std::vector<TileRef>& bufs, bool same_index, std::vector<int>& how,
+                     std::set<std::pair<const ir::Value*, bool>>& seen);
   void lower_while(const ir::Op& op);
   void lower_if(const ir::Op& op);
   void lower_print(const ir::Op& op);
@@ -97,12 +109,41 @@ class KernelLowering {
   llvm::Value* contiguous_pointer(const ir::Value* ptrs, const Chunk& c);
   TileRef& tile(const ir::Value* v);
 
+  // --- mask_versioning.cpp ---------------------------------------------------
+  // The lowest and highest value over a whole integer tile, as exact i128 scalars,
+  // and whether no lane wrapped on the way (nullopt: not an analyzable form).
+  struct IntRange {
+    llvm::Value* lo;
+    llvm::Value* hi;
+    llvm::Value* ok;
+  };
+  std::optional<IntRange> tile_range(const ir::Value* v);
+  // An i1 scalar that is true when every lane of mask `m` is true (nullptr: unknown).
+  llvm::Value* all_true(const ir::Value* m);
+  void collect_masks(const ir::Value* v, std::unordered_set<const ir::Value*>& seen,
+                     std::vector<std::pair<const ir::Value*, llvm::Value*>>& masks);
+  // loop_nest, emitted twice when the values `roots` evaluate masks that can be
+  // tested whole before the loop: once with them known true, once as they are.
+  // `stream` (a store's streaming_condition) splits the unmasked copy once more:
+  // with streaming_ set (non-temporal stores) and without.
+  void versioned_loop_nest(const std::vector<const ir::Value*>& roots, const std::vector<int64_t>& shape,
+                           int width, int skip_dim, const std::function<void(Chunk&)>& body,
+                           llvm::Value* stream = nullptr);
+
+  // --- streaming_stores.cpp -------------------------------------------------
+  // An i1 that is true when `store` should write around the cache (nullptr: never).
+  llvm::Value* streaming_condition(const ir::Op& store);
+  void store_streaming(llvm::Value* v, llvm::Value* p);
+
   // --- lower_reduce_scan.cpp ------------------------------------------------
   void lower_reduce(const ir::Op& op);
   void lower_scan(const ir::Op& op);
   std::vector<llvm::Value*> emit_combine(const ir::Op& op, const std::vector<llvm::Value*>& lhs,
                                          const std::vector<llvm::Value*>& rhs);
   void lower_dot(const ir::Op& op);
+  // The add of `acc += dot(a, b)` when it can be fused into the dot (see lower_dot);
+  // sets `carried` to the loop-carried acc.
+  const ir::Op* fusable_dot_add(const ir::Op& dot, const ir::Value*& carried);
 
   const ir::Kernel& k_;
   llvm::Module& m_;
@@ -124,6 +165,18 @@ class KernelLowering {
   std::unordered_map<const ir::Value*, TileRef> pending_;       // buffer to fill
   std::unordered_map<const ir::Value*, std::vector<const ir::Op*>> uses_;
   bool uses_built_ = false;
+  // Adds computed by a dot's store (fusable_dot_add): their value is this buffer.
+  std::unordered_map<const ir::Op*, TileRef> fused_dot_adds_;
+  // Masks known to be all true in the code being emitted (see versioned_loop_nest).
+  std::unordered_set<const ir::Value*> known_true_;
+  // Integer tile ops known not to wrap there (their values were range-checked).
+  std::unordered_set<const ir::Value*> known_no_wrap_;
+  std::vector<const ir::Value*> range_ops_;  // tile_range's arithmetic, for the above
+  // Loops emitted now are not unrolled: the masked copy of a versioned loop (run by
+  // a program or two) and streaming stores (bound by DRAM, not instructions).
+  bool keep_loops_rolled_ = false;
+  bool streaming_ = false;       // stores being emitted write around the cache
+  bool emitted_streaming_ = false;  // some did: the entry ends with an sfence
 };
 
 }  // namespace tessera::codegen::x86

@@ -8,6 +8,8 @@
 // acc += x[i, c:c+16] for i = 1..3; store acc to the result chunk.
 #include <llvm/IR/Intrinsics.h>
 
+#include <cmath>
+
 #include "codegen/common/elementwise.h"
 #include "codegen/x86/dot_microkernel.h"
 #include "codegen/x86/kernel_lowering.h"
@@ -95,9 +97,10 @@ void KernelLowering::lower_reduce(const Op& op) {
     }
   };
 
+  std::vector<const Value*> roots(op.operands.begin(), op.operands.end());
   if (axis == rank - 1) {
     int w = chunk_width(st);
-    loop_nest(st.shape, 1, axis, [&](Chunk& c) {
+    versioned_loop_nest(roots, st.shape, 1, axis, [&](Chunk& c) {
       // U independent accumulators (chunks j mod U) hide the combine latency;
       // they are merged pairwise at the end (the combiner is associative).
       Chunk cc = c;
@@ -155,7 +158,7 @@ void KernelLowering::lower_reduce(const Op& op) {
     });
   } else {
     int w = chunk_width(st);
-    loop_nest(st.shape, w, axis, [&](Chunk& c) {
+    versioned_loop_nest(roots, st.shape, w, axis, [&](Chunk& c) {
       Chunk cc = c;
       cc.idx[axis] = b_.getInt64(0);
       std::vector<llvm::Value*> acc = load_all(cc);
@@ -225,12 +228,68 @@ void KernelLowering::lower_scan(const Op& op) {
   for (size_t i = 0; i < n; ++i) tiles_[op.result(i)] = out[i];
 }
 
+namespace {
+
+bool is_zero_constant(const Value* v) {
+  const Op* d = v->def();
+  if (!d || d->kind != OpKind::Const) return false;
+  const Attr& a = d->attrs.at("value");
+  if (std::holds_alternative<double>(a)) return std::get<double>(a) == 0.0 && !std::signbit(std::get<double>(a));
+  if (std::holds_alternative<int64_t>(a)) return std::get<int64_t>(a) == 0;
+  return false;
+}
+
+}  // namespace
+
+// The K loop of a matmul, `acc += tl.dot(a, b)`, is dot(a, b, 0) then add(acc, that)
+// yielded as the new acc. When the add is the carried acc's only use and the
+// dot's only use, the dot sums from zero in registers and adds the carried value
+// in its store (one rounded add, as written), in place: no buffer for the dot, no
+// zero-fill, no separate add pass and no copy back at the yield.
+const Op* KernelLowering::fusable_dot_add(const Op& dot, const Value*& carried) {
+  if (!is_zero_constant(dot.operands[2])) return nullptr;
+  const Value* r = dot.result();
+  if (uses_[r].size() != 1) return nullptr;
+  const Op* add = uses_[r][0];
+  if (add->kind != OpKind::Add || add->parent != dot.parent || add->operands[0] == add->operands[1]) return nullptr;
+  const Value* x = add->operands[0] == r ? add->operands[1] : add->operands[0];
+  const Block* body = dot.parent;
+  if (x->arg_owner() != body || x->index() < 1 || !body->parent() || !body->parent()->parent() ||
+      body->parent()->parent()->kind != OpKind::For || x->type != r->type || uses_[x].size() != 1)
+    return nullptr;
+  const Op* y = body->terminator();
+  const Value* sum = add->result();
+  if (uses_[sum].size() != 1 || uses_[sum][0] != y || y->operands[x->index() - 1] != sum) return nullptr;
+  auto it = tiles_.find(x);
+  if (it == tiles_.end() || !is_contiguous(it->second, x->type)) return nullptr;
+  carried = x;
+  return add;
+}
+
 void KernelLowering::lower_dot(const Op& op) {
   const Type& at = op.operands[0]->type;
   const Type& bt = op.operands[1]->type;
   const Type& ct = op.result()->type;
   TileRef a = materialize(op.operands[0]);
   TileRef bm = materialize(op.operands[1]);
+  DotShape shape{static_cast<int>(at.shape[0]), static_cast<int>(bt.shape[1]), static_cast<int>(at.shape[1])};
+  auto dot_into = [&](const TileRef& c, DotStart start, bool c_first) {
+    emit_dot(b_, a.base, bm.base, c.base, shape, llvm_mem_type(ctx_, at.elem), llvm_mem_type(ctx_, bt.elem),
+             llvm_mem_type(ctx_, ct.elem), target_.vector_bits, start, c_first);
+  };
+  const Value* carried = nullptr;
+  if (const Op* add = fusable_dot_add(op, carried)) {
+    const TileRef& c = tiles_.at(carried);
+    dot_into(c, DotStart::ZeroThenAdd, add->operands[0] == carried);
+    fused_dot_adds_[add] = c;
+    return;
+  }
+  if (is_zero_constant(op.operands[2])) {
+    TileRef c = new_buffer(ct);
+    dot_into(c, DotStart::Zero, true);
+    tiles_[op.result()] = c;
+    return;
+  }
   // Accumulate in place when the accumulator is a loop-carried tile used only by
   // this dot: the carried buffer becomes the result, and a `yield` of it copies
   // nothing (the matmul K loop then moves no accumulator bytes at all).
@@ -247,9 +306,7 @@ void KernelLowering::lower_dot(const Op& op) {
     c = new_buffer(ct);
     write_into(c, acc);
   }
-  DotShape shape{static_cast<int>(at.shape[0]), static_cast<int>(bt.shape[1]), static_cast<int>(at.shape[1])};
-  emit_dot(b_, a.base, bm.base, c.base, shape, llvm_mem_type(ctx_, at.elem), llvm_mem_type(ctx_, bt.elem),
-           llvm_mem_type(ctx_, ct.elem), target_.vector_bits);
+  dot_into(c, DotStart::LoadC, true);
   tiles_[op.result()] = c;
 }
 

@@ -110,8 +110,12 @@ void KernelLowering::plan_fusion(const Block& b) {
       }
     }
     bool expensive = op.kind == OpKind::Load || op_has_trait(op.kind, 'X');
+    // Leaves (no tile operands) cost an instruction or two per copy, and copies in
+    // one chunk body are CSE'd: always lazy. A materialized arange would cost a
+    // buffer write per program and turn contiguous addresses into loaded offsets.
+    bool leaf = op.kind == OpKind::Const || op.kind == OpKind::Splat || op.kind == OpKind::Arange;
     if (expensive && (count > 1 || in_nested)) continue;
-    if (!expensive && count > 8) continue;
+    if (!expensive && !leaf && count > 8) continue;
     if (op.kind == OpKind::Load && root >= 0 && se[root] - se[i + 1] > 0) continue;
     lazy_.insert(&op);
     eval_count[v] = count;
@@ -174,7 +178,14 @@ void KernelLowering::counted_loop(int64_t n, int64_t step, const std::function<v
   body(idx);
   llvm::Value* next = b_.CreateAdd(i, b_.getInt64(step));
   i->addIncoming(next, b_.GetInsertBlock());
-  b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt64(n)), loop, exit);
+  auto* latch = b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt64(n)), loop, exit);
+  if (keep_loops_rolled_) {
+    // Kept small (see keep_loops_rolled_).
+    llvm::MDNode* off = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")});
+    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, {nullptr, off});
+    id->replaceOperandWith(0, id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
   b_.SetInsertPoint(exit);
 }
 
@@ -238,6 +249,7 @@ llvm::Value* KernelLowering::view_chunk(const TileRef& r, const Type& t, const C
 
 llvm::Value* KernelLowering::emit_chunk(const Value* v, const Chunk& c) {
   if (v->type.is_scalar()) return splat_lanes(b_, scalar(v), c.width);
+  if (known_true_.count(v)) return splat_lanes(b_, b_.getTrue(), c.width);
   const TileRef& r = tile(v);
   if (r.kind == TileRef::View) return view_chunk(r, v->type, c);
   return emit_lazy_chunk(*r.op, r.result_index, c);
@@ -256,6 +268,7 @@ llvm::Value* KernelLowering::emit_load_chunk(const Op& op, const Chunk& c) {
   llvm::Type* mt = llvm_mem_type(ctx_, e);
   llvm::Align align(std::max<unsigned>(1, mt->getScalarSizeInBits() / 8));
   llvm::Value* mask = op.operands.size() >= 2 ? emit_chunk(op.operands[1], c) : nullptr;
+  if (mask && llvm::isa<llvm::Constant>(mask) && llvm::cast<llvm::Constant>(mask)->isAllOnesValue()) mask = nullptr;
   llvm::Value* other = nullptr;
   if (mask) {
     other = op.operands.size() == 3 ? emit_chunk(op.operands[2], c)
@@ -286,12 +299,13 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
   switch (op.kind) {
     case OpKind::Const: return emit_constant(b_, t.elem, c.width, op.attrs.at("value"));
     case OpKind::Arange: {
-      llvm::Value* base = b_.CreateTrunc(c.idx.back(), b_.getInt32Ty());
-      base = b_.CreateAdd(base, b_.getInt32(static_cast<uint32_t>(op.int_attr("start"))));
+      // start + index stays in [start, end): never wraps.
+      llvm::Value* base = b_.CreateTrunc(c.idx.back(), b_.getInt32Ty(), "", /*nuw=*/true, /*nsw=*/true);
+      base = b_.CreateNSWAdd(base, b_.getInt32(static_cast<uint32_t>(op.int_attr("start"))));
       if (c.width == 1) return base;
       std::vector<llvm::Constant*> lanes;
       for (int l = 0; l < c.width; ++l) lanes.push_back(b_.getInt32(l));
-      return b_.CreateAdd(b_.CreateVectorSplat(c.width, base), llvm::ConstantVector::get(lanes));
+      return b_.CreateNSWAdd(b_.CreateVectorSplat(c.width, base), llvm::ConstantVector::get(lanes));
     }
     case OpKind::Splat: return splat_lanes(b_, scalar(op.operands[0]), c.width);
     case OpKind::Hint: return emit_chunk(op.operands[0], c);
@@ -329,13 +343,21 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
   }
   std::vector<llvm::Value*> args;
   for (const Value* v : op.operands) args.push_back(emit_chunk(v, c));
-  return emit_elementwise(b_, op, args);
+  llvm::Value* r = emit_elementwise(b_, op, args);
+  if (known_no_wrap_.count(op.results[result].get())) {
+    if (auto* bin = llvm::dyn_cast<llvm::OverflowingBinaryOperator>(r)) {
+      auto* inst = llvm::cast<llvm::BinaryOperator>(bin);
+      if (t.elem.is_unsigned()) inst->setHasNoUnsignedWrap(true);
+      else inst->setHasNoSignedWrap(true);
+    }
+  }
+  return r;
 }
 
 void KernelLowering::write_into(const TileRef& dst, const Value* v) {
   const Type& t = v->type;
   llvm::Type* mt = llvm_mem_type(ctx_, t.elem);
-  loop_nest(t.shape, chunk_width(t), -1, [&](Chunk& c) {
+  versioned_loop_nest({v}, t.shape, chunk_width(t), -1, [&](Chunk& c) {
     llvm::Value* val = to_mem(b_, emit_chunk(v, c), t.elem);
     b_.CreateAlignedStore(val, view_address(dst, t, c), llvm::Align(std::max<unsigned>(1, mt->getScalarSizeInBits() / 8)));
   });
@@ -360,6 +382,10 @@ TileRef KernelLowering::materialize(const Value* v) {
 
 void KernelLowering::lower_tile_op(const Op& op) {
   const Value* res = op.result();
+  if (auto it = fused_dot_adds_.find(&op); it != fused_dot_adds_.end()) {
+    tiles_[res] = it->second;  // the dot already stored the sum there
+    return;
+  }
   if (deferred_.count(&op)) {
     TileRef r;
     r.kind = TileRef::Lazy;
@@ -454,9 +480,11 @@ void KernelLowering::lower_store(const Op& op) {
     store_one(scalar(ptrs), emit_chunk(val, Chunk{{}, 1}), maskv ? scalar(maskv) : nullptr);
     return;
   }
-  loop_nest(ptrs->type.shape, chunk_width(ptrs->type), -1, [&](Chunk& c) {
+  llvm::Value* stream = streaming_condition(op);
+  versioned_loop_nest({ptrs, val, maskv}, ptrs->type.shape, chunk_width(ptrs->type), -1, [&](Chunk& c) {
     llvm::Value* v = emit_chunk(val, c);
     llvm::Value* m = maskv ? emit_chunk(maskv, c) : nullptr;
+    if (m && llvm::isa<llvm::Constant>(m) && llvm::cast<llvm::Constant>(m)->isAllOnesValue()) m = nullptr;
     if (c.width == 1) {
       store_one(emit_chunk(ptrs, c), v, m);
       return;
@@ -464,13 +492,14 @@ void KernelLowering::lower_store(const Op& op) {
     v = to_mem(b_, v, e);
     if (llvm::Value* p0 = contiguous_pointer(ptrs, c)) {
       if (m) b_.CreateMaskedStore(v, p0, align, m);
+      else if (streaming_) store_streaming(v, p0);
       else b_.CreateAlignedStore(v, p0, align);
     } else {
       llvm::Value* ps = emit_chunk(ptrs, c);
       if (!m) m = llvm::Constant::getAllOnesValue(llvm::FixedVectorType::get(b_.getInt1Ty(), c.width));
       b_.CreateMaskedScatter(v, ps, align, m);
     }
-  });
+  }, stream);
 }
 
 void KernelLowering::lower_atomic(const Op& op) {
