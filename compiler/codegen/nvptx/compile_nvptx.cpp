@@ -1,6 +1,7 @@
 // The NVPTX back end driver: builds the kernel's LLVM module, runs LLVM's O3
 // pipeline with the NVPTX target machine, and prints PTX.
 #include "codegen/common/llvm_errors.h"
+#include "codegen/common/llvm_pipeline.h"
 #include "codegen/nvptx/compile_nvptx.h"
 
 #include <llvm/Analysis/CGSCCPassManager.h>
@@ -47,13 +48,6 @@ std::string arch_digits(const std::string& target) {
   size_t i = 0;
   while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
   if (i == 0 || !(i == s.size() || (i + 1 == s.size() && s[i] == 'a'))) return "";
-  return s;
-}
-
-std::string print_module(const llvm::Module& m) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  m.print(os, nullptr);
   return s;
 }
 
@@ -105,27 +99,11 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
     f.addFnAttr("target-cpu", out.arch);
     f.addFnAttr("target-features", kPtxFeatures);
   }
-  out.llir = print_module(*m);
-  std::string verr;
-  llvm::raw_string_ostream vos(verr);
-  if (llvm::verifyModule(*m, &vos))
-    throw CompileError("LLVM IR verification failed for kernel " + k.name + ": " + verr + " (this is a Tessera bug)", false);
+  out.llir = print_llvm_module(*m);
+  verify_llvm_module(*m, k.name);
 
-  {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-    mpm.run(*m, mam);
-  }
-  out.llir_opt = print_module(*m);
+  optimize_llvm_module(*m, tm.get(), /*vectorize=*/false);
+  out.llir_opt = print_llvm_module(*m);
 
   llvm::SmallVector<char, 0> buf;
   llvm::raw_svector_ostream os(buf);

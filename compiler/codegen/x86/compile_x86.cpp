@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "codegen/common/llvm_errors.h"
+#include "codegen/common/llvm_pipeline.h"
 #include "codegen/x86/kernel_lowering.h"
 
 namespace tessera::codegen::x86 {
@@ -37,13 +38,6 @@ void init_llvm_x86() {
     LLVMInitializeX86AsmPrinter();
     LLVMInitializeX86AsmParser();
   });
-}
-
-std::string print_module(const llvm::Module& m) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  m.print(os, nullptr);
-  return s;
 }
 
 // The size of one instance of the last-level cache (what a core can use), from
@@ -116,30 +110,11 @@ X86Output compile_x86(const ir::Kernel& k, const CompileOptions& opts) {
     f.addFnAttr("min-legal-vector-width", std::to_string(td.vector_bits));
     f.addFnAttr(llvm::Attribute::NoUnwind);
   }
-  out.llir = print_module(*m);
-  std::string verr;
-  llvm::raw_string_ostream vos(verr);
-  if (llvm::verifyModule(*m, &vos))
-    throw CompileError("LLVM IR verification failed for kernel " + k.name + ": " + verr + " (this is a Tessera bug)", false);
+  out.llir = print_llvm_module(*m);
+  verify_llvm_module(*m, k.name);
 
-  {
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PipelineTuningOptions pto;
-    pto.LoopVectorization = true;
-    pto.SLPVectorization = true;
-    llvm::PassBuilder pb(tm.get(), pto);
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
-    mpm.run(*m, mam);
-  }
-  out.llir_opt = print_module(*m);
+  optimize_llvm_module(*m, tm.get(), /*vectorize=*/true);
+  out.llir_opt = print_llvm_module(*m);
 
   auto emit = [&](llvm::Module& mod, llvm::CodeGenFileType kind) {
     llvm::SmallVector<char, 0> buf;
