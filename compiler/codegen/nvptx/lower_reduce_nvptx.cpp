@@ -14,6 +14,7 @@
 // keeps scalars uniform across the CTA.
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include "codegen/common/combine_region.h"
 #include "codegen/common/elementwise.h"
 #include "codegen/nvptx/gpu_lowering.h"
 
@@ -22,23 +23,10 @@ namespace tessera::codegen::nvptx {
 using namespace ir;
 
 std::vector<llvm::Value*> GpuLowering::emit_combine(const Op& op, const std::vector<llvm::Value*>& lhs,
-                                                    const std::vector<llvm::Value*>& rhs) {
-  const Block& blk = *op.regions[0]->block;
-  size_t n = lhs.size();
-  for (size_t i = 0; i < n; ++i) {
-    scalars_[blk.args[i].get()] = lhs[i];
-    scalars_[blk.args[n + i].get()] = rhs[i];
-  }
-  for (auto& inner : blk.ops) {
-    if (inner->kind == OpKind::Yield) break;
-    bool elementwise = op_has_trait(inner->kind, 'E') || inner->kind == OpKind::Const || inner->kind == OpKind::Hint;
-    if (!elementwise || inner->kind == OpKind::Load || !inner->regions.empty())
-      unsupported(*inner, "a combine function may only use elementwise operations");
-    lower_op(*inner);
-  }
-  std::vector<llvm::Value*> out;
-  for (Value* v : blk.terminator()->operands) out.push_back(scalar(v));
-  return out;
+                                                   const std::vector<llvm::Value*>& rhs) {
+  return emit_combine_region(
+      b_, op, lhs, rhs, scalars_, [&](const Op& inner) { lower_op(inner); },
+      [&](const Op& inner, const std::string& what) { unsupported(inner, what); });
 }
 
 // Pairwise tree over the parts (each a tuple of operand values), in order.

@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+#include "codegen/common/combine_region.h"
 #include "codegen/common/elementwise.h"
 #include "codegen/x86/dot_microkernel.h"
 #include "codegen/x86/kernel_lowering.h"
@@ -19,27 +20,10 @@ namespace tessera::codegen::x86 {
 using namespace ir;
 
 std::vector<llvm::Value*> KernelLowering::emit_combine(const Op& op, const std::vector<llvm::Value*>& lhs,
-                                                       const std::vector<llvm::Value*>& rhs) {
-  const Block& blk = *op.regions[0]->block;
-  size_t n = lhs.size();
-  for (size_t i = 0; i < n; ++i) {
-    scalars_[blk.args[i].get()] = lhs[i];
-    scalars_[blk.args[n + i].get()] = rhs[i];
-  }
-  for (auto& inner : blk.ops) {
-    if (inner->kind == OpKind::Yield) break;
-    if (!inner->regions.empty() || inner->kind == OpKind::Load || op_has_trait(inner->kind, 'S'))
-      unsupported(*inner, "a combine function may only use elementwise operations");
-    lower_op(*inner);
-  }
-  std::vector<llvm::Value*> out;
-  for (Value* v : blk.terminator()->operands) {
-    llvm::Value* x = scalar(v);
-    // Region constants are scalars: splat to the accumulator width.
-    if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(lhs[0]->getType())) x = splat_lanes(b_, x, vt->getNumElements());
-    out.push_back(x);
-  }
-  return out;
+                                                      const std::vector<llvm::Value*>& rhs) {
+  return emit_combine_region(
+      b_, op, lhs, rhs, scalars_, [&](const Op& inner) { lower_op(inner); },
+      [&](const Op& inner, const std::string& what) { unsupported(inner, what); });
 }
 
 namespace {
