@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "codegen/nvptx/blocked_layout.h"
+#include "ptx_test_util.h"
 #include "tessera/compiler.h"
 
 namespace {
@@ -56,42 +57,10 @@ TEST(BlockedLayout, SliceAndCollapse) {
   EXPECT_EQ(col.find(col.index_of(3)), 3);
 }
 
-const char* kPtxas = "/usr/local/cuda/bin/ptxas";
-
-bool have_ptxas() { return access(kPtxas, X_OK) == 0; }
-
-tessera::CompileResult compile_gpu(const std::string& ir, const std::string& target, int num_warps = 4) {
-  tessera::CompileOptions o;
-  o.target = target;
-  o.num_warps = num_warps;
-  return tessera::compile_tile_ir(ir, o);
-}
-
-// Runs ptxas on the PTX; returns "" on success, else its output.
-std::string ptxas(const std::string& ptx, const std::string& arch) {
-  char dir[] = "/tmp/tessera_ptxas_XXXXXX";
-  if (!mkdtemp(dir)) return "cannot make a temp dir";
-  std::string in = std::string(dir) + "/k.ptx", out = std::string(dir) + "/k.cubin", log = std::string(dir) + "/log";
-  std::ofstream(in) << ptx;
-  std::string cmd = std::string(kPtxas) + " -arch=" + arch + " " + in + " -o " + out + " > " + log + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::string text;
-  {
-    std::ifstream f(log);
-    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }
-  std::remove(in.c_str());
-  std::remove(out.c_str());
-  std::remove(log.c_str());
-  rmdir(dir);
-  return rc == 0 ? "" : "ptxas failed (" + std::to_string(rc) + "): " + text;
-}
-
-int count(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
-}
+using tessera_test::compile_gpu;
+using tessera_test::count;
+using tessera_test::have_ptxas;
+using tessera_test::ptxas;
 
 // Compiles for both architectures, checks the result's shape and that ptxas
 // accepts the PTX; returns the sm_90a PTX.

@@ -11,47 +11,19 @@
 #include <string>
 #include <unistd.h>
 
+#include "ptx_test_util.h"
 #include "tessera/compiler.h"
 
 namespace {
 
-const char* kPtxas = "/usr/local/cuda/bin/ptxas";
-
-bool have_ptxas() { return access(kPtxas, X_OK) == 0; }
+using tessera_test::count;
+using tessera_test::have_ptxas;
 
 tessera::CompileResult compile_for(const std::string& ir, const std::string& target, bool debug = false) {
-  tessera::CompileOptions o;
-  o.target = target;
-  o.num_warps = 4;
-  o.debug = debug;
-  return tessera::compile_tile_ir(ir, o);
+  return tessera_test::compile_gpu(ir, target, 4, debug);
 }
 
-// Runs ptxas on the PTX; returns "" on success, else its output.
-std::string run_ptxas(const std::string& ptx, const std::string& arch) {
-  char dir[] = "/tmp/tessera_ptxas_ops_XXXXXX";
-  if (!mkdtemp(dir)) return "cannot make a temp dir";
-  std::string in = std::string(dir) + "/k.ptx", out = std::string(dir) + "/k.cubin", log = std::string(dir) + "/log";
-  std::ofstream(in) << ptx;
-  std::string cmd = std::string(kPtxas) + " -arch=" + arch + " " + in + " -o " + out + " > " + log + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::string text;
-  {
-    std::ifstream f(log);
-    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }
-  std::remove(in.c_str());
-  std::remove(out.c_str());
-  std::remove(log.c_str());
-  rmdir(dir);
-  return rc == 0 ? "" : "ptxas failed (" + std::to_string(rc) + "): " + text;
-}
-
-int count(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
-}
+std::string run_ptxas(const std::string& ptx, const std::string& arch) { return tessera_test::ptxas(ptx, arch); }
 
 // Compiles for sm_90a and sm_80, assembles both; returns the sm_90a result.
 tessera::CompileResult build(const std::string& ir, bool debug = false) {
