@@ -10,13 +10,15 @@ is listed here, in this one block, and nowhere else:
      divisible by 16;
   4. the constexpr values;
   5. the options: num_warps, num_stages, debug (TESSERA_DEBUG);
-  6. the target: "cpu" + host CPU name + feature string, or "cuda:<arch>".
+  6. the target: "cpu" + CPU name + feature string (the host's, or TESSERA_CPU's),
+     or "cuda:<arch>".
 
 The key is XXH3-128 (computed in C++) over these fields, each framed by its name.
 """
 from __future__ import annotations
 
 import inspect
+import os
 import types
 
 from ._core import _C
@@ -128,8 +130,19 @@ def make_key(sources: str, specialization, constexprs, options: dict, target: st
 _cpu_target = None
 
 
+def cpu_override() -> tuple:
+    """TESSERA_CPU=name[:features] compiles CPU kernels for another x86-64 CPU than the
+    host (e.g. 'haswell' to test the AVX2 code on an AVX-512 host); ('', '') = host."""
+    spec = os.environ.get("TESSERA_CPU", "")
+    name, _, features = spec.partition(":")
+    return name, features
+
+
 def cpu_target() -> str:
     global _cpu_target
+    name, features = cpu_override()
+    if name:
+        return f"cpu:{name}:{features}"
     if _cpu_target is None:
         _cpu_target = f"cpu:{_C.host_cpu_name()}:{_C.host_cpu_features()}"
     return _cpu_target

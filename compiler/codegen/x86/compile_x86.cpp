@@ -11,6 +11,7 @@
 #include <llvm/Support/ErrorHandling.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 #include <llvm/Transforms/Utils/Cloning.h>
@@ -89,9 +90,12 @@ X86Output compile_x86(const ir::Kernel& k, const CompileOptions& opts) {
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
       triple, out.cpu_name, out.cpu_features, to, llvm::Reloc::PIC_, llvm::CodeModel::Small, llvm::CodeGenOptLevel::Aggressive));
 
-  bool avx512 = out.cpu_features.find("+avx512f") != std::string::npos;
+  // From the subtarget, so a CPU name alone (TESSERA_CPU=skylake-avx512) implies its features.
+  const llvm::MCSubtargetInfo* sti = tm->getMCSubtargetInfo();
   TargetDesc td;
-  td.vector_bits = avx512 ? 512 : 256;
+  td.has_avx512 = sti->checkFeatures("+avx512f");
+  td.has_avx512bw = td.has_avx512 && sti->checkFeatures("+avx512bw");
+  td.vector_bits = td.has_avx512 ? 512 : 256;
   td.cpu_features = out.cpu_features;
   td.chunk_lanes = 16;
   td.last_level_cache_bytes = host_last_level_cache_bytes();

@@ -55,6 +55,8 @@ bool is_contiguous(const TileRef& r, const ir::Type& t);
 struct TargetDesc {
   std::string cpu_features;  // LLVM feature string, e.g. "+avx2,+avx512f,..."
   int vector_bits = 256;
+  bool has_avx512 = false;    // AVX512F: k-masks, 512-bit vectors, scatters
+  bool has_avx512bw = false;  // masked loads/stores of 8/16-bit elements
   int chunk_lanes = 16;
   int64_t last_level_cache_bytes = 32 << 20;  // decides streaming stores
 };
@@ -107,6 +109,22 @@ class KernelLowering {
   void lower_store(const ir::Op& op);
   void lower_atomic(const ir::Op& op);
   llvm::Value* contiguous_pointer(const ir::Value* ptrs, const Chunk& c);
+
+  // --- lane_masked_memory.cpp: masked memory access, native or lane by lane ---
+  llvm::Value* masked_load(llvm::FixedVectorType* vt, llvm::Value* p0, llvm::Align align, llvm::Value* mask,
+                           llvm::Value* other);
+  llvm::Value* masked_gather(llvm::FixedVectorType* vt, llvm::Value* ptrs, llvm::Align align, llvm::Value* mask,
+                             llvm::Value* other);
+  void masked_store(llvm::Value* v, llvm::Value* p0, llvm::Align align, llvm::Value* mask);
+  void masked_scatter(llvm::Value* v, llvm::Value* ptrs, llvm::Align align, llvm::Value* mask);
+  llvm::Value* vector_piece(llvm::Value* v, unsigned i, unsigned lanes);
+  llvm::Value* avx_mask_load(llvm::FixedVectorType* vt, llvm::Value* p0, llvm::Value* mask, llvm::Value* other);
+  void avx_mask_store(llvm::Value* v, llvm::Value* p0, llvm::Value* mask);
+  llvm::Value* lane_pointer(llvm::Value* base_or_ptrs, llvm::Type* elem, int lane, bool contiguous);
+  llvm::Value* lanewise_load(llvm::FixedVectorType* vt, llvm::Value* base_or_ptrs, bool contiguous, llvm::Align align,
+                             llvm::Value* mask, llvm::Value* other);
+  void lanewise_store(llvm::Value* v, llvm::Value* base_or_ptrs, bool contiguous, llvm::Align align,
+                      llvm::Value* mask);
   TileRef& tile(const ir::Value* v);
 
   // --- mask_versioning.cpp ---------------------------------------------------

@@ -285,11 +285,11 @@ llvm::Value* KernelLowering::emit_load_chunk(const Op& op, const Chunk& c) {
   auto* vt = llvm::FixedVectorType::get(mt, c.width);
   llvm::Value* v;
   if (llvm::Value* p0 = contiguous_pointer(op.operands[0], c)) {
-    v = mask ? static_cast<llvm::Value*>(b_.CreateMaskedLoad(vt, p0, align, mask, other))
+    v = mask ? masked_load(vt, p0, align, mask, other)
              : static_cast<llvm::Value*>(b_.CreateAlignedLoad(vt, p0, align));
   } else {
     llvm::Value* ptrs = emit_chunk(op.operands[0], c);
-    v = b_.CreateMaskedGather(vt, ptrs, align, mask, other);
+    v = masked_gather(vt, ptrs, align, mask, other);
   }
   return from_mem(b_, v, e);
 }
@@ -491,13 +491,13 @@ void KernelLowering::lower_store(const Op& op) {
     }
     v = to_mem(b_, v, e);
     if (llvm::Value* p0 = contiguous_pointer(ptrs, c)) {
-      if (m) b_.CreateMaskedStore(v, p0, align, m);
+      if (m) masked_store(v, p0, align, m);
       else if (streaming_) store_streaming(v, p0);
       else b_.CreateAlignedStore(v, p0, align);
     } else {
       llvm::Value* ps = emit_chunk(ptrs, c);
       if (!m) m = llvm::Constant::getAllOnesValue(llvm::FixedVectorType::get(b_.getInt1Ty(), c.width));
-      b_.CreateMaskedScatter(v, ps, align, m);
+      masked_scatter(v, ps, align, m);
     }
   }, stream);
 }
