@@ -11,6 +11,8 @@
 #include <llvm/Support/ErrorHandling.h>
 
 #include <cstdint>
+#include <iterator>
+#include <vector>
 #include <utility>
 
 namespace tessera::codegen {
@@ -148,7 +150,29 @@ class MathEmitter {
   // ---- exp family --------------------------------------------------------------
   // Worked example, exp(1) in f32: n = rint(1·log2e) = 1, r = 1 - 1·ln2 = 0.30685 (hi)
   // and the ln2_lo part (lo), e^r = 1.3591409, times 2^1 = 2.7182817.
-  Value* exp(Value* x) { return propagate_nan(x, exp_no_nan_check(x)); }
+  Value* exp(Value* x) {
+    if (Value* y = exp_f32_avx512(x)) return y;
+    return propagate_nan(x, exp_no_nan_check(x));
+  }
+
+  // f32 on AVX-512 (softmax's inner loop): 12 instructions instead of 22. A plain
+  // Horner evaluation of 1 + r + r^2 P(r) replaces the compensated sum (its last fma
+  // rounds once; the rest of the error is 0.35·ulp(q): under 1.3 ulp, the bound is 2),
+  // and NaN needs no final select: the clamp keeps it (select(x > hi, hi, x) is
+  // vminps hi, x, which returns its second operand on NaN), and rint, fma and vscalefps
+  // all propagate it.
+  Value* exp_f32_avx512(Value* x) {
+    if (!ty_->getScalarType()->isFloatTy() || !can_avx512_scalef(x->getType())) return nullptr;
+    Value* hi_c = c(k_.exp_hi);
+    Value* lo_c = c(k_.exp_lo);
+    Value* below = select(b_.CreateFCmpOGT(x, hi_c), hi_c, x);
+    Value* xc = select(b_.CreateFCmpOLT(below, lo_c), lo_c, below);
+    Value* n = rint(mul(xc, c(k_.log2e)));
+    Value* r = fma(fneg(n), c(k_.ln2_lo), fma(fneg(n), c(k_.ln2_hi), xc));
+    std::vector<double> full = {1.0, 1.0};
+    full.insert(full.end(), std::begin(kExpPolyF32), std::end(kExpPolyF32));
+    return avx512_scalef(horner(r, full), n);
+  }
 
   Value* exp_no_nan_check(Value* x) {
     Value* xc = clamp(x, k_.exp_lo, k_.exp_hi);
@@ -440,14 +464,18 @@ class MathEmitter {
 
   // vscalef for full 512-bit vectors when the function being emitted targets
   // AVX-512 (its "target-features" attribute says so); nullptr otherwise.
-  Value* avx512_scalef(Value* y, Value* n) {
-    auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(y->getType());
-    if (!vt || vt->getPrimitiveSizeInBits() != 512) return nullptr;
+  bool can_avx512_scalef(llvm::Type* t) {
+    auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(t);
+    if (!vt || vt->getPrimitiveSizeInBits() != 512) return false;
     llvm::BasicBlock* bb = b_.GetInsertBlock();
     llvm::Function* f = bb ? bb->getParent() : nullptr;
-    if (!f || !f->hasFnAttribute("target-features")) return nullptr;
-    if (f->getFnAttribute("target-features").getValueAsString().find("+avx512f") == llvm::StringRef::npos)
-      return nullptr;
+    if (!f || !f->hasFnAttribute("target-features")) return false;
+    return f->getFnAttribute("target-features").getValueAsString().find("+avx512f") != llvm::StringRef::npos;
+  }
+
+  Value* avx512_scalef(Value* y, Value* n) {
+    if (!can_avx512_scalef(y->getType())) return nullptr;
+    auto* vt = llvm::cast<llvm::FixedVectorType>(y->getType());
     bool dbl = vt->getElementType()->isDoubleTy();
     auto id = dbl ? llvm::Intrinsic::x86_avx512_mask_scalef_pd_512 : llvm::Intrinsic::x86_avx512_mask_scalef_ps_512;
     llvm::Value* all = dbl ? static_cast<llvm::Value*>(b_.getInt8(0xFF)) : static_cast<llvm::Value*>(b_.getInt16(0xFFFF));
