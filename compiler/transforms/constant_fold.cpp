@@ -272,7 +272,10 @@ std::optional<ConstantValue> fold_elementwise(const Op& op, const std::vector<Co
   if (op.results.size() != 1 || args.size() != op.operands.size() || args.empty()) return std::nullopt;
   const ElemType& in = op.operands[0]->type.elem;
   const ElemType& out = op.result()->type.elem;
-  if (op.kind == OpKind::Cast) return args.size() == 1 ? fold_cast(args[0], in, out) : std::nullopt;
+  if (op.kind == OpKind::Cast) {
+    if (op.str_attr("rounding", "rtne") != "rtne") return std::nullopt;  // folds round to nearest only
+    return args.size() == 1 ? fold_cast(args[0], in, out) : std::nullopt;
+  }
   if (op.kind == OpKind::Bitcast) return args.size() == 1 ? fold_bitcast(args[0], in, out) : std::nullopt;
   if (fold_arity(op.kind) != args.size()) return std::nullopt;
   for (Value* v : op.operands)

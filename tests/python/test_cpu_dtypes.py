@@ -444,8 +444,6 @@ def rtz_downcast_kernel(x_ptr, h_ptr, b_ptr, BLOCK: tl.constexpr):
     tl.store(b_ptr + offs, tl.cast(x, tl.bfloat16, fp_downcast_rounding="rtz").to(tl.uint16, bitcast=True))
 
 
-@pytest.mark.xfail(reason="code generator ignores fp_downcast_rounding='rtz' (the cast rounds to nearest; "
-                          "the interpreter truncates)", strict=True)
 def test_downcast_round_toward_zero():
     x = np.array([1 + 2**-11 + 2**-20, -(1 + 2**-11 + 2**-20), 70000.0, 1.99999, -3.3, 0.1, 65519.0, 1.0],
                  np.float32)
@@ -462,3 +460,46 @@ def test_downcast_round_toward_zero():
     run_interpreted(rtz_downcast_kernel, (1,), x, hi, bi, BLOCK=8)          # the oracle agrees
     np.testing.assert_array_equal(hi, want_h)
     np.testing.assert_array_equal(bi, b)
+
+
+@tessera.kernel
+def rtz_from_f64_kernel(x_ptr, f_ptr, h_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(f_ptr + offs, x.to(tl.float32, fp_downcast_rounding="rtz"))
+    tl.store(h_ptr + offs, x.to(tl.float16, fp_downcast_rounding="rtz"))
+
+
+def test_downcast_round_toward_zero_from_f64():
+    x = np.array([1 + 2**-24 + 2**-40, -(1 + 2**-30), 1e39, -1e39, 1 / 3, np.nan, np.inf, -0.0], np.float64)
+    f, h = poisoned(8, np.float32), poisoned(8, np.float16)
+    rtz_from_f64_kernel[(1,)](x, f, h, BLOCK=8)
+
+    def toward_zero(v, dt):
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = v.astype(dt)
+            past = np.abs(r.astype(np.float64)) > np.abs(v)
+        r[past] = np.nextafter(r[past], dt(0))
+        return r
+    np.testing.assert_array_equal(f, toward_zero(x, np.float32))
+    np.testing.assert_array_equal(h, toward_zero(toward_zero(x, np.float32).astype(np.float64), np.float16))
+
+
+def test_downcast_rounding_on_a_non_downcast_is_an_error():
+    @tessera.kernel
+    def upcast_rtz(x_ptr, y_ptr):
+        x = tl.load(x_ptr)
+        tl.store(y_ptr, x.to(tl.float64, fp_downcast_rounding="rtz"))
+
+    with pytest.raises(tessera.CompilationError, match="float downcasts only") as e:
+        upcast_rtz[(1,)](np.zeros(1, np.float32), np.zeros(1, np.float64))
+    assert "upcast_rtz" in str(e.value) and 'fp_downcast_rounding="rtz"' in str(e.value)
+
+
+def test_downcast_rounding_mode_must_be_known():
+    @tessera.kernel
+    def bad_mode(x_ptr, y_ptr):
+        tl.store(y_ptr, tl.load(x_ptr).to(tl.float16, fp_downcast_rounding="up"))
+
+    with pytest.raises(tessera.CompilationError, match="must be 'rtne' or 'rtz'"):
+        bad_mode[(1,)](np.zeros(1, np.float32), np.zeros(1, np.float16))

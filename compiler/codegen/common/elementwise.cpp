@@ -168,6 +168,25 @@ llvm::Value* narrow(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& e) {
 
 }  // namespace
 
+// A float downcast rounded toward zero (fp_downcast_rounding="rtz"): the narrowing
+// rounded to nearest, moved one ulp toward zero where it went past x in magnitude
+// (inf from a finite x becomes the largest finite value). Truncation composes, so
+// f64 -> f16 truncates to f32 first.
+static llvm::Value* emit_cast_toward_zero(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& from, const ElemType& to) {
+  ElemType f32{ScalarKind::F32};
+  if (from.kind == ScalarKind::F64 && to.bits() == 16)
+    return emit_cast_toward_zero(b, emit_cast_toward_zero(b, v, from, f32), f32, to);
+  llvm::Value* x = widen(b, v, from);
+  llvm::Value* r = emit_cast(b, v, from, to);
+  llvm::Value* back = emit_cast(b, r, to, from);
+  back = widen(b, back, from);
+  llvm::Value* past = b.CreateFCmpOGT(intrinsic(b, llvm::Intrinsic::fabs, {back}), intrinsic(b, llvm::Intrinsic::fabs, {x}));
+  llvm::Type* bits_t = with_lanes(b.getIntNTy(to.bits()), r->getType());
+  llvm::Value* bits = b.CreateBitCast(r, bits_t);
+  llvm::Value* toward_zero = b.CreateSub(bits, llvm::ConstantInt::get(bits_t, 1));  // sign-magnitude: |r| - 1 ulp
+  return b.CreateBitCast(b.CreateSelect(past, toward_zero, bits), r->getType());
+}
+
 llvm::Value* emit_cast(llvm::IRBuilderBase& b, llvm::Value* v, const ElemType& from, const ElemType& to) {
   if (from == to) return v;
   llvm::LLVMContext& c = b.getContext();
@@ -212,7 +231,10 @@ llvm::Value* emit_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm::Ar
   const ElemType& in = op.operands.empty() ? op.result()->type.elem : op.operands[0]->type.elem;
   const ElemType& out = op.result()->type.elem;
   switch (op.kind) {
-    case OpKind::Cast: return emit_cast(b, args[0], in, out);
+    case OpKind::Cast:
+      if (op.str_attr("rounding") == "rtz" && in.is_float() && out.is_float() && out.bits() < in.bits())
+        return emit_cast_toward_zero(b, args[0], in, out);
+      return emit_cast(b, args[0], in, out);
     case OpKind::Bitcast: {
       llvm::Type* dst = with_lanes(llvm_elem_type(b.getContext(), out), args[0]->getType());
       if (in.is_ptr() && !out.is_ptr()) return b.CreatePtrToInt(args[0], dst);

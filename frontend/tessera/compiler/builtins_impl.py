@@ -226,7 +226,8 @@ def _cast(cg, input, dtype, fp_downcast_rounding=None, bitcast=False):
     dtype = _dtype(dtype, "the target type of a cast")
     if not (isinstance(input, Value) or is_number(input)):
         raise SemanticError(f"cannot cast {describe(input)} to {dtype.ir}")
-    return cg.sem.cast(input, dtype, bitcast=py.bool(bitcast))
+    rounding = getattr(fp_downcast_rounding, "value", fp_downcast_rounding)
+    return cg.sem.cast(input, dtype, bitcast=py.bool(bitcast), rounding=rounding)
 
 
 @builtin_impl("softmax")

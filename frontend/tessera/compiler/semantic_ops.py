@@ -123,7 +123,20 @@ class ElementwiseOps:
         return [self.broadcast_to(v, shape) for v in values]
 
     # ------------------------------------------------------------------ casts
-    def cast(self, v, dst: D.dtype, bitcast=False) -> Value:
+    def cast(self, v, dst: D.dtype, bitcast=False, rounding=None) -> Value:
+        """rounding: None / "rtne" (to nearest even) or "rtz" (toward zero), for float
+        downcasts only (fp_downcast_rounding)."""
+        if rounding not in (None, "rtne", "rtz"):
+            raise SemanticError(f"fp_downcast_rounding must be 'rtne' or 'rtz', got {rounding!r}")
+        if rounding is not None:
+            src = v.dtype if isinstance(v, Value) else S.literal_type(v)
+            if bitcast or not (src.is_floating() and dst.is_floating()
+                               and dst.primitive_bitwidth < src.primitive_bitwidth):
+                raise SemanticError(f"fp_downcast_rounding applies to float downcasts only, not to a cast "
+                                    f"from {src.ir} to {dst.ir}{' (bitcast)' if bitcast else ''}")
+            if rounding == "rtz":
+                return self._op("cast", [self.to_value(v)], dst, v.shape if isinstance(v, Value) else (),
+                                {"rounding": "rtz"})
         if is_number(v):
             return self.const(v, dst) if not bitcast else self.cast(self.to_value(v), dst, True)
         src = v.dtype
