@@ -410,10 +410,51 @@ def carried_literal_kernel(out_ptr, n):
     tl.store(out_ptr, c.to(tl.float32))
 
 
-@pytest.mark.xfail(reason="interpreter: a Python int carried through a run-time loop stays a Python int "
-                          "(no .to()), while compiled code makes it an i32 tensor", strict=True)
 def test_number_carried_by_a_loop_is_a_tensor_in_the_interpreter_too():
     out = poisoned(1, np.float32)
     carried_literal_kernel[(1,)](out, 5)
     assert out[0] == 5                                       # compiled: fine
+    out[0] = np.nan
     run_interpreted(carried_literal_kernel, (1,), out, 5)
+    assert out[0] == 5
+
+
+@tessera.kernel
+def carried_semantics_kernel(out_ptr, n):
+    c = -7
+    i = 0
+    while i < n:                                             # a run-time while (n is a tensor)
+        c = c // 2                                           # i32 division truncates: -7 -> -3 -> -1 -> 0
+        i += 1
+    s = 0
+    for k in tl.static_range(3):                             # unrolled: s stays a Python int
+        s += k
+    tl.static_assert(s == 3)
+    w = 2147483647
+    for _ in tl.range(0, n, 4):
+        w += 1                                               # i32 wraps
+    tl.store(out_ptr, c)
+    tl.store(out_ptr + 1, w)
+
+
+def test_carried_numbers_follow_i32_semantics_compiled_and_interpreted():
+    out_c, out_i = poisoned(2, np.int32), poisoned(2, np.int32)
+    carried_semantics_kernel[(1,)](out_c, 2)
+    run_interpreted(carried_semantics_kernel, (1,), out_i, 2)
+    np.testing.assert_array_equal(out_c, [-1, -2147483648])
+    np.testing.assert_array_equal(out_i, out_c)
+
+
+def test_carried_numbers_in_a_kernel_with_a_closure():
+    scale = 3
+
+    @tessera.kernel
+    def closure_kernel(out_ptr, n):
+        c = 0
+        for _ in range(n):
+            c += scale
+        tl.store(out_ptr, c.to(tl.float32))
+
+    out = poisoned(1, np.float32)
+    run_interpreted(closure_kernel, (1,), out, 4)
+    assert out[0] == 12

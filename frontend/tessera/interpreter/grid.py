@@ -15,6 +15,7 @@ from .constexprs import KernelConstexpr
 from .debug import DebugOps
 from .elementwise import ElementwiseOps
 from .errors import innermost_user_frame
+from .loop_carry import with_carried_numbers_as_tensors
 from .memory import Memory, MemoryOps
 from .random import RandomOps
 from .reductions import ReductionOps
@@ -56,16 +57,20 @@ class _KernelRange:
         self.impl = impl
 
     def __call__(self, *args):
-        return self.impl.range_values(*args)
+        return core.range(*args)  # iterated through impl.range_values (core.range.__iter__)
 
 
 def _with_kernel_range(fn, impl: Builtins):
-    """A copy of fn whose global `range` yields typed loop variables. Only the kernel
-    function itself is rebound; helpers it calls keep Python's range."""
+    """A copy of fn whose global `range` yields typed loop variables and whose run-time
+    loops carry Python numbers as tensors (loop_carry.py). Only the kernel function
+    itself is rebound; helpers it calls keep Python's range."""
     if not isinstance(fn, pytypes.FunctionType):
         return fn
     env = dict(fn.__globals__)
     env["range"] = _KernelRange(impl)
+    rewritten = with_carried_numbers_as_tensors(fn, env)
+    if rewritten is not None:
+        return rewritten
     copy = pytypes.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__
     return copy
