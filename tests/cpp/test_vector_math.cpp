@@ -162,7 +162,7 @@ void add_kernel(llvm::Module& m, const std::string& name, MathFn fn, llvm::Type*
   Value* x = b.CreateAlignedLoad(ty, b.CreateGEP(elem, f->getArg(0), i), align);
   b.CreateAlignedStore(emit_math(b, fn, x), b.CreateGEP(elem, f->getArg(1), i), align);
   Value* next = b.CreateAdd(i, b.getInt64(width));
-  i->addIncoming(next, loop);
+  i->addIncoming(next, b.GetInsertBlock());  // sin/cos end in another block
   b.CreateCondBr(b.CreateICmpULT(next, f->getArg(2)), loop, exit);
   b.SetInsertPoint(exit);
   b.CreateRetVoid();

@@ -1,9 +1,11 @@
-// exp/exp2/log/log2/sin/cos/erf/tanh/sigmoid as straight-line LLVM IR (range reduction
-// plus minimax polynomials, selects instead of branches, no libm) for f32/f64 vectors.
+// exp/exp2/log/log2/sin/cos/erf/tanh/sigmoid as LLVM IR (range reduction plus minimax
+// polynomials, selects instead of branches, no libm) for f32/f64 vectors.
 // Measured max error (tests/cpp/test_vector_math.cpp, f32 and f64 alike): < 1 ulp for
-// exp, exp2, log, log2, sin, cos, erf; < 1.9 ulp for tanh and sigmoid. sin/cos hold this
-// for |x| <= 2^18 (f32) / 2^40 (f64); beyond, they stay finite in [-1, 1].
+// exp, exp2, log, log2, sin, cos, erf; < 1.9 ulp for tanh and sigmoid. sin/cos beyond
+// |x| = 2^18 (f32) / 2^40 (f64) branch to a Payne–Hanek reduction (trig_reduction.cpp).
 #include "codegen/common/vector_math.h"
+
+#include "codegen/common/trig_reduction.h"
 
 #include <llvm/IR/IntrinsicsX86.h>
 
@@ -12,6 +14,7 @@
 
 #include <cstdint>
 #include <iterator>
+#include <tuple>
 #include <vector>
 #include <utility>
 
@@ -316,6 +319,36 @@ class MathEmitter {
   // Accurate while q is computed well enough that |r| <= 0.82 (the polynomials' range)
   // and x - q·pio2[0] is exact: |x| <= 2^18 for f32, 2^40 for f64. Beyond that r is
   // set to 0, so results are finite and in [-1, 1] but not accurate.
+  // Lanes beyond trig_limit take the Payne–Hanek reduction (trig_reduction.cpp), in a
+  // block entered only when some lane needs it: the common case pays one test.
+  std::tuple<Value*, Value*, Value*> reduce_large_lanes(Value* xs, Value* in_range, Value* q, Value* hi,
+                                                        Value* lo) {
+    llvm::BasicBlock* cur = b_.GetInsertBlock();
+    llvm::Function* f = cur ? cur->getParent() : nullptr;
+    if (!f) return {q, select(in_range, hi, c(0)), select(in_range, lo, c(0))};
+    Value* large = b_.CreateNot(in_range);
+    Value* any = large->getType()->isVectorTy() ? b_.CreateOrReduce(large) : large;
+    llvm::LLVMContext& ctx = b_.getContext();
+    auto* slow = llvm::BasicBlock::Create(ctx, "trig.huge", f);
+    auto* join = llvm::BasicBlock::Create(ctx, "trig.join", f);
+    b_.CreateCondBr(any, slow, join);
+    b_.SetInsertPoint(slow);
+    TrigReduction t = reduce_huge_trig_argument(b_, xs);
+    Value* q2 = select(large, t.quadrant, q);
+    Value* hi2 = select(large, t.hi, hi);
+    Value* lo2 = select(large, t.lo, lo);
+    llvm::BasicBlock* slow_end = b_.GetInsertBlock();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+    auto phi = [&](Value* fast, Value* huge) {
+      llvm::PHINode* p = b_.CreatePHI(fast->getType(), 2);
+      p->addIncoming(fast, cur);
+      p->addIncoming(huge, slow_end);
+      return p;
+    };
+    return {phi(q, q2), phi(hi, hi2), phi(lo, lo2)};
+  }
+
   Value* sin_or_cos(Value* x, bool is_cos) {
     Value* finite = b_.CreateFCmpOLT(fabs(x), inf());
     Value* xs = select(finite, x, c(0));  // inf/nan take no part in the arithmetic
@@ -330,8 +363,7 @@ class MathEmitter {
     Value* hi = add(s, t);
     Value* lo = sub(t, sub(hi, s));
     Value* in_range = b_.CreateFCmpOLE(fabs(xs), c(k_.trig_limit));
-    hi = select(in_range, hi, c(0));
-    lo = select(in_range, lo, c(0));
+    std::tie(q, hi, lo) = reduce_large_lanes(xs, in_range, q, hi, lo);
 
     Value* z = mul(hi, hi);
     // sin(hi + lo) ≈ hi + hi·z·P(z) + lo·(1 - z/2)

@@ -13,9 +13,9 @@ enum class MathFn {
 
 // Emits fn(x) for x a float/double scalar or a vector of them (any width).
 // Accuracy (measured, tests/cpp/test_vector_math.cpp): within 2 ulp of the correctly
-// rounded result for f32 and f64 over the whole domain, except sin/cos, which hold
-// it for |x| <= 2^18 (f32) / 2^40 (f64) and beyond that only stay finite in [-1, 1];
-// inf/nan/denormal inputs and outputs follow C's <math.h>.
+// rounded result for f32 and f64 over the whole domain (sin/cos of huge arguments
+// included); inf/nan/denormal inputs and outputs follow C's <math.h>. sin/cos emit a
+// branch (the builder must be inside a function); the rest is straight-line code.
 llvm::Value* emit_math(llvm::IRBuilderBase& b, MathFn fn, llvm::Value* x);
 
 }  // namespace tessera::codegen
