@@ -426,10 +426,11 @@ void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int sh
   make_current(k.device);
   CUfunction fn = current_function(k);
   if (threads > k.max_threads)
-    throw CudaError("kernel " + k.name + " uses " + std::to_string(k.num_regs) +
-                        " registers per thread, so a block can have at most " + std::to_string(k.max_threads) +
-                        " threads, but this launch asks for " + std::to_string(threads) + " (num_warps=" +
-                        std::to_string(threads / 32) + "): use fewer warps",
+    throw CudaError("kernel " + k.name + " can run at most " + std::to_string(k.max_threads) +
+                        " threads per block on cuda:" + std::to_string(k.device) + " (the number it was compiled " +
+                        "for, or fewer for its " + std::to_string(k.num_regs) +
+                        " registers per thread), but this launch asks for " + std::to_string(threads) +
+                        " (num_warps=" + std::to_string(threads / 32) + "): use fewer warps",
                     kErrorOutOfResources);
   g_last_kernel[k.device].store(&k, std::memory_order_relaxed);
   CUresult r = d.cuLaunchKernel(fn, g0, g1, g2, threads, 1, 1, shared_bytes, reinterpret_cast<CUstream>(stream),
