@@ -77,7 +77,7 @@ struct FastPath {
   std::vector<PyObject*> names;  // owned, interned
   std::vector<char> is_constexpr;
   std::vector<PyObject*> defaults;  // owned; nullptr: required
-  PyObject* kernel_debug = nullptr; // owned: Kernel.debug (None, True, False)
+  int kernel_debug = -1;            // Kernel.debug: -1 None, else its truth value
   PyObject* jit_globals = nullptr;  // owned: jit.py's module dict (_INTERPRET, _DEBUG)
   PyObject* constexpr_type = nullptr;  // owned: tessera.language.constexpr
   bool enabled = false;
@@ -92,7 +92,6 @@ struct FastPath {
     clear_specs();
     for (PyObject* o : names) Py_XDECREF(o);
     for (PyObject* o : defaults) Py_XDECREF(o);
-    Py_XDECREF(kernel_debug);
     Py_XDECREF(jit_globals);
     Py_XDECREF(constexpr_type);
   }
@@ -289,9 +288,10 @@ bool current_stream(const Specialization& s, PyObject* explicit_stream, uintptr_
   return !PyErr_Occurred();
 }
 
-// Launches a matched specialization; returns its CompiledKernel (new reference).
-PyObject* launch(const FastPath& fp, const Specialization& s, const CallKey& key, const long grid[3],
-                 PyObject* explicit_stream) {
+// Packs and launches; nullptr with a Python error set on failure. `s` is not used
+// once the GIL is released: another thread may clear the table meanwhile.
+PyObject* launch_unowned(const FastPath& fp, const Specialization& s, const CallKey& key, const long grid[3],
+                         PyObject* explicit_stream) {
   uint64_t slots[kMaxParams];
   void* params[kMaxParams];
   size_t n = 0;
@@ -310,12 +310,15 @@ PyObject* launch(const FastPath& fp, const Specialization& s, const CallKey& key
     if (s.cuda) {
       uintptr_t stream = 0;
       if (!current_stream(s, explicit_stream, &stream)) return nullptr;
+      const int device = s.device, threads = s.threads, shared = s.shared;
+      const uintptr_t function = s.cuda_function;
       bool failed = false;
       runtime::cuda::CudaError error("", 0);
       Py_BEGIN_ALLOW_THREADS
       try {
-        runtime::cuda::launch(s.device, s.cuda_function, int(grid[0]), int(grid[1]), int(grid[2]), s.threads,
-                              s.shared, stream, params);
+        (void)device;  // the kernel handle knows its device
+        runtime::cuda::launch_kernel(function, int(grid[0]), int(grid[1]), int(grid[2]), threads, shared, stream,
+                                     params);
       } catch (const runtime::cuda::CudaError& e) {
         failed = true;
         error = e;
@@ -325,9 +328,10 @@ PyObject* launch(const FastPath& fp, const Specialization& s, const CallKey& key
     } else {
       std::string error;
       int failure = 0;  // 1: device assert, 2: other
+      const auto entry = reinterpret_cast<runtime::CpuEntry>(s.cpu_entry);
       Py_BEGIN_ALLOW_THREADS
       try {
-        runtime::launch_cpu(reinterpret_cast<runtime::CpuEntry>(s.cpu_entry), slots, int32_t(grid[0]),
+        runtime::launch_cpu(entry, slots, int32_t(grid[0]),
                             int32_t(grid[1]), int32_t(grid[2]));
       } catch (const runtime::DeviceAssertError& e) {
         failure = 1;
@@ -343,8 +347,19 @@ PyObject* launch(const FastPath& fp, const Specialization& s, const CallKey& key
       }
     }
   }
-  Py_INCREF(s.compiled);
-  return s.compiled;
+  return Py_None;  // borrowed: launch() returns the CompiledKernel it holds
+}
+
+// Launches a matched specialization; returns its CompiledKernel (new reference).
+PyObject* launch(const FastPath& fp, const Specialization& s, const CallKey& key, const long grid[3],
+                 PyObject* explicit_stream) {
+  PyObject* compiled = s.compiled;
+  Py_INCREF(compiled);
+  if (!launch_unowned(fp, s, key, grid, explicit_stream)) {
+    Py_DECREF(compiled);
+    return nullptr;
+  }
+  return compiled;
 }
 
 // --- the Python path and registering what it compiled -----------------------------
@@ -515,8 +530,8 @@ bool bind_and_key(const FastPath& fp, PyObject* const* args, Py_ssize_t nargs, P
     int t = PyObject_IsTrue(debug);
     if (t < 0) return PyErr_Clear(), false;
     key->debug = t;
-  } else if (fp.kernel_debug != Py_None) {
-    key->debug = fp.kernel_debug == Py_True;
+  } else if (fp.kernel_debug >= 0) {
+    key->debug = fp.kernel_debug;
   } else {
     key->debug = flag_set(fp.jit_globals, s.debug_flag);
   }
@@ -645,8 +660,11 @@ PyObject* launcher_init_fast_path(PyObject* o, PyObject* args) {
       fp->defaults.push_back(d);
     }
   }
-  Py_INCREF(debug);
-  fp->kernel_debug = debug;
+  if (debug != Py_None) {
+    int t = PyObject_IsTrue(debug);
+    if (t < 0) return nullptr;
+    fp->kernel_debug = t;
+  }
   Py_INCREF(globals);
   fp->jit_globals = globals;
   Py_INCREF(ce_type);

@@ -240,3 +240,38 @@ def test_debug_flag_changes_are_seen():
     finally:
         tessera.set_debug(previous)
     checked[(1,)](x, 8, BLOCK=16)
+
+
+def test_cuda_error_type_without_a_driver():
+    from tessera._core import _C
+    if _C.cuda_available():
+        pytest.skip("this machine has a usable CUDA driver")
+    with pytest.raises(tessera.CudaError) as e:
+        tessera.synchronize("cuda:0")
+    assert isinstance(e.value, RuntimeError) and "CUDA is not available" in str(e.value)
+    assert e.value.code == -1 and e.value.sticky is False
+
+
+def test_launches_from_threads_while_the_table_is_cleared():
+    import threading
+    x = np.arange(64, dtype=np.float32)
+    failures = []
+
+    def worker():
+        try:
+            for _ in range(200):
+                out = np.zeros(64, np.float32)
+                axpy[(1,)](x, out, 2.0, 64, BLOCK=64)
+                if not np.array_equal(out, 2 * x):
+                    failures.append("wrong result")
+        except Exception as e:  # reported below
+            failures.append(repr(e))
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for _ in range(50):
+        axpy._compiled.clear()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:3]
