@@ -186,7 +186,8 @@ def _cuda_launcher(ck, device, num_warps, kernel_name):
         fn = _C.cuda_load(index, ck.binary, ck.entry_symbol, shared)
     except _C.CudaError as e:
         raise _named_cuda_error(kernel_name, e) from None
-    threads = 32 * num_warps
+    # The block size the kernel was compiled for (a kernel may fix num_warps itself).
+    threads = 32 * int(ck.metadata.get("num_warps", num_warps) or num_warps)
     current = _current_stream_getter()
     launch_cuda = _C.cuda_launch
     ck._fast_target = ("cuda", index, fn, threads, shared, current)
