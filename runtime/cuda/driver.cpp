@@ -110,6 +110,10 @@ Driver& driver() {
   return d;
 }
 
+// After a sticky error: resets the context of this thread's current device and
+// throws (defined with the recovery code at the end of the file).
+[[noreturn]] void throw_sticky(CUresult r, const std::string& message);
+
 void check(CUresult r, const char* call) {
   if (r == 0) return;
   Driver& d = driver();
@@ -119,12 +123,10 @@ void check(CUresult r, const char* call) {
     d.cuGetErrorName(r, &name);
     d.cuGetErrorString(r, &text);
   }
-  throw CudaError(std::string(call) + " failed: " + name + " (" + text + ")", r);
+  std::string message = std::string(call) + " failed: " + name + " (" + text + ")";
+  if (is_sticky_error(r)) throw_sticky(r, message);
+  throw CudaError(message, r);
 }
-
-// check(), but after a sticky error resets the device's context first (defined with
-// the recovery code at the end of the file).
-void check_sticky(int device, CUresult r, const char* call);
 
 Driver& require() {
   Driver& d = driver();
@@ -255,7 +257,7 @@ void copy_to_device(int device, uintptr_t dst, const void* src, size_t bytes) {
 void copy_to_host(int device, void* dst, uintptr_t src, size_t bytes) {
   Driver& d = require();
   make_current(device);
-  if (bytes) check_sticky(device, d.cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+  if (bytes) check(d.cuMemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
 }
 
 void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes) {
@@ -370,9 +372,15 @@ CUfunction current_function(LoadedKernel& k) {
   return k.function.load(std::memory_order_acquire);
 }
 
-void check_sticky(int device, CUresult r, const char* call) {
-  if (r == 0) return;
-  throw_sticky_aware(device, r, std::string(call) + " failed: " + describe(r));
+// Every driver call goes through make_current(device) first, so the thread's
+// current device is the one whose context the error broke.
+void throw_sticky(CUresult r, const std::string& message) {
+  int device = t_device;
+  if (device < 0 || device >= kMaxDevices) throw CudaError(message, r);
+  LoadedKernel* last = g_last_kernel[device].load();
+  throw_sticky_aware(device, r, last ? message + " (an earlier kernel caused it, probably " + last->name +
+                                           ", the last one Tessera launched on cuda:" + std::to_string(device) + ")"
+                                     : message);
 }
 
 }  // namespace
@@ -432,7 +440,7 @@ void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int sh
                         " registers per thread), but this launch asks for " + std::to_string(threads) +
                         " (num_warps=" + std::to_string(threads / 32) + "): use fewer warps",
                     kErrorOutOfResources);
-  g_last_kernel[k.device].store(&k, std::memory_order_relaxed);
+  LoadedKernel* previous = g_last_kernel[k.device].exchange(&k, std::memory_order_relaxed);
   CUresult r = d.cuLaunchKernel(fn, g0, g1, g2, threads, 1, 1, shared_bytes, reinterpret_cast<CUstream>(stream),
                                 params, nullptr);
   if (r == 0) return;
@@ -447,7 +455,9 @@ void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int sh
            std::to_string(g2) + "), " + std::to_string(threads) + " threads per block, " +
            std::to_string(shared_bytes) + " bytes of dynamic shared memory";
   else if (is_sticky_error(r))
-    msg += " (reported at the launch of " + k.name + "; an earlier asynchronous kernel may have caused it)";
+    msg += " (reported at the launch of " + k.name + "; an earlier kernel caused it" +
+           (previous ? ", probably " + previous->name + ", the last one Tessera launched on cuda:" +
+                           std::to_string(k.device) : std::string()) + ")";
   throw_sticky_aware(k.device, r, msg);
 }
 

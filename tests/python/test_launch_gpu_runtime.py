@@ -235,6 +235,18 @@ except tessera.CudaError as e:
     print("error", e.sticky, e.code, str(e).replace("\n", " "), flush=True)
 print("after", good_launch(), flush=True)
 print("after again", good_launch(), flush=True)
+
+# Without a synchronize: the next driver call (an allocation, the launch, or the
+# synchronize) reports the error; the message still names wild_store.
+bad = tessera.zeros(64, device="cuda")
+wild_store[(1,)](bad, 1 << 40, BLOCK=64)
+import time
+time.sleep(0.5)  # let the fault happen before the next call
+try:
+    print("second no error", good_launch(), flush=True)
+except tessera.CudaError as e:
+    print("second error", e.sticky, "wild_store" in str(e), flush=True)
+print("after second", good_launch(), flush=True)
 '''
 
 
@@ -250,7 +262,11 @@ def test_sticky_error_names_the_kernel_and_the_process_recovers(tmp_path):
     assert lines[1].startswith(("error True 700 ", "error True 719 ")), lines  # illegal address / launch failed
     assert "CUDA_ERROR_" in lines[1] and "the last kernel Tessera launched on cuda:0 was wild_store" in lines[1], lines[1]
     assert "reset the primary context of cuda:0" in lines[1], lines[1]
-    assert lines[2:] == ["after True", "after again True"], lines
+    assert lines[2:4] == ["after True", "after again True"], lines
+    # The error may surface at the allocation, the launch or the synchronize; it is
+    # sticky wherever it surfaces, names the kernel, and the process recovers.
+    assert lines[4] == "second error True True", lines
+    assert lines[5] == "after second True", lines
 
 
 @tessera.kernel

@@ -51,7 +51,8 @@ void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes);
 // --- Loaded kernels, launch errors and recovery from sticky errors ---------------
 //
 // A sticky error (an illegal address, a trap, a misaligned access, a kernel
-// assert) leaves the device's primary context unusable. Tessera then resets the
+// assert) leaves the device's primary context unusable. Whichever Tessera driver
+// call first sees it (a launch, a synchronize, a copy, an allocation) resets the
 // primary context (cuDevicePrimaryCtxReset): every allocation on it and every
 // module loaded into it is gone (torch's and CuPy's too), so later launches with
 // new arrays work. The CudaError says so; `sticky` is true on it.
