@@ -215,17 +215,16 @@ bool cache_put(const std::string& dir, const std::string& key_hex, const std::ma
 py::tuple dlpack_info(py::object value) {
   binding::DlpackInfo info;
   if (!binding::read_dlpack(value.ptr(), &info)) throw py::error_already_set();
+  // DLPack type codes: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool.
+  static const struct {
+    uint8_t code, bits;
+    const char* ir;
+  } kTypes[] = {{0, 8, "i8"},   {0, 16, "i16"}, {0, 32, "i32"}, {0, 64, "i64"}, {1, 8, "u8"},
+                {1, 16, "u16"}, {1, 32, "u32"}, {1, 64, "u64"}, {2, 16, "f16"}, {2, 32, "f32"},
+                {2, 64, "f64"}, {4, 16, "bf16"}, {6, 8, "i1"}};
   const char* ir = nullptr;
-  if (info.lanes == 1) {
-    switch (info.code) {
-      case 0: ir = info.bits == 8 ? "i8" : info.bits == 16 ? "i16" : info.bits == 32 ? "i32" : info.bits == 64 ? "i64" : nullptr; break;
-      case 1: ir = info.bits == 8 ? "u8" : info.bits == 16 ? "u16" : info.bits == 32 ? "u32" : info.bits == 64 ? "u64" : nullptr; break;
-      case 2: ir = info.bits == 16 ? "f16" : info.bits == 32 ? "f32" : info.bits == 64 ? "f64" : nullptr; break;
-      case 4: ir = info.bits == 16 ? "bf16" : nullptr; break;
-      case 6: ir = info.bits == 8 ? "i1" : nullptr; break;
-      default: break;
-    }
-  }
+  for (const auto& t : kTypes)
+    if (info.lanes == 1 && info.code == t.code && info.bits == t.bits) ir = t.ir;
   std::string device;
   if (info.device_type == binding::kDLCPU) device = "cpu";
   else if (info.device_type == binding::kDLCUDA || info.device_type == binding::kDLCUDAManaged)

@@ -388,7 +388,8 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         runtime = tuple(v for ce, v in zip(self.constexpr_mask, values) if not ce)
         # A CUDA failure is a _C.CudaError naming the kernel (see _cuda_launcher).
         on_gpu = ck._fast_target is not None and ck._fast_target[0] == "cuda"
-        ck.launcher(g[0], g[1], g[2], runtime, ck.kinds, **({"stream": stream} if on_gpu and stream is not None else {}))
+        extra = {"stream": stream} if on_gpu and stream is not None else {}  # stream= means nothing on the CPU
+        ck.launcher(g[0], g[1], g[2], runtime, ck.kinds, **extra)
         return ck
 
     def _argument_error(self, values, error):

@@ -260,7 +260,8 @@ def test_sticky_error_names_the_kernel_and_the_process_recovers(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert lines[0] == "before True", lines
     assert lines[1].startswith(("error True 700 ", "error True 719 ")), lines  # illegal address / launch failed
-    assert "CUDA_ERROR_" in lines[1] and "the last kernel Tessera launched on cuda:0 was wild_store" in lines[1], lines[1]
+    assert "CUDA_ERROR_" in lines[1], lines[1]
+    assert "the last kernel Tessera launched on cuda:0 was wild_store" in lines[1], lines[1]
     assert "reset the primary context of cuda:0" in lines[1], lines[1]
     assert lines[2:4] == ["after True", "after again True"], lines
     # The error may surface at the allocation, the launch or the synchronize; it is
