@@ -62,7 +62,10 @@ def array_dtype(value):
 def dlpack_spec(value):
     """The spec of an array exported through DLPack (__dlpack__ / __dlpack_device__):
     CPU arrays for CPU launches, CUDA ones for GPU launches."""
-    data, ir, device, what = _C.dlpack_info(value)
+    try:
+        data, ir, device, what = _C.dlpack_info(value)
+    except Exception as e:  # the producer's __dlpack__ failed or gave no "dltensor" capsule
+        raise TypeError(f"reading {type(value).__name__} through DLPack failed: {type(e).__name__}: {e}") from None
     if ir is None:
         raise TypeError(f"DLPack dtype ({what}) of {type(value).__name__} is not supported")
     if device == "cpu":

@@ -115,3 +115,19 @@ def test_cpu_dlpack_array_in_a_gpu_launch_names_both_devices():
     msg = str(e.value)
     assert msg.startswith("kernel add: arrays on different devices"), msg
     assert "'y' (position 1) on cpu" in msg and "'x' (position 0), 'out' (position 2) on cuda:0" in msg, msg
+
+
+class BrokenDLPack:
+    def __dlpack__(self, stream=None):
+        raise ValueError("no export today")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_a_failing_producer_names_the_kernel_and_argument():
+    out = np.zeros(4, np.float32)
+    for _ in range(2):
+        with pytest.raises(TypeError, match=r"kernel add: argument 'x' \(position 0\): reading BrokenDLPack "
+                                            r"through DLPack failed: ValueError: no export today"):
+            add[(1,)](BrokenDLPack(), out, out, 4, BLOCK=16)
