@@ -347,14 +347,9 @@ void load_into_context(LoadedKernel& k) {
   Driver& d = require();
   make_current(k.device);
   uint64_t gen = generation_of(k.device);
-  CUmodule mod;
-  std::string copy = k.image;  // PTX must be NUL-terminated; a cubin is passed as is
-  copy.push_back('\0');
-  check(d.cuModuleLoadDataEx(&mod, copy.data(), 0, nullptr, nullptr), "cuModuleLoadDataEx");
-  CUfunction fn;
-  check(d.cuModuleGetFunction(&fn, mod, k.name.c_str()), "cuModuleGetFunction");
-  if (k.shared_bytes > 48 * 1024)
-    check(d.cuFuncSetAttribute(fn, kFuncAttrMaxDynamicShared, k.shared_bytes), "cuFuncSetAttribute");
+  // load_function does the loading (and the function attributes, such as more than
+  // 48 KB of dynamic shared memory); this adds what survives a reset.
+  auto fn = reinterpret_cast<CUfunction>(load_function(k.device, k.image, k.name, k.shared_bytes));
   if (d.cuFuncGetAttribute) {
     int v = 0;
     if (d.cuFuncGetAttribute(&v, kFuncAttrMaxThreads, fn) == 0 && v > 0) k.max_threads = v;
