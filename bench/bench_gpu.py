@@ -190,6 +190,8 @@ def main():
     host = [("cached launch of a tiny kernel, host us", host_us(lambda: TK.tiny_kernel[(1,)](tiny, BLOCK=16)),
              host_us(lambda: tiny.add_(1.0)),
              host_us(lambda: TR.tiny_kernel[(1,)](tiny, BLOCK=16)) if TR else None)]
+    # The row above must measure the C++ launch path (frontend/csrc/launch_fastpath.cpp).
+    assert TK.tiny_kernel._fast_path_size() == 1, "the cached tiny launch did not run from the C++ launch path"
 
     lines = [f"# GPU benchmark — {dev}", "",
              f"GB/s (bytes that must be read + written); device copy {copy_bw:.0f} GB/s. "

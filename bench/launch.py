@@ -118,13 +118,21 @@ def _tiny_launch(rounds, per_round):
     y = np.ones(16, dtype=np.float32)
     out = np.empty_like(x)
     grid = (1,)
+    # The Python launcher jit.py generates was the cached path before the C++ one
+    # (frontend/csrc/launch_fastpath.cpp); it still serves first launches and misses.
+    python_launcher = add_kernel._launch
     fns = {"tessera add_kernel[(1,)] BLOCK=16": lambda: add_kernel[grid](x, y, out, 16, BLOCK_SIZE=16),
+           "tessera, Python launcher (the cached path before C++)":
+               lambda: python_launcher(x, y, out, 16, BLOCK_SIZE=16, grid=grid),
            "numpy np.add(out=)": lambda: np.add(x, y, out=out)}
     if torch is not None:
         tx, ty = torch.from_numpy(x.copy()), torch.from_numpy(y)
+        tout = torch.empty_like(tx)
+        fns["tessera add_kernel, torch CPU tensors"] = lambda: add_kernel[grid](tx, ty, tout, 16, BLOCK_SIZE=16)
         fns["torch x.add_(y)"] = lambda: tx.add_(ty)
     fns["tessera add_kernel[(1,)] BLOCK=16"]()
     assert np.array_equal(out, x + y)
+    assert add_kernel._fast_path_size() == 1, "the cached launch must run from the C++ launch path"
     res = {}
     for name, fn in fns.items():
         for _ in range(min(per_round, 1000)):

@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "array_args.h"
+#include "launch_fastpath.h"
 #include "tessera/cache.h"
 #include "tessera/compiler.h"
 #include "tessera/cpu_launcher.h"
@@ -89,6 +91,12 @@ uint64_t pack_arg(PyObject* o, char kind, size_t index) {
         }
         if (!p) {
           PyErr_Clear();
+          binding::DlpackInfo info;  // __dlpack__ producers (jax, paddle, ...)
+          if (PyObject_HasAttrString(o, "__dlpack__") && binding::read_dlpack(o, &info))
+            p = PyLong_FromUnsignedLongLong(info.data);
+        }
+        if (!p) {
+          PyErr_Clear();
           throw py::type_error("argument " + std::to_string(index) + ": expected an array or tensor, got " +
                                std::string(Py_TYPE(o)->tp_name));
         }
@@ -162,8 +170,9 @@ void launch_cuda(int device, uintptr_t fn, int64_t g0, int64_t g1, int64_t g2, i
     }
   if (g0 == 0 || g1 == 0 || g2 == 0) return;
   py::gil_scoped_release release;
-  runtime::cuda::launch(device, fn, static_cast<int>(g0), static_cast<int>(g1), static_cast<int>(g2), threads, shared,
-                        stream, params);
+  (void)device;  // the kernel handle knows its device
+  runtime::cuda::launch_kernel(fn, static_cast<int>(g0), static_cast<int>(g1), static_cast<int>(g2), threads, shared,
+                               stream, params);
 }
 
 uintptr_t load_cpu(const py::bytes& object, const std::string& symbol) {
@@ -199,6 +208,31 @@ bool cache_put(const std::string& dir, const std::string& key_hex, const std::ma
   for (auto& [k, v] : blobs) e.blobs[k] = std::string(v);
   py::gil_scoped_release release;
   return cache::DiskStore(dir).put(*key, e);
+}
+
+// (data address, dtype ir or None, device string) of a DLPack producer, for
+// specialization.spec_of. dtype None: a type kernels do not take.
+py::tuple dlpack_info(py::object value) {
+  binding::DlpackInfo info;
+  if (!binding::read_dlpack(value.ptr(), &info)) throw py::error_already_set();
+  // DLPack type codes: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool.
+  static const struct {
+    uint8_t code, bits;
+    const char* ir;
+  } kTypes[] = {{0, 8, "i8"},   {0, 16, "i16"}, {0, 32, "i32"}, {0, 64, "i64"}, {1, 8, "u8"},
+                {1, 16, "u16"}, {1, 32, "u32"}, {1, 64, "u64"}, {2, 16, "f16"}, {2, 32, "f32"},
+                {2, 64, "f64"}, {4, 16, "bf16"}, {6, 8, "i1"}};
+  const char* ir = nullptr;
+  for (const auto& t : kTypes)
+    if (info.lanes == 1 && info.code == t.code && info.bits == t.bits) ir = t.ir;
+  std::string device;
+  if (info.device_type == binding::kDLCPU) device = "cpu";
+  else if (info.device_type == binding::kDLCUDA || info.device_type == binding::kDLCUDAManaged)
+    device = "cuda:" + std::to_string(info.device_id);
+  else device = "dlpack device type " + std::to_string(info.device_type);
+  std::string dtype = "code " + std::to_string(info.code) + " bits " + std::to_string(info.bits) +
+                      (info.lanes != 1 ? " lanes " + std::to_string(info.lanes) : "");
+  return py::make_tuple(info.data, ir ? py::object(py::str(ir)) : py::object(py::none()), device, dtype);
 }
 
 py::list cache_list(const std::string& dir) {
@@ -239,7 +273,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("build_id", &compiler_build_id);
   m.def("host_cpu_name", &host_cpu_name);
   m.def("host_cpu_features", &host_cpu_features);
-  py::register_exception<runtime::cuda::CudaError>(m, "CudaError", PyExc_RuntimeError);
+  // CudaError (a RuntimeError) carries `code` and `sticky` (the context was reset
+  // after it; see cuda_runtime.h).
+  m.add_object("CudaError", binding::cuda_error_type());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const runtime::cuda::CudaError& e) {
+      binding::set_cuda_error(e, "");
+    }
+  });
   m.def("cuda_available", &runtime::cuda::available);
   m.def("cuda_unavailable_reason", &runtime::cuda::unavailable_reason);
   m.def("cuda_device_count", &runtime::cuda::device_count);
@@ -248,13 +291,17 @@ PYBIND11_MODULE(_C, m) {
   m.def("cuda_load", [](int device, const py::bytes& image, const std::string& name, int shared) {
     std::string img = image;
     py::gil_scoped_release release;
-    return runtime::cuda::load_function(device, img, name, shared);
+    return runtime::cuda::load_kernel(device, img, name, shared);
   });
   m.def("cuda_launch", &launch_cuda);
   m.def("cuda_synchronize", [](int device) {
     py::gil_scoped_release release;
-    runtime::cuda::synchronize(device);
+    runtime::cuda::synchronize_checked(device);
   });
+  m.def("cuda_context_generation", &runtime::cuda::context_generation);
+  m.def("cuda_pointer_device", &runtime::cuda::pointer_device);
+  m.def("dlpack_info", &dlpack_info);
+  binding::register_launch_fastpath(m);
   m.def("cuda_malloc", &runtime::cuda::mem_alloc);
   m.def("cuda_free", &runtime::cuda::mem_free);
   m.def("cuda_memset", &runtime::cuda::mem_set);

@@ -3,7 +3,9 @@ tessera.language (mirrors triton.language); they run on the CPU (x86-64 vector
 code) and, later, NVIDIA GPUs."""
 from . import language  # noqa: F401
 from .errors import CompilationError, InternalCompilerError  # noqa: F401
-from .jit import CompiledKernel, Kernel, jit, kernel, set_debug, set_interpret  # noqa: F401
+from .jit import CompiledKernel, Kernel, jit, kernel, set_debug, set_interpret, synchronize  # noqa: F401
+from ._core import _C as _core_C
+CudaError = _core_C.CudaError  # a RuntimeError; .code (CUresult), .sticky (the context was reset)
 from .compile_api import compile  # noqa: F401
 from .language.core import constexpr  # noqa: F401
 from .array import Array, empty, from_numpy, zeros  # noqa: F401

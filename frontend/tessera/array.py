@@ -32,6 +32,7 @@ class Array:
         self.device = "cpu" if device in (None, "cpu") else ("cuda:0" if device == "cuda" else device)
         self._index = _device_index(self.device)
         self._ptr = 0
+        self._generation = 0
         if self._index is None:
             self._host = _host if _host is not None else np.empty(self.shape, self.dtype)
         else:
@@ -39,6 +40,9 @@ class Array:
             if not _C.cuda_available():
                 raise RuntimeError(f"cannot allocate on {self.device}: {_C.cuda_unavailable_reason()}")
             self._ptr = _C.cuda_malloc(self._index, self.nbytes)
+            # A sticky CUDA error resets the context and frees everything on it; a
+            # later free of this address could free someone else's new allocation.
+            self._generation = _C.cuda_context_generation(self._index)
 
     @property
     def size(self) -> int:
@@ -76,7 +80,8 @@ class Array:
     def __del__(self):
         if getattr(self, "_ptr", 0):
             try:
-                _C.cuda_free(self._index, self._ptr)
+                if _C.cuda_context_generation(self._index) == self._generation:
+                    _C.cuda_free(self._index, self._ptr)
             except Exception:  # interpreter shutdown: the driver may be gone
                 pass
             self._ptr = 0

@@ -1,9 +1,12 @@
 """@tessera.kernel: specialization, compilation through the cache, and launch.
 
-A launch `k[grid](*args, **meta)` binds the arguments, computes a cheap
-specialization key, finds the compiled kernel in an in-memory table (or the disk
-cache, or compiles it) and hands the argument tuple to C++, which packs it and runs
-the grid.
+A launch `k[grid](*args, **meta)` of a specialization already compiled runs in C++
+(frontend/csrc/launch_fastpath.cpp, the base class of Kernel): it binds the
+arguments, computes the specialization key, finds the compiled kernel in a per-kernel
+table, packs the parameters and launches. Everything else (a first launch, the
+interpreter, a callable grid, unusual options, any error) takes the Python launcher
+generated here (`Kernel._make_launcher`), which finds the kernel in an in-memory
+table, the disk cache, or compiles it; C++ then registers what it returned.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import functools
 import inspect
 import operator
 import os
+import weakref
 
 from . import cache_key as CK
 from . import specialization as S
@@ -64,6 +68,10 @@ class CompiledKernel:
         self.cache_key = cache_key
         self.from_cache = from_cache
         self._entry = None
+        # What the C++ launch path needs to launch without Python:
+        # ("cpu", entry address) or ("cuda", device, kernel handle, threads,
+        # dynamic shared bytes, current-stream getter or None). Set by Kernel._compile_for.
+        self._fast_target = None
 
     @property
     def entry(self):
@@ -148,39 +156,87 @@ def _gpu_target(kernel_name, device):
 
 
 def _cpu_launcher(ck):
+    ck._fast_target = ("cpu", ck.entry)
     return functools.partial(_C.launch_cpu, ck.entry)
 
 
-def _cuda_launcher(ck, device, num_warps):
-    index = int(device.split(":")[1]) if ":" in device else 0
-    fn = _C.cuda_load(index, ck.binary, ck.entry_symbol, int(ck.metadata.get("shared", 0) or 0))
-    threads = 32 * num_warps
-    shared = int(ck.metadata.get("shared", 0) or 0)
+def _named_cuda_error(kernel_name, e):
+    """`e` (a _C.CudaError) restated as 'kernel NAME: ...', keeping code and sticky."""
+    err = _C.CudaError(f"kernel {kernel_name}: {e}")
+    err.code, err.sticky = getattr(e, "code", -1), getattr(e, "sticky", False)
+    return err
+
+
+def _current_stream_getter():
+    """device index -> torch's current stream on it, or None without torch."""
     try:
         import torch
-        # The raw-stream getter costs ~0.3 us; torch.cuda.current_stream() several.
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        current = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
     except ImportError:  # no torch: the legacy default stream unless stream= is given
-        current = None
+        return None
+    # The raw-stream getter costs ~0.3 us; torch.cuda.current_stream() several.
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+
+
+def _cuda_launcher(ck, device, num_warps, kernel_name):
+    index = int(device.split(":")[1]) if ":" in device else 0
+    shared = int(ck.metadata.get("shared", 0) or 0)
+    try:
+        # A handle that survives a context reset: its module is reloaded when needed.
+        fn = _C.cuda_load(index, ck.binary, ck.entry_symbol, shared)
+    except _C.CudaError as e:
+        raise _named_cuda_error(kernel_name, e) from None
+    # The block size the kernel was compiled for (a kernel may fix num_warps itself).
+    threads = 32 * int(ck.metadata.get("num_warps", num_warps) or num_warps)
+    current = _current_stream_getter()
     launch_cuda = _C.cuda_launch
+    ck._fast_target = ("cuda", index, fn, threads, shared, current)
 
     def launch(g0, g1, g2, args, kinds, stream=None):
         if stream is None:
             stream = current(index) if current is not None else 0
-        launch_cuda(index, fn, g0, g1, g2, threads, shared, int(stream), args, kinds)
+        try:
+            launch_cuda(index, fn, g0, g1, g2, threads, shared, int(stream), args, kinds)
+        except _C.CudaError as e:
+            raise _named_cuda_error(kernel_name, e) from None
 
     return launch
 
 
-class Kernel:
+def synchronize(device="cuda:0"):
+    """Waits for every kernel launched on `device` ("cuda", "cuda:N" or N). A CUDA
+    error raised there names the last kernel Tessera launched on that device; after
+    a sticky error (illegal address, trap, ...) the device's context is reset, so
+    later launches with new arrays work (docs/architecture.md, "Runtime")."""
+    index = (int(device.split(":")[1]) if ":" in device else 0) if isinstance(device, str) else int(device)
+    _C.cuda_synchronize(index)
+
+
+class _SpecializationTable(dict):
+    """Kernel._compiled: specialization key -> CompiledKernel. clear() also empties
+    the C++ launch path's table, so the next launch takes the Python path."""
+
+    def __init__(self, kernel):
+        super().__init__()
+        self._kernel = weakref.ref(kernel)
+
+    def clear(self):
+        super().clear()
+        k = self._kernel()
+        if k is not None:
+            k._fast_path_clear()
+
+
+class Kernel(_C.KernelLauncher):
     """A function compiled by Tessera. Launch with `kernel[grid](*args, **meta)`.
 
-    `kernel[grid]` returns a launcher generated for this kernel's signature (as
-    Triton does), so binding arguments costs one Python call; the specialization
-    key is a tuple of per-argument keys; C++ packs the arguments and runs the grid.
-    Anything unusual (interpreter mode, a callable grid, extra options, a first
-    launch, a bad argument) takes the general path `run`, which gives precise errors.
+    `kernel[grid]` (KernelLauncher, in C++) launches a cached specialization without
+    running Python code. Otherwise it calls the launcher generated here for this
+    kernel's signature (as Triton does), so binding arguments costs one Python call
+    and Python's own binding errors name the kernel; its key is a tuple of
+    per-argument keys. Anything unusual (interpreter mode, a callable grid, extra
+    options, a first launch, a bad argument) takes the general path `run`, which
+    gives precise errors.
     """
 
     def __init__(self, fn, do_not_specialize=(), debug=None):
@@ -193,17 +249,18 @@ class Kernel:
         self.do_not_specialize = set(do_not_specialize)
         self.debug = debug
         self._name_index = {n: i for i, n in enumerate(self.arg_names)}
-        self._compiled = {}
+        self._compiled = _SpecializationTable(self)
         self._sources = None
-        self._launch = self._make_launcher()
+        self._launch, generated = self._make_launcher()
+        # C++ launches only kernels whose launcher was generated: parameters that
+        # shadow the launcher's own names always go through `run`.
+        self._init_fast_path(self.__name__, list(self.arg_names), list(self.constexpr_mask), list(self.defaults),
+                             debug, globals(), constexpr, inspect.Parameter.empty, generated)
 
     def _dependency_sources(self):
         if self._sources is None:
             self._sources = CK.dependency_sources(self.fn)
         return self._sources
-
-    def __getitem__(self, grid):
-        return functools.partial(self._launch, grid=grid)
 
     def __call__(self, *args, **kwargs):
         raise RuntimeError(
@@ -216,7 +273,7 @@ class Kernel:
         # The launcher's own names (its keyword parameters; its locals start with "_")
         # must not collide with the kernel's parameters: those kernels take `run`.
         if any(not n.isidentifier() or n.startswith("_") or n in _LAUNCHER_NAMES for n in names):
-            return lambda *a, grid, **k: self.run(*a, grid=grid, **k)
+            return (lambda *a, grid, **k: self.run(*a, grid=grid, **k)), False
         g = {"_spec": S.spec_of, "_compiled": self._compiled, "_run": self.run, "_launch_cpu": _C.launch_cpu,
              "_constexpr": constexpr, "_jit": __import__(__name__, fromlist=["_"])}
         params, key_items, runtime = [], [], []
@@ -263,7 +320,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         # then read "kernel add() ...", naming the kernel at no cost per launch.
         launch.__qualname__ = launch.__name__ = f"kernel {self.__name__}"
         launch.__code__ = launch.__code__.replace(co_name=f"kernel {self.__name__}")
-        return launch
+        return launch, True
 
     # --- the general path --------------------------------------------------------
     def _bind(self, args, kwargs):
@@ -329,12 +386,10 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
             self._compiled[key] = ck
         g = self._grid(grid, values)
         runtime = tuple(v for ce, v in zip(self.constexpr_mask, values) if not ce)
-        try:
-            ck.launcher(g[0], g[1], g[2], runtime, ck.kinds, **({"stream": stream} if stream is not None else {}))
-        except RuntimeError as e:
-            if type(e).__name__ == "CudaError":
-                raise RuntimeError(f"kernel {self.__name__}: {e}") from e
-            raise
+        # A CUDA failure is a _C.CudaError naming the kernel (see _cuda_launcher).
+        on_gpu = ck._fast_target is not None and ck._fast_target[0] == "cuda"
+        extra = {"stream": stream} if on_gpu and stream is not None else {}  # stream= means nothing on the CPU
+        ck.launcher(g[0], g[1], g[2], runtime, ck.kinds, **extra)
         return ck
 
     def _argument_error(self, values, error):
@@ -355,7 +410,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
 
     def _compile_for(self, values, spec, opt_key):
         arg_types, constexprs, attrs, runtime = {}, {}, {}, []
-        devices = set()
+        devices = {}  # device -> names of the array arguments on it
         kinds = []
         for i, (name, s, v) in enumerate(zip(self.arg_names, spec, values)):
             if self.constexpr_mask[i]:
@@ -367,7 +422,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
                 continue
             if s[0] == "ptr":
                 arg_types[name] = D.pointer_type(D.BY_IR[s[1]])
-                devices.add(s[2])
+                devices.setdefault(s[2], []).append(f"'{name}' (position {i})")
                 if len(s) > 3 and s[3] and name not in self.do_not_specialize:
                     attrs[name] = {"divisibility": 16}
             elif s[0] == "scalar":
@@ -384,8 +439,10 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
             except TypeError as e:
                 raise TypeError(f"kernel {self.__name__}: argument '{name}' (position {i}): {e}") from None
         if len(devices) > 1:
+            where = "; ".join(f"{', '.join(names)} on {dev}" for dev, names in sorted(devices.items()))
             raise ValueError(f"kernel {self.__name__}: arrays on different devices in one launch: "
-                             f"{sorted(devices)}")
+                             f"{sorted(devices)}: {where}. Move them to one device (a CPU launch takes "
+                             f"host arrays only; a GPU launch takes arrays on that GPU only)")
         target, device = "cpu", None
         if devices and next(iter(devices)) != "cpu":
             device = next(iter(devices))
@@ -395,7 +452,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         ck = compile_specialization(self, arg_types, constexprs, attrs, options, target, runtime_names)
         ck.kinds = "".join(kinds)
         ck.runtime_indices = runtime
-        ck.launcher = _cpu_launcher(ck) if target == "cpu" else _cuda_launcher(ck, device, opt_key[0])
+        ck.launcher = _cpu_launcher(ck) if target == "cpu" else _cuda_launcher(ck, device, opt_key[0], self.__name__)
         return ck
 
     def _interpret(self, values, grid):

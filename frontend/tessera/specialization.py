@@ -6,6 +6,7 @@ by 16; floats and bools on their type; tl.constexpr parameters on their value.
 """
 from __future__ import annotations
 
+from ._core import _C
 from .language import dtypes as D
 
 # Launch-time argument kinds for the C++ packer (frontend/csrc/module.cpp).
@@ -52,8 +53,26 @@ def array_dtype(value):
         if t is None:
             raise TypeError(f"GPU array dtype {cai['typestr']} is not supported")
         dev = getattr(getattr(value, "device", None), "id", None)
+        if dev is None and _C.cuda_available():  # no device attribute: ask the driver who owns it
+            dev = _C.cuda_pointer_device(int(cai["data"][0]))
         return t, "cuda" if dev is None else f"cuda:{dev}"
     return None
+
+
+def dlpack_spec(value):
+    """The spec of an array exported through DLPack (__dlpack__ / __dlpack_device__):
+    CPU arrays for CPU launches, CUDA ones for GPU launches."""
+    try:
+        data, ir, device, what = _C.dlpack_info(value)
+    except Exception as e:  # the producer's __dlpack__ failed or gave no "dltensor" capsule
+        raise TypeError(f"reading {type(value).__name__} through DLPack failed: {type(e).__name__}: {e}") from None
+    if ir is None:
+        raise TypeError(f"DLPack dtype ({what}) of {type(value).__name__} is not supported")
+    if device == "cpu":
+        return ("ptr", ir, "cpu")
+    if not device.startswith("cuda:"):
+        raise TypeError(f"arrays on {device} are not supported (only CPU and CUDA memory)")
+    return ("ptr", ir, device, data % 16 == 0)
 
 
 def int_type(v: int) -> D.dtype:
@@ -149,7 +168,9 @@ def spec_of(value):
             # lets loads and stores be 16 bytes per thread (ld.global.v4).
             return ("ptr", ad[0].ir, ad[1], _data_ptr(value) % 16 == 0)
         return ("ptr", ad[0].ir, ad[1])
+    if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
+        return dlpack_spec(value)
     if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "shape", None) == ():
         return ("scalar", str(value.dtype))
     raise TypeError(f"unsupported kernel argument of type {t.__name__}: pass numpy arrays, "
-                    f"torch tensors, ints, floats or bools")
+                    f"torch tensors, CuPy or DLPack arrays, ints, floats or bools")

@@ -3,7 +3,9 @@
 // call is checked and a failure becomes a CudaError naming the call.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -48,6 +50,10 @@ struct Driver {
   CUresult (*cuMemsetD8)(unsigned long long, unsigned char, size_t);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**);
+  // Optional (nullptr when absent): recovery and error reports, see the end of the file.
+  CUresult (*cuDevicePrimaryCtxReset)(CUdevice) = nullptr;
+  CUresult (*cuPointerGetAttribute)(void*, int, unsigned long long) = nullptr;
+  CUresult (*cuFuncGetAttribute)(int*, int, CUfunction) = nullptr;
 };
 
 template <typename F>
@@ -55,6 +61,17 @@ bool sym(Driver& d, F& f, const char* name) {
   f = reinterpret_cast<F>(dlsym(d.lib, name));
   if (!f) d.error = std::string("libcuda has no ") + name;
   return f != nullptr;
+}
+
+void load_optional_symbols(Driver& d) {
+  d.cuDevicePrimaryCtxReset = reinterpret_cast<decltype(d.cuDevicePrimaryCtxReset)>(
+      dlsym(d.lib, "cuDevicePrimaryCtxReset_v2"));
+  if (!d.cuDevicePrimaryCtxReset)
+    d.cuDevicePrimaryCtxReset = reinterpret_cast<decltype(d.cuDevicePrimaryCtxReset)>(
+        dlsym(d.lib, "cuDevicePrimaryCtxReset"));
+  d.cuPointerGetAttribute =
+      reinterpret_cast<decltype(d.cuPointerGetAttribute)>(dlsym(d.lib, "cuPointerGetAttribute"));
+  d.cuFuncGetAttribute = reinterpret_cast<decltype(d.cuFuncGetAttribute)>(dlsym(d.lib, "cuFuncGetAttribute"));
 }
 
 Driver& driver() {
@@ -83,6 +100,7 @@ Driver& driver() {
       d.lib = nullptr;
       return;
     }
+    load_optional_symbols(d);
     CUresult r = d.cuInit(0);
     if (r != 0) {
       d.error = "cuInit failed with CUDA error " + std::to_string(r) + " (no GPU, or the driver is not usable)";
@@ -91,6 +109,10 @@ Driver& driver() {
   });
   return d;
 }
+
+// After a sticky error: resets the context of this thread's current device and
+// throws (defined with the recovery code at the end of the file).
+[[noreturn]] void throw_sticky(CUresult r, const std::string& message);
 
 void check(CUresult r, const char* call) {
   if (r == 0) return;
@@ -101,7 +123,9 @@ void check(CUresult r, const char* call) {
     d.cuGetErrorName(r, &name);
     d.cuGetErrorString(r, &text);
   }
-  throw CudaError(std::string(call) + " failed: " + name + " (" + text + ")", r);
+  std::string message = std::string(call) + " failed: " + name + " (" + text + ")";
+  if (is_sticky_error(r)) throw_sticky(r, message);
+  throw CudaError(message, r);
 }
 
 Driver& require() {
@@ -113,14 +137,24 @@ Driver& require() {
 std::mutex g_mutex;
 std::map<int, CUcontext> g_contexts;
 
+// Resets of each device's primary context (reset_context, at the end of the file).
+constexpr int kMaxDevices = 64;
+std::atomic<uint64_t> g_generation[kMaxDevices];
+
+uint64_t generation_of(int device) {
+  return device >= 0 && device < kMaxDevices ? g_generation[device].load(std::memory_order_acquire) : 0;
+}
+
 // Last (device, context) this thread made current: if the context is still current
-// (torch may have switched it), launching needs no lock and no cuCtxSetCurrent.
+// (torch may have switched it) and was not reset since, launching needs no lock and
+// no cuCtxSetCurrent.
 thread_local int t_device = -1;
 thread_local CUcontext t_context = nullptr;
+thread_local uint64_t t_generation = 0;
 
 void make_current(int device) {
   Driver& d = require();
-  if (t_device == device) {
+  if (t_device == device && t_generation == generation_of(device)) {
     CUcontext cur = nullptr;
     if (d.cuCtxGetCurrent(&cur) == 0 && cur == t_context) return;
   }
@@ -136,6 +170,7 @@ void make_current(int device) {
   check(d.cuCtxSetCurrent(it->second), "cuCtxSetCurrent");
   t_device = device;
   t_context = it->second;
+  t_generation = generation_of(device);
 }
 
 }  // namespace
@@ -229,6 +264,216 @@ void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes) {
   Driver& d = require();
   make_current(device);
   if (bytes) check(d.cuMemsetD8(dst, value, bytes), "cuMemsetD8");
+}
+
+// --- Loaded kernels, launch errors and recovery from sticky errors ----------------
+// (declared at the end of cuda_runtime.h)
+
+namespace {
+
+constexpr int kAttrMaxSharedPerBlockOptin = 97;     // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+constexpr int kFuncAttrMaxThreads = 0;              // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+constexpr int kFuncAttrNumRegs = 4;                 // CU_FUNC_ATTRIBUTE_NUM_REGS
+constexpr int kPointerAttrDeviceOrdinal = 9;        // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr CUresult kErrorInvalidValue = 1;          // CUDA_ERROR_INVALID_VALUE
+constexpr CUresult kErrorOutOfResources = 701;      // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+
+// A kernel loaded by load_kernel. Never freed (modules stay loaded until exit);
+// `function` is reloaded from `image` when the context was reset since.
+struct LoadedKernel {
+  int device = 0;
+  std::string image, name;
+  int shared_bytes = 0;
+  std::mutex mutex;  // guards reloading
+  std::atomic<uint64_t> generation{0};
+  std::atomic<CUfunction> function{nullptr};
+  int max_threads = 1024;  // what the kernel's register use allows per block
+  int num_regs = 0;
+};
+
+// The last kernel launched on each device: a later asynchronous error is reported
+// at a synchronization, where only this says which kernel it probably was.
+std::atomic<LoadedKernel*> g_last_kernel[kMaxDevices];
+
+std::string describe(CUresult r) {
+  Driver& d = driver();
+  const char* name = "?";
+  const char* text = "";
+  if (d.lib) {
+    d.cuGetErrorName(r, &name);
+    d.cuGetErrorString(r, &text);
+  }
+  return std::string(name) + " (" + text + ")";
+}
+
+int device_attribute(int device, int attribute) {
+  Driver& d = require();
+  CUdevice dev;
+  check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  int v = 0;
+  check(d.cuDeviceGetAttribute(&v, attribute, dev), "cuDeviceGetAttribute");
+  return v;
+}
+
+// Resets the device's primary context after a sticky error: every allocation and
+// module on it is gone; the next make_current retains it again and kernels are
+// reloaded on their next launch (LoadedKernel::generation).
+void reset_context(int device) {
+  Driver& d = driver();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  CUdevice dev;
+  if (d.cuDevicePrimaryCtxReset && d.cuDeviceGet(&dev, device) == 0) d.cuDevicePrimaryCtxReset(dev);
+  g_contexts.erase(device);
+  if (device >= 0 && device < kMaxDevices) g_generation[device].fetch_add(1, std::memory_order_acq_rel);
+  t_device = -1;
+}
+
+std::string sticky_note(int device) {
+  return "; this error is sticky (it leaves the CUDA context unusable), so Tessera reset the primary context of "
+         "cuda:" + std::to_string(device) +
+         ": every allocation on it (torch tensors, CuPy arrays, tessera.Array) is gone and must be made again; "
+         "later launches with new arrays work";
+}
+
+[[noreturn]] void throw_sticky_aware(int device, CUresult r, const std::string& message) {
+  if (is_sticky_error(r)) {
+    reset_context(device);
+    throw CudaError(message + sticky_note(device), r, true);
+  }
+  throw CudaError(message, r);
+}
+
+void load_into_context(LoadedKernel& k) {
+  Driver& d = require();
+  make_current(k.device);
+  uint64_t gen = generation_of(k.device);
+  // load_function does the loading (and the function attributes, such as more than
+  // 48 KB of dynamic shared memory); this adds what survives a reset.
+  auto fn = reinterpret_cast<CUfunction>(load_function(k.device, k.image, k.name, k.shared_bytes));
+  if (d.cuFuncGetAttribute) {
+    int v = 0;
+    if (d.cuFuncGetAttribute(&v, kFuncAttrMaxThreads, fn) == 0 && v > 0) k.max_threads = v;
+    if (d.cuFuncGetAttribute(&v, kFuncAttrNumRegs, fn) == 0) k.num_regs = v;
+  }
+  k.function.store(fn, std::memory_order_release);
+  k.generation.store(gen, std::memory_order_release);
+}
+
+CUfunction current_function(LoadedKernel& k) {
+  if (k.generation.load(std::memory_order_acquire) == generation_of(k.device))
+    return k.function.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lock(k.mutex);  // reset since: load the module again
+  if (k.generation.load(std::memory_order_acquire) != generation_of(k.device)) load_into_context(k);
+  return k.function.load(std::memory_order_acquire);
+}
+
+// Every driver call goes through make_current(device) first, so the thread's
+// current device is the one whose context the error broke.
+void throw_sticky(CUresult r, const std::string& message) {
+  int device = t_device;
+  if (device < 0 || device >= kMaxDevices) throw CudaError(message, r);
+  LoadedKernel* last = g_last_kernel[device].load();
+  throw_sticky_aware(device, r, last ? message + " (an earlier kernel caused it, probably " + last->name +
+                                           ", the last one Tessera launched on cuda:" + std::to_string(device) + ")"
+                                     : message);
+}
+
+}  // namespace
+
+bool is_sticky_error(int code) {
+  switch (code) {
+    case 700:  // CUDA_ERROR_ILLEGAL_ADDRESS
+    case 702:  // CUDA_ERROR_LAUNCH_TIMEOUT
+    case 710:  // CUDA_ERROR_ASSERT
+    case 714:  // CUDA_ERROR_HARDWARE_STACK_ERROR
+    case 715:  // CUDA_ERROR_ILLEGAL_INSTRUCTION
+    case 716:  // CUDA_ERROR_MISALIGNED_ADDRESS
+    case 717:  // CUDA_ERROR_INVALID_ADDRESS_SPACE
+    case 718:  // CUDA_ERROR_INVALID_PC
+    case 719:  // CUDA_ERROR_LAUNCH_FAILED
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint64_t context_generation(int device) { return generation_of(device); }
+
+uintptr_t load_kernel(int device, const std::string& image, const std::string& kernel_name, int shared_bytes) {
+  if (device < 0 || device >= kMaxDevices || device >= device_count())
+    throw CudaError("there is no CUDA device " + std::to_string(device) + " (this machine has " +
+                        std::to_string(device_count()) + ")",
+                    -1);
+  int limit = device_attribute(device, kAttrMaxSharedPerBlockOptin);
+  if (shared_bytes > limit)
+    throw CudaError("kernel " + kernel_name + " needs " + std::to_string(shared_bytes) +
+                        " bytes of shared memory per block, but cuda:" + std::to_string(device) + " (" +
+                        device_name(device) + ") allows at most " + std::to_string(limit) +
+                        ": use smaller blocks or fewer num_stages",
+                    kErrorInvalidValue);
+  auto k = std::make_unique<LoadedKernel>();
+  k->device = device;
+  k->image = image;
+  k->name = kernel_name;
+  k->shared_bytes = shared_bytes;
+  load_into_context(*k);
+  return reinterpret_cast<uintptr_t>(k.release());
+}
+
+std::string kernel_name(uintptr_t kernel) { return reinterpret_cast<LoadedKernel*>(kernel)->name; }
+
+void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int shared_bytes, uintptr_t stream,
+                   void** params) {
+  Driver& d = require();
+  auto& k = *reinterpret_cast<LoadedKernel*>(kernel);
+  make_current(k.device);
+  CUfunction fn = current_function(k);
+  if (threads > k.max_threads)
+    throw CudaError("kernel " + k.name + " can run at most " + std::to_string(k.max_threads) +
+                        " threads per block on cuda:" + std::to_string(k.device) + " (the number it was compiled " +
+                        "for, or fewer for its " + std::to_string(k.num_regs) +
+                        " registers per thread), but this launch asks for " + std::to_string(threads) +
+                        " (num_warps=" + std::to_string(threads / 32) + "): use fewer warps",
+                    kErrorOutOfResources);
+  LoadedKernel* previous = g_last_kernel[k.device].exchange(&k, std::memory_order_relaxed);
+  CUresult r = d.cuLaunchKernel(fn, g0, g1, g2, threads, 1, 1, shared_bytes, reinterpret_cast<CUstream>(stream),
+                                params, nullptr);
+  if (r == 0) return;
+  std::string msg = "cuLaunchKernel failed: " + describe(r);
+  if (r == kErrorOutOfResources)
+    msg += ": kernel " + k.name + " with " + std::to_string(threads) + " threads per block, " +
+           std::to_string(k.num_regs) + " registers per thread and " + std::to_string(shared_bytes) +
+           " bytes of dynamic shared memory does not fit on cuda:" + std::to_string(k.device) +
+           "; use fewer warps or smaller blocks";
+  else if (r == kErrorInvalidValue)
+    msg += ": kernel " + k.name + ", grid (" + std::to_string(g0) + ", " + std::to_string(g1) + ", " +
+           std::to_string(g2) + "), " + std::to_string(threads) + " threads per block, " +
+           std::to_string(shared_bytes) + " bytes of dynamic shared memory";
+  else if (is_sticky_error(r))
+    msg += " (reported at the launch of " + k.name + "; an earlier kernel caused it" +
+           (previous ? ", probably " + previous->name + ", the last one Tessera launched on cuda:" +
+                           std::to_string(k.device) : std::string()) + ")";
+  throw_sticky_aware(k.device, r, msg);
+}
+
+void synchronize_checked(int device) {
+  Driver& d = require();
+  make_current(device);
+  CUresult r = d.cuCtxSynchronize();
+  if (r == 0) return;
+  std::string msg = "cuCtxSynchronize failed: " + describe(r);
+  LoadedKernel* last = device >= 0 && device < kMaxDevices ? g_last_kernel[device].load() : nullptr;
+  if (last) msg += " (the last kernel Tessera launched on cuda:" + std::to_string(device) + " was " + last->name + ")";
+  throw_sticky_aware(device, r, msg);
+}
+
+int pointer_device(uintptr_t ptr) {
+  Driver& d = require();
+  if (!d.cuPointerGetAttribute) throw CudaError("libcuda has no cuPointerGetAttribute", -1);
+  int ordinal = -1;
+  check(d.cuPointerGetAttribute(&ordinal, kPointerAttrDeviceOrdinal, static_cast<unsigned long long>(ptr)),
+        "cuPointerGetAttribute");
+  return ordinal;
 }
 
 }  // namespace tessera::runtime::cuda

@@ -11,8 +11,10 @@ namespace tessera::runtime::cuda {
 // A CUDA failure: `what()` names the call, the CUDA error name and its text.
 class CudaError : public std::runtime_error {
  public:
-  CudaError(const std::string& msg, int code) : std::runtime_error(msg), code(code) {}
+  CudaError(const std::string& msg, int code, bool sticky = false)
+      : std::runtime_error(msg), code(code), sticky(sticky) {}
   int code;
+  bool sticky;  // the context was reset after this error (see below)
 };
 
 // True when libcuda could be loaded and cuInit succeeded (never throws).
@@ -45,5 +47,42 @@ void mem_free(int device, uintptr_t ptr);
 void copy_to_device(int device, uintptr_t dst, const void* src, size_t bytes);
 void copy_to_host(int device, void* dst, uintptr_t src, size_t bytes);
 void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes);
+
+// --- Loaded kernels, launch errors and recovery from sticky errors ---------------
+//
+// A sticky error (an illegal address, a trap, a misaligned access, a kernel
+// assert) leaves the device's primary context unusable. Whichever Tessera driver
+// call first sees it (a launch, a synchronize, a copy, an allocation) resets the
+// primary context (cuDevicePrimaryCtxReset): every allocation on it and every
+// module loaded into it is gone (torch's and CuPy's too), so later launches with
+// new arrays work. The CudaError says so; `sticky` is true on it.
+
+// Loads PTX or a cubin for `kernel_name` on `device` and returns a handle that
+// stays valid across a reset: launch_kernel reloads the module when the context
+// was reset since. Fails with a clear CudaError when the kernel needs more shared
+// memory than the device allows per block.
+uintptr_t load_kernel(int device, const std::string& image, const std::string& kernel_name, int shared_bytes);
+
+// Launches a load_kernel handle on its device. A failure names the kernel's limits
+// that the launch broke (threads, registers, shared memory).
+void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int shared_bytes, uintptr_t stream,
+                   void** params);
+
+// Name of a load_kernel handle.
+std::string kernel_name(uintptr_t kernel);
+
+// synchronize(), but an error names the last kernel launched on the device and a
+// sticky error resets the context (see above).
+void synchronize_checked(int device);
+
+// Counts the resets of the device's primary context: memory allocated under an
+// older generation is gone and must not be freed.
+uint64_t context_generation(int device);
+
+// The device that owns a device pointer (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL).
+int pointer_device(uintptr_t ptr);
+
+// True for CUDA errors that leave the context unusable.
+bool is_sticky_error(int code);
 
 }  // namespace tessera::runtime::cuda
