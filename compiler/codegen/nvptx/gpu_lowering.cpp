@@ -62,10 +62,19 @@ void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out
 
 }  // namespace
 
-GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug)
+GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
-      num_threads_(num_warps * 32), debug_(debug), axis_(k) {
+      num_threads_(num_warps * 32), debug_(debug), cc_(cc), axis_(k) {
   collect_shape_vecs(*k.body(), shape_vec_);
+  plan_dots();
+}
+
+int max_dynamic_shared_bytes(int cc) {
+  if (cc >= 90) return 227 * 1024;
+  if (cc == 80) return 163 * 1024;
+  if (cc > 80) return 99 * 1024;  // sm_86, sm_87 (163 KB), sm_89: the smaller bound
+  if (cc >= 75) return 64 * 1024;
+  return 96 * 1024;               // sm_70
 }
 
 void GpuLowering::unsupported(const Op& op, const std::string& what) {
@@ -365,15 +374,25 @@ llvm::Value* GpuLowering::is_first_replica(const BlockedLayout& l) {
 
 void GpuLowering::barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
 
-llvm::GlobalVariable* GpuLowering::new_smem(llvm::Type* elem, int64_t count, const std::string& name) {
+// Every buffer is a fixed region of one extern dynamic shared array: static
+// shared memory stops at 48 KB, dynamic goes to the device's opt-in maximum
+// (the runtime sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES from the
+// kernel's metadata and passes shared_bytes() at launch).
+llvm::Value* GpuLowering::new_smem(llvm::Type* elem, int64_t count, const std::string& name) {
+  if (!dyn_smem_) {
+    auto* ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
+    dyn_smem_ = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                                         "tessera_dyn_smem", nullptr, llvm::GlobalValue::NotThreadLocal, kSharedAS);
+    dyn_smem_->setAlignment(llvm::Align(16));
+  }
+  (void)name;
   auto* ty = llvm::ArrayType::get(elem, count);
-  auto* g = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
-                                     "smem_" + name + "_" + std::to_string(smem_count_++), nullptr,
-                                     llvm::GlobalValue::NotThreadLocal, kSharedAS);
-  g->setAlignment(llvm::Align(16));
   int64_t bytes = static_cast<int64_t>(m_.getDataLayout().getTypeAllocSize(ty));
-  shared_bytes_ = static_cast<int>(((shared_bytes_ + 15) / 16) * 16 + bytes);
-  return g;
+  int64_t offset = ((shared_bytes_ + 15) / 16) * 16;
+  shared_bytes_ = static_cast<int>(offset + bytes);
+  ++smem_count_;
+  return llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_,
+                                                      llvm::ConstantInt::get(b_.getInt64Ty(), offset));
 }
 
 // A layout conversion through shared memory: the value's owners store every
@@ -449,7 +468,11 @@ void GpuLowering::lower_for(const Op& op) {
   std::vector<const Value*> inits;
   for (size_t i = 0; i < n; ++i) {
     inits.push_back(op.operands[3 + i]);
-    if (inits[i]->type.is_tile()) c[i].layout = preferred_layout(inits[i]);
+    if (inits[i]->type.is_tile()) {
+      // A tensor-core accumulator stays in its MMA layout across iterations.
+      auto mma = dot_result_layout(body.terminator()->operands[i]);
+      c[i].layout = mma ? *mma : preferred_layout(inits[i]);
+    }
     c[i].slots = carry_slots(inits[i]->type, c[i].layout);
   }
   store_values(inits);

@@ -1,4 +1,5 @@
-// NVPTX lowering, part 4: `dot` with FMA on CUDA cores (tensor cores come later).
+// NVPTX lowering, part 4: `dot` with FMA on CUDA cores: f64, f32 "ieee", sm_70/75,
+// and shapes the tensor-core path (lower_dot_mma_nvptx.cpp) does not take.
 //
 // The result C[M,N] takes the accumulator's layout (the default blocked layout for
 // a fresh accumulator); a thread owning C[m,n] needs row m of A and column n of B,
@@ -13,7 +14,7 @@
 // (n = 4(t&15) + j): per k it loads 8 A values and one float4 of B for 32 fma.rn.f32.
 // A is stored k-major so that lanes 0-15 and 16-31 (rows m and m+1) read adjacent
 // words. Staging takes A 8 KB + B 8 KB; every dot of the kernel reuses the same two
-// buffers, sized for the largest dot.
+// buffers, sized for the largest dot (both paths stage through them).
 #include <llvm/IR/Intrinsics.h>
 
 #include "codegen/common/elementwise.h"
@@ -24,8 +25,6 @@ namespace tessera::codegen::nvptx {
 using namespace ir;
 
 namespace {
-
-constexpr int64_t kMaxSharedBytes = 48 * 1024;
 
 int64_t operand_bytes(const Value* v) { return v->type.numel() * v->type.elem.bytes(); }
 
@@ -48,6 +47,14 @@ ElemType compute_type(const ElemType& acc) {
 
 }  // namespace
 
+void GpuLowering::ensure_dot_smem() {
+  if (dot_smem_[0]) return;
+  int64_t a_bytes = 0, b_bytes = 0;
+  max_dot_bytes(*k_.body(), a_bytes, b_bytes);
+  dot_smem_[0] = new_smem(b_.getInt8Ty(), a_bytes, "dot_a");
+  dot_smem_[1] = new_smem(b_.getInt8Ty(), b_bytes, "dot_b");
+}
+
 void GpuLowering::lower_dot(const Op& op) {
   const Value* a = op.operands[0];
   const Value* bm = op.operands[1];
@@ -60,19 +67,17 @@ void GpuLowering::lower_dot(const Op& op) {
   const ElemType& ec = op.result()->type.elem;
   const ElemType ct = compute_type(ec);
   int64_t need = operand_bytes(a) + operand_bytes(bm);
-  if (need > kMaxSharedBytes)
+  const int64_t limit = max_dynamic_shared_bytes(cc_);
+  if (need > limit)
     unsupported(op, "'dot' of " + std::to_string(M) + "x" + std::to_string(K) + " by " + std::to_string(K) + "x" +
                         std::to_string(N) + " " + ea.str() + " stages its operands in " + std::to_string(need) +
-                        " bytes of shared memory; the GPU back end supports at most 48 KB (use smaller block sizes)");
+                        " bytes of shared memory; sm_" + std::to_string(cc_) + " allows at most " +
+                        std::to_string(limit / 1024) + " KB per block (use smaller block sizes)");
+  if (auto kind = mma_kind(op)) return lower_dot_mma(op, *kind);
 
   llvm::Type* mta = llvm_mem_type(ctx_, ea);
   llvm::Type* mtb = llvm_mem_type(ctx_, eb);
-  if (!dot_smem_[0]) {
-    int64_t a_bytes = 0, b_bytes = 0;
-    max_dot_bytes(*k_.body(), a_bytes, b_bytes);
-    dot_smem_[0] = new_smem(b_.getInt8Ty(), a_bytes, "dot_a");
-    dot_smem_[1] = new_smem(b_.getInt8Ty(), b_bytes, "dot_b");
-  }
+  ensure_dot_smem();
   llvm::Value* a_s = dot_smem_[0];
   llvm::Value* b_s = dot_smem_[1];
 
