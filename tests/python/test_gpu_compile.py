@@ -249,8 +249,12 @@ def test_attention_feeds_p_to_the_second_dot_in_registers(arch, tmp_path):
     ptx = ck.asm["ptx"]
     # Warps on whole rows (8 x 16 rows): Q.K^T and P.V are 1 m-tile x 8 n-tiles x 4 k-steps each.
     assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 2 * 8 * 4
-    # ldmatrix for Q (1 m-tile x 4 k-steps), K^T (4 pairs x 4 k) and V (4 pairs x 4 k): none for P.
-    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4") == 4 + 16 + 16
+    # ldmatrix for K^T (4 pairs x 4 k) and V (4 pairs x 4 k) only: P comes from Q.K^T's registers,
+    # and Q (loop-invariant) is loaded once, straight into A-fragment registers.
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4") == 16 + 16
+    # One staging per dot and iteration (2 barriers each): the running max and sum stay in the
+    # accumulator's row layout (no conversion through shared memory).
+    assert ptx.count("bar.sync") == 4
     log = ptxas_verbose(ptx, arch, tmp_path)
     assert "0 bytes spill stores" in log, log
 

@@ -470,7 +470,7 @@ void GpuLowering::lower_for(const Op& op) {
     inits.push_back(op.operands[3 + i]);
     if (inits[i]->type.is_tile()) {
       // A tensor-core accumulator stays in its MMA layout across iterations.
-      auto mma = dot_result_layout(body.terminator()->operands[i]);
+      auto mma = planned_layout(body.terminator()->operands[i]);
       c[i].layout = mma ? *mma : preferred_layout(inits[i]);
     }
     c[i].slots = carry_slots(inits[i]->type, c[i].layout);

@@ -121,9 +121,10 @@ class GpuLowering {
   std::optional<MmaKind> mma_kind(const ir::Op& dot) const;  // none: FMA path
   void plan_dots();  // dots that feed another dot's A operand keep warps on whole rows
   MmaTiling mma_tiling(const ir::Op& dot) const;
-  // The accumulator layout of the dot `v` is (an elementwise function of), if it
-  // runs on tensor cores: loop-carried accumulators take it.
-  std::optional<BlockedLayout> dot_result_layout(const ir::Value* v);
+  // The layout `v` will have if it is (an elementwise function of) a tensor-core
+  // dot's result or a reduction of one: loop-carried values take it, so the MMA
+  // accumulator and attention's running max/sum stay in place across iterations.
+  std::optional<BlockedLayout> planned_layout(const ir::Value* v, int depth = 0);
   bool reachable_in_regs(const ir::Value* v, const BlockedLayout& l, int depth = 0);
   BlockedLayout source_layout(const ir::Value* x);
   llvm::Value* staged_offset(const StagedOperand& st, llvm::Value* row, llvm::Value* col);

@@ -103,6 +103,16 @@ void GpuLowering::plan_dots() {
       dot_rows_only_.insert(d1);
       dot_rows_only_.insert(d2);
     }
+  // A 16-bit A operand loaded outside the dot's loop (attention's Q) is loaded once
+  // straight into the A-fragment layout, so no iteration stages it again.
+  for (const Op* d : dots) {
+    auto kind = mma_kind(*d);
+    const Value* a = d->operands[0];
+    if (!kind || mma_elem_bytes(*kind) != 2 || !a->def() || a->def()->kind != OpKind::Load ||
+        a->def()->parent == d->parent)
+      continue;
+    load_layout_.emplace(a, mma_a_layout(mma_tiling(*d), a->type.shape[1], num_warps_));
+  }
 }
 
 MmaTiling GpuLowering::mma_tiling(const Op& op) const {
@@ -110,10 +120,24 @@ MmaTiling GpuLowering::mma_tiling(const Op& op) const {
                            dot_rows_only_.count(&op) > 0);
 }
 
-std::optional<BlockedLayout> GpuLowering::dot_result_layout(const Value* v) {
-  const Op* d = feeding_dot(v);
-  if (!d || !mma_kind(*d) || d->result()->type.shape != v->type.shape) return std::nullopt;
-  return mma_acc_layout(mma_tiling(*d), num_warps_);
+std::optional<BlockedLayout> GpuLowering::planned_layout(const Value* v, int depth) {
+  if (depth > 16 || v->type.is_scalar()) return std::nullopt;
+  const Op* op = v->def();
+  if (!op) return std::nullopt;
+  if (op->kind == OpKind::Dot) {
+    if (!mma_kind(*op)) return std::nullopt;
+    return mma_acc_layout(mma_tiling(*op), num_warps_);
+  }
+  if (op->kind == OpKind::Reduce) {  // lower_reduce slices its operand's layout
+    auto l = planned_layout(op->operands[0], depth + 1);
+    if (!l) return std::nullopt;
+    return l->slice(static_cast<int>(op->int_attr("axis")));
+  }
+  if (!elementwise_def(v)) return std::nullopt;
+  for (const Value* a : op->operands)
+    if (a->type.shape == v->type.shape)
+      if (auto l = planned_layout(a, depth + 1)) return l;
+  return std::nullopt;
 }
 
 bool GpuLowering::reachable_in_regs(const Value* v, const BlockedLayout& l, int depth) {
