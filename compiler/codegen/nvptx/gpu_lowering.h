@@ -176,6 +176,9 @@ class GpuLowering {
   int smem_count_ = 0;
   // Staging buffers for dot operands, shared by every dot (lower_dot_nvptx.cpp).
   llvm::Value* dot_smem_[2] = {};
+  int64_t dot_stage_bytes_[2] = {};   // one copy of each staging buffer
+  bool dot_double_buffered_ = false;  // two copies, alternated by dot_phase_
+  llvm::Value* dot_phase_ = nullptr;  // i32 alloca: the copy the next dot writes
   std::set<const ir::Value*> used_;  // values some op uses (for has_uses)
   bool used_ready_ = false;
 };

@@ -351,10 +351,23 @@ void GpuLowering::lower_dot_mma(const Op& op, MmaKind kind) {
   }
 
   ensure_dot_smem();
-  barrier();  // an earlier dot (or the previous iteration) may still read the buffers
+  llvm::Value* a_buf = dot_smem_[0];
+  llvm::Value* b_buf = dot_smem_[1];
+  if (dot_double_buffered_) {
+    // Execution j writes copy j%2. Before execution j+2 overwrites a copy, every
+    // thread has passed execution j+1's barrier, so it is done reading execution j.
+    llvm::Value* phase = b_.CreateLoad(b_.getInt32Ty(), dot_phase_);
+    b_.CreateStore(b_.CreateXor(phase, b_.getInt32(1)), dot_phase_);
+    a_buf = b_.CreateInBoundsGEP(b_.getInt8Ty(), a_buf,
+                                 b_.CreateMul(phase, b_.getInt32(static_cast<uint32_t>(dot_stage_bytes_[0]))));
+    b_buf = b_.CreateInBoundsGEP(b_.getInt8Ty(), b_buf,
+                                 b_.CreateMul(phase, b_.getInt32(static_cast<uint32_t>(dot_stage_bytes_[1]))));
+  } else {
+    barrier();  // an earlier dot (or the previous iteration) may still read the buffers
+  }
   StagedOperand sa, sb;
-  if (!a_in_regs) sa = stage_operand(a, dot_smem_[0], /*kdim=*/1, eb);
-  sb = stage_operand(bm, dot_smem_[1], /*kdim=*/0, eb);
+  if (!a_in_regs) sa = stage_operand(a, a_buf, /*kdim=*/1, eb);
+  sb = stage_operand(bm, b_buf, /*kdim=*/0, eb);
   barrier();
   if (a_in_regs) a_regs = materialize(a, la);
 

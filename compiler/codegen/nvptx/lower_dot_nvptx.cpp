@@ -28,15 +28,17 @@ namespace {
 
 int64_t operand_bytes(const Value* v) { return v->type.numel() * v->type.elem.bytes(); }
 
-void max_dot_bytes(const Block& b, int64_t& a_bytes, int64_t& b_bytes) {
+void collect_dot_ops(const Block& b, std::vector<const Op*>& out) {
   for (auto& op : b.ops) {
-    if (op->kind == OpKind::Dot) {
-      a_bytes = std::max(a_bytes, operand_bytes(op->operands[0]));
-      b_bytes = std::max(b_bytes, operand_bytes(op->operands[1]));
-    }
-    for (auto& r : op->regions) max_dot_bytes(*r->block, a_bytes, b_bytes);
+    if (op->kind == OpKind::Dot) out.push_back(op.get());
+    for (auto& r : op->regions) collect_dot_ops(*r->block, out);
   }
 }
+
+// Two copies of the staging buffers when every dot is a tensor-core dot and they
+// stay small: consecutive dot executions alternate copies, so a dot's stores need
+// no barrier to wait for readers of the previous execution.
+constexpr int64_t kMaxDoubleBufferedBytes = 64 * 1024;
 
 // The type the products are summed in: the accumulator's, except that f16/bf16
 // accumulators sum in f32 and round once at the end.
@@ -49,10 +51,26 @@ ElemType compute_type(const ElemType& acc) {
 
 void GpuLowering::ensure_dot_smem() {
   if (dot_smem_[0]) return;
+  std::vector<const Op*> dots;
+  collect_dot_ops(*k_.body(), dots);
   int64_t a_bytes = 0, b_bytes = 0;
-  max_dot_bytes(*k_.body(), a_bytes, b_bytes);
-  dot_smem_[0] = new_smem(b_.getInt8Ty(), a_bytes, "dot_a");
-  dot_smem_[1] = new_smem(b_.getInt8Ty(), b_bytes, "dot_b");
+  bool all_mma = true;
+  for (const Op* d : dots) {
+    a_bytes = std::max(a_bytes, operand_bytes(d->operands[0]));
+    b_bytes = std::max(b_bytes, operand_bytes(d->operands[1]));
+    all_mma = all_mma && mma_kind(*d).has_value();
+  }
+  dot_stage_bytes_[0] = (a_bytes + 15) / 16 * 16;
+  dot_stage_bytes_[1] = (b_bytes + 15) / 16 * 16;
+  dot_double_buffered_ = all_mma && 2 * (dot_stage_bytes_[0] + dot_stage_bytes_[1]) <= kMaxDoubleBufferedBytes;
+  int copies = dot_double_buffered_ ? 2 : 1;
+  dot_smem_[0] = new_smem(b_.getInt8Ty(), copies * dot_stage_bytes_[0], "dot_a");
+  dot_smem_[1] = new_smem(b_.getInt8Ty(), copies * dot_stage_bytes_[1], "dot_b");
+  if (dot_double_buffered_) {  // which copy the next dot execution writes: 0, 1, 0, ...
+    dot_phase_ = alloca_in_entry(b_.getInt32Ty());
+    llvm::IRBuilder<> eb(entry_, std::next(llvm::cast<llvm::Instruction>(dot_phase_)->getIterator()));
+    eb.CreateStore(eb.getInt32(0), dot_phase_);
+  }
 }
 
 void GpuLowering::lower_dot(const Op& op) {
