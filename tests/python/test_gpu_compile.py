@@ -175,6 +175,21 @@ def test_matmul_uses_tensor_cores_on_ldmatrix_operands(dtype, target, arch, tmp_
     assemble(ptx, arch, tmp_path)
 
 
+@pytest.mark.parametrize("num_warps", [4, 8])
+def test_k_loop_prefetches_the_next_operands_after_the_mma(num_warps, tmp_path):
+    # Loads for iteration k+1 are issued after iteration k's mma (a prologue loads k = 0), so
+    # their latency overlaps the tensor-core work; they are predicated on k+1 < trip count.
+    ck = tessera.compile(matmul_kernel, signature="*fp16:16,*fp16:16,*fp32:16" + ",i32" * 3 + ",i32:16" * 6,
+                         constexprs={"BM": 64, "BN": 64, "BK": 32}, target="cuda:80", num_warps=num_warps)
+    ptx = ck.asm["ptx"]
+    loop = ptx[ptx.index("bar.sync"):]  # the loop body starts with the staging stores and barrier
+    first_mma, last_mma = loop.index("mma.sync"), loop.rindex("mma.sync")
+    assert "ld.global" not in loop[:first_mma]       # no load waits in front of this iteration's mma
+    assert "ld.global" in loop[last_mma:]            # the next iteration's operands
+    assert "ld.global" in ptx[:ptx.index("bar.sync")]  # the prologue's
+    assemble(ptx, "sm_80", tmp_path)
+
+
 @pytest.mark.parametrize("precision,mma_count,instr", [
     ("ieee", 0, "fma.rn.f32"), ("tf32", 8, "cvt.rna.tf32.f32"), ("tf32x3", 24, "sub.rn.f32")])
 def test_fp32_dot_input_precisions(precision, mma_count, instr, tmp_path):

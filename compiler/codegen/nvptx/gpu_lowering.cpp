@@ -162,6 +162,7 @@ void GpuLowering::lower_block(const Block& b) {
 }
 
 void GpuLowering::lower_op(const Op& op) {
+  if (!op.results.empty() && prefetched_.count(op.results[0].get())) return;  // loaded by the previous iteration
   switch (op.kind) {
     case OpKind::For: return lower_for(op);
     case OpKind::While: return lower_while(op);
@@ -476,6 +477,26 @@ void GpuLowering::lower_for(const Op& op) {
     c[i].slots = carry_slots(inits[i]->type, c[i].layout);
   }
   store_values(inits);
+  // Carried values as they are in the slots now (for the prefetch's bindings).
+  auto carried_now = [&](std::vector<TileVal>& tiles, std::vector<llvm::Value*>& scalars) {
+    tiles.assign(n, TileVal{});
+    scalars.assign(n, nullptr);
+    for (size_t i = 0; i < n; ++i) {
+      const Type& t = body.args[1 + i]->type;
+      std::vector<llvm::Value*> regs;
+      for (llvm::Value* s : c[i].slots) regs.push_back(b_.CreateLoad(llvm_elem_type(ctx_, t.elem), s));
+      if (t.is_tile()) tiles[i] = TileVal{TileVal::Regs, c[i].layout, regs};
+      else scalars[i] = regs[0];
+    }
+  };
+  auto in_range = [&](llvm::Value* i) { return ivt.is_unsigned() ? b_.CreateICmpULT(i, ub) : b_.CreateICmpSLT(i, ub); };
+  std::vector<Prefetch> pf = plan_prefetch(body);
+  if (!pf.empty()) {
+    std::vector<TileVal> ct;
+    std::vector<llvm::Value*> cs;
+    carried_now(ct, cs);
+    emit_prefetch(body, pf, lb, ct, cs, in_range(lb));
+  }
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   auto* header = llvm::BasicBlock::Create(ctx_, "for.header", fn_);
   auto* bodybb = llvm::BasicBlock::Create(ctx_, "for.body", fn_);
@@ -491,10 +512,24 @@ void GpuLowering::lower_for(const Op& op) {
   std::vector<Value*> args;
   for (size_t i = 0; i < n; ++i) args.push_back(body.args[1 + i].get());
   load_values(args);
+  for (auto& p : pf) {
+    std::vector<llvm::Value*> regs;
+    for (llvm::Value* s : p.slots) regs.push_back(b_.CreateLoad(llvm_elem_type(ctx_, p.load->result()->type.elem), s));
+    tiles_[p.load->result()] = TileVal{TileVal::Regs, p.layout, regs};
+    prefetched_.insert(p.load->result());
+  }
   lower_block(body);
+  for (auto& p : pf) prefetched_.erase(p.load->result());
   std::vector<const Value*> ys(body.terminator()->operands.begin(), body.terminator()->operands.end());
   store_values(ys);
-  iv->addIncoming(b_.CreateAdd(iv, step), b_.GetInsertBlock());
+  llvm::Value* next = b_.CreateAdd(iv, step);
+  if (!pf.empty() && !b_.GetInsertBlock()->getTerminator()) {
+    std::vector<TileVal> ct;
+    std::vector<llvm::Value*> cs;
+    carried_now(ct, cs);
+    emit_prefetch(body, pf, next, ct, cs, in_range(next));
+  }
+  iv->addIncoming(next, b_.GetInsertBlock());
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
   std::vector<Value*> results;

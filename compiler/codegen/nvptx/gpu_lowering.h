@@ -138,6 +138,19 @@ class GpuLowering {
   // Emits `for (iv = 0; iv < n; ++iv) body(iv)` (iv i32); n a runtime i32.
   void emit_loop(llvm::Value* n, const std::function<void(llvm::Value*)>& body);
 
+  // --- prefetch_nvptx.cpp: next-iteration loads of a K loop's dot operands ---
+  struct Prefetch {
+    const ir::Op* load = nullptr;
+    std::vector<const ir::Op*> slice;  // body ops its operands depend on, in order
+    BlockedLayout layout;
+    std::vector<llvm::Value*> slots;   // carried registers (allocas)
+  };
+  bool collect_slice(const ir::Block& body, const ir::Value* v, std::set<const ir::Op*>& slice);
+  std::vector<Prefetch> plan_prefetch(const ir::Block& body);
+  void emit_prefetch(const ir::Block& body, std::vector<Prefetch>& pf, llvm::Value* iv,
+                     const std::vector<TileVal>& carried, const std::vector<llvm::Value*>& carried_scalars,
+                     llvm::Value* active);
+
   // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
   void lower_atomic(const ir::Op& op);
   bool has_uses(const ir::Value* v);
@@ -155,6 +168,8 @@ class GpuLowering {
   bool debug_;
   int cc_;
   std::set<const ir::Op*> dot_rows_only_;  // from plan_dots
+  std::set<const ir::Value*> prefetched_;  // loads whose value a loop carries in (prefetch)
+  llvm::Value* extra_load_pred_ = nullptr; // ANDed into tile loads' masks (prefetch)
   llvm::GlobalVariable* dyn_smem_ = nullptr;
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* entry_ = nullptr;
