@@ -275,3 +275,48 @@ def test_dot_of_dot(M, K, N, P):
     torch.cuda.synchronize()
     t = (a.double() @ b.double()).half().double()  # the kernel rounds the first product to f16 too
     torch.testing.assert_close(o, (t @ c.double()).float(), rtol=1e-3, atol=1e-3 * N ** 0.5)
+
+
+# --- K loops with carried pointers (the prefetch path) ------------------------------
+
+@tessera.kernel
+def mm_carried_ptrs_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+    # As bench/gpu_kernels.matmul_kernel: grouped program order, pointers advanced by the loop.
+    # The loads of iteration k+1 are issued at the end of iteration k (from the advanced pointers).
+    pid = tl.program_id(0)
+    n_m = tl.cdiv(M, BM)
+    n_n = tl.cdiv(N, BN)
+    per_group = GROUP_M * n_n
+    first_m = (pid // per_group) * GROUP_M
+    rows_in_group = tl.minimum(n_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % rows_in_group
+    pid_n = (pid % per_group) // rows_in_group
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * s_am + rk[None, :] * s_ak
+    b_ptrs = b_ptr + rk[:, None] * s_bk + rn[None, :] * s_bn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k * BK), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < K - k * BK) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK * s_ak
+        b_ptrs += BK * s_bk
+    tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("M,N,K,BM,BN,BK,num_warps", [
+    (512, 384, 256, 128, 128, 32, 8), (300, 200, 70, 64, 64, 32, 4), (64, 64, 16, 64, 64, 32, 4),
+    (128, 128, 0, 64, 64, 32, 4), (1000, 520, 1000, 128, 64, 64, 4), (256, 256, 512, 128, 128, 64, 8)])
+def test_k_loop_with_carried_pointers(dtype, M, N, K, BM, BN, BK, num_warps):
+    a, b = inputs(M, N, K, dtype, seed=M + K)
+    c = torch.full((M, N), float("nan"), device=DEV)
+    grid = (tessera.cdiv(M, BM) * tessera.cdiv(N, BN),)
+    mm_carried_ptrs_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                 c.stride(0), c.stride(1), BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=num_warps)
+    torch.cuda.synchronize()
+    check(c, reference(a, b), dtype, "tf32", max(K, 1))  # K = 0: a zero loop, C = 0
