@@ -34,7 +34,7 @@ int64_t eval_bits(const std::vector<IndexBit>& bits, int tid) {
 void check_acc_layout(int64_t M, int64_t N, int num_warps, bool rows_only) {
   SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N) + " warps " + std::to_string(num_warps));
   MmaTiling t = choose_mma_tiling(M, N, num_warps, rows_only);
-  BlockedLayout l = mma_acc_layout(t, num_warps);
+  BlockedLayout l = mma_acc_layout(t);
   ASSERT_EQ(l.num_regs(), t.m_tiles() * t.n_tiles() * 4);
   std::set<std::pair<int64_t, int64_t>> seen;
   for (int tid = 0; tid < num_warps * 32; ++tid) {
@@ -74,7 +74,7 @@ TEST(MmaLayout, TilingSplitsTheLargerSideAndKeepsWarpTilesWhole) {
   EXPECT_EQ(t.warps_n, 1);
   t = choose_mma_tiling(16, 16, 4, false);  // one mma tile: the other warps replicate
   EXPECT_EQ(t.warps_m * t.warps_n, 1);
-  EXPECT_EQ(mma_acc_layout(t, 4).thread_mask, 31u);
+  EXPECT_EQ(mma_acc_layout(t).thread_mask, 31u);
 }
 
 // PTX ISA, A of mma.m16n8k16 (f16/bf16): a0,a1: (groupID, tig*2 + i&1);
@@ -82,7 +82,7 @@ TEST(MmaLayout, TilingSplitsTheLargerSideAndKeepsWarpTilesWhole) {
 TEST(MmaLayout, AOperandMatchesPtxIsaFragments) {
   MmaTiling t = choose_mma_tiling(128, 64, 4, true);
   const int64_t K = 64;
-  BlockedLayout l = mma_a_layout(t, K, 4);
+  BlockedLayout l = mma_a_layout(t, K);
   ASSERT_EQ(l.num_regs(), t.m_tiles() * (K / 16) * 8);
   for (int tid = 0; tid < 128; ++tid) {
     int lane = tid % 32, warp = tid / 32, g = lane >> 2, tig = lane % 4;
@@ -103,7 +103,7 @@ TEST(MmaLayout, AccumulatorOfRowTiledDotIsTheNextDotsAOperand) {
   for (int w : {1, 4, 8}) {
     MmaTiling t1 = choose_mma_tiling(128, 64, w, true);
     MmaTiling t2 = choose_mma_tiling(128, 32, w, true);
-    BlockedLayout c = mma_acc_layout(t1, w), a = mma_a_layout(t2, 64, w);
+    BlockedLayout c = mma_acc_layout(t1), a = mma_a_layout(t2, 64);
     for (int r = 0; r < a.num_regs(); ++r) EXPECT_TRUE(c.find(a.index_of(r)).has_value()) << w << " " << r;
   }
   // Warps split over N hold different columns: not a free conversion.
@@ -111,7 +111,7 @@ TEST(MmaLayout, AccumulatorOfRowTiledDotIsTheNextDotsAOperand) {
   ASSERT_GT(t1.warps_n, 1);
   MmaTiling t2;
   t2.M = 64, t2.N = 32, t2.warps_m = t1.warps_m, t2.warps_n = 1;
-  BlockedLayout c = mma_acc_layout(t1, 4), a = mma_a_layout(t2, 64, 4);
+  BlockedLayout c = mma_acc_layout(t1), a = mma_a_layout(t2, 64);
   bool all = true;
   for (int r = 0; r < a.num_regs(); ++r) all = all && c.find(a.index_of(r)).has_value();
   EXPECT_FALSE(all);

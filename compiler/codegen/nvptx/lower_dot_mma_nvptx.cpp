@@ -111,7 +111,7 @@ void GpuLowering::plan_dots() {
     if (!kind || mma_elem_bytes(*kind) != 2 || !a->def() || a->def()->kind != OpKind::Load ||
         a->def()->parent == d->parent)
       continue;
-    load_layout_.emplace(a, mma_a_layout(mma_tiling(*d), a->type.shape[1], num_warps_));
+    load_layout_.emplace(a, mma_a_layout(mma_tiling(*d), a->type.shape[1]));
   }
 }
 
@@ -126,7 +126,7 @@ std::optional<BlockedLayout> GpuLowering::planned_layout(const Value* v, int dep
   if (!op) return std::nullopt;
   if (op->kind == OpKind::Dot) {
     if (!mma_kind(*op)) return std::nullopt;
-    return mma_acc_layout(mma_tiling(*op), num_warps_);
+    return mma_acc_layout(mma_tiling(*op));
   }
   if (op->kind == OpKind::Reduce) {  // lower_reduce slices its operand's layout
     auto l = planned_layout(op->operands[0], depth + 1);
@@ -233,10 +233,12 @@ GpuLowering::StagedOperand GpuLowering::stage_operand(const Value* x, llvm::Valu
   return st;
 }
 
-// ldmatrix.x4: four 8x8 b16 matrices (8 rows of 16 bytes). Matrix q has its
-// top-left element at operand coordinates base + (q&1)*step0 + (q>>1)*step1;
-// its rows run along the operand dim that is not contiguous in the buffer...
-// unless `kdim` is that dim, in which case .trans hands each lane K-adjacent pairs.
+// ldmatrix.x4: four 8x8 b16 matrices, each 8 buffer rows of 16 bytes; matrix q
+// lands in register q of every lane. Matrix q's first element sits at operand
+// coordinates base + (q&1)*step0 + (q>>1)*step1, and lane 8q + r gives the address
+// of its row r. A lane receives 32 bits of row (lane>>2): K-adjacent elements when
+// the buffer is K-contiguous; otherwise .trans hands it a K-adjacent pair from two
+// rows (16-bit elements only).
 std::vector<llvm::Value*> GpuLowering::ldmatrix_x4(const StagedOperand& st, int kdim, llvm::Value* base0,
                                                    llvm::Value* base1, const int64_t step0[2],
                                                    const int64_t step1[2]) {
@@ -337,7 +339,7 @@ void GpuLowering::lower_dot_mma(const Op& op, MmaKind kind) {
   const int eb = mma_elem_bytes(kind);
   const int64_t kstep = mma_k(kind);
   const MmaTiling t = mma_tiling(op);
-  const BlockedLayout lc = mma_acc_layout(t, num_warps_);
+  const BlockedLayout lc = mma_acc_layout(t);
   const int mt = t.m_tiles(), nt = t.n_tiles(), kt = static_cast<int>(K / kstep);
   const int nt_bits = log2_exact(nt);
 
@@ -346,7 +348,7 @@ void GpuLowering::lower_dot_mma(const Op& op, MmaKind kind) {
   BlockedLayout la;
   bool a_in_regs = false;
   if (eb == 2) {
-    la = mma_a_layout(t, K, num_warps_);
+    la = mma_a_layout(t, K);
     a_in_regs = reachable_in_regs(a, la);
   }
 

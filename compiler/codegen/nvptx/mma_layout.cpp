@@ -37,8 +37,7 @@ BlockedLayout assemble(std::vector<int64_t> shape, std::vector<std::vector<Src>>
 
 }  // namespace
 
-BlockedLayout mma_acc_layout(const MmaTiling& t, int num_warps) {
-  (void)num_warps;
+BlockedLayout mma_acc_layout(const MmaTiling& t) {
   const int nt_bits = log2_exact(t.n_tiles()), mt_bits = log2_exact(t.m_tiles());
   const int wn_bits = log2_exact(t.warps_n), wm_bits = log2_exact(t.warps_m);
   std::vector<Src> n = {{true, 0}, {false, 0}, {false, 1}};
@@ -50,8 +49,7 @@ BlockedLayout mma_acc_layout(const MmaTiling& t, int num_warps) {
   return assemble({t.M, t.N}, {m, n}, 2 + nt_bits + mt_bits);
 }
 
-BlockedLayout mma_a_layout(const MmaTiling& t, int64_t K, int num_warps) {
-  (void)num_warps;
+BlockedLayout mma_a_layout(const MmaTiling& t, int64_t K) {
   const int kt_bits = log2_exact(K / 16), mt_bits = log2_exact(t.m_tiles());
   const int wn_bits = log2_exact(t.warps_n), wm_bits = log2_exact(t.warps_m);
   std::vector<Src> k = {{true, 0}, {false, 0}, {false, 1}, {true, 2}};

@@ -44,12 +44,12 @@ MmaTiling choose_mma_tiling(int64_t M, int64_t N, int num_warps, bool rows_only)
 
 // The accumulator layout of an m16n8 mma, as in the worked example above.
 // Register index = j | half<<1 | ni<<2 | mi<<(2+log2(n_tiles)).
-BlockedLayout mma_acc_layout(const MmaTiling& t, int num_warps);
+BlockedLayout mma_acc_layout(const MmaTiling& t);
 
 // The 16-bit A-operand layout (M x K) of m16n8k16 for the warps of `t` (warps_n
 // warps along N hold replicas). Register index = j | (row+8)<<1 | (col+8)<<2 |
 // kk<<3 | mi<<(3+log2(K/16)): registers 8(mi*K/16+kk) .. +7 are fragment (mi, kk).
-BlockedLayout mma_a_layout(const MmaTiling& t, int64_t K, int num_warps);
+BlockedLayout mma_a_layout(const MmaTiling& t, int64_t K);
 
 // The shared-memory swizzle: 16-byte chunk `chunk` of row `row` of a row-major
 // staging buffer with `row_bytes` bytes per row is stored at chunk
