@@ -184,6 +184,27 @@ def main():
     bw_row(f"row sum fp32 {R}x{C}", x.numel() * 4 + R * 4, rs(TK), lambda: torch.sum(x, 1, out=s_out),
            rs(TR) if TR else None, lambda: torch.testing.assert_close(s_out, x.sum(1), atol=1e-2, rtol=1e-3))
 
+    # fp16 matmul on tensor cores, TFLOP/s: the same kernel source (gpu_kernels.matmul_kernel,
+    # 128x128x32 tiles, 8 warps, grouped program order) in Tessera and Triton vs cuBLAS.
+    mm_rows = []
+    for size in (1024, 2048, 4096, 8192):
+        A = torch.randn(size, size, device="cuda", dtype=torch.float16)
+        B = torch.randn(size, size, device="cuda", dtype=torch.float16)
+        Cm = torch.empty(size, size, device="cuda", dtype=torch.float16)
+        mm_grid = (tessera.cdiv(size, 128) * tessera.cdiv(size, 128),)
+        mm = lambda K: (lambda: K.matmul_kernel[mm_grid](A, B, Cm, size, size, size, A.stride(0), A.stride(1),
+                                                         B.stride(0), B.stride(1), Cm.stride(0), Cm.stride(1),
+                                                         BM=128, BN=128, BK=32, GROUP_M=8, num_warps=8))
+        ref = torch.matmul(A, B)
+        check = lambda: torch.testing.assert_close(Cm.float(), ref.float(), atol=5e-2 * (size / 1024) ** 0.5,
+                                                   rtol=1e-2)
+        tflops = lambda ms: 2 * size ** 3 / (ms * 1e-3) / 1e12
+        t_ms, err = try_bench(mm(TK), check)
+        to_ms = do_bench(lambda: torch.matmul(A, B, out=Cm))
+        tr_ms, tr_err = try_bench(mm(TR), check) if TR else (None, "")
+        mm_rows.append((f"matmul fp16 {size}^3", tflops(t_ms) if t_ms else None, tflops(to_ms),
+                        tflops(tr_ms) if tr_ms else None, err or tr_err))
+
     compile_rows = [("cold compile + first launch of softmax, ms", *first_launch_ms(cold=True)),
                     ("warm first launch (disk cache), new process, ms", *first_launch_ms(cold=False))]
     tiny = torch.zeros(16, device="cuda")
@@ -203,6 +224,14 @@ def main():
         lines.append(f"| {name} | {f(t)} | {f(to)} | {f(tr)} | {t / copy_bw:.2f} | "
                      f"{(t / tr) if (t and tr) else float('nan'):.2f} | {err} |" if t else
                      f"| {name} | n/a | {f(to)} | {f(tr)} | n/a | n/a | {err} |")
+    lines += ["", "TFLOP/s (2 M N K / time); torch.matmul is cuBLAS.", "",
+              "| matmul | tessera | torch (cuBLAS) | triton | tessera / cuBLAS | tessera / triton | note |",
+              "|---|---|---|---|---|---|---|"]
+    f1 = lambda v: f"{v:.1f}" if v else "n/a"
+    for name, t, to, tr, err in mm_rows:
+        lines.append(f"| {name} | {f1(t)} | {f1(to)} | {f1(tr)} | "
+                     f"{(t / to) if (t and to) else float('nan'):.2f} | "
+                     f"{(t / tr) if (t and tr) else float('nan'):.2f} | {err} |")
     lines += ["", "| compile | tessera | triton |", "|---|---|---|"]
     for name, t, tr in compile_rows:
         lines.append(f"| {name} | {f(t) if t else 'n/a'} | {f(tr) if tr else 'n/a'} |")
@@ -214,7 +243,7 @@ def main():
     with open(os.path.join(args.out, "gpu.md"), "w") as fh:
         fh.write(text + "\n")
     with open(os.path.join(args.out, "gpu.json"), "w") as fh:
-        json.dump({"device": dev, "rows": rows, "host": host}, fh, indent=1)
+        json.dump({"device": dev, "rows": rows, "matmul_tflops": mm_rows, "host": host}, fh, indent=1)
     print(text)
 
 

@@ -204,6 +204,26 @@ std::string device_name(int device) {
   return buf;
 }
 
+// Kernels keep all their shared memory in one dynamic array (its size is the
+// compiled metadata's "shared"), passed as sharedMemBytes at launch. Beyond 48 KB a
+// kernel must opt in; more than the device's opt-in maximum is a clear error here,
+// not a launch failure later.
+static void allow_dynamic_shared(int device, CUfunction fn, const std::string& kernel_name, int shared_bytes) {
+  if (shared_bytes <= 48 * 1024) return;
+  Driver& d = require();
+  constexpr int kAttrMaxSharedPerBlockOptin = 97;  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+  CUdevice dev;
+  check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  int max_bytes = 0;
+  check(d.cuDeviceGetAttribute(&max_bytes, kAttrMaxSharedPerBlockOptin, dev), "cuDeviceGetAttribute");
+  if (shared_bytes > max_bytes)
+    throw CudaError("kernel " + kernel_name + " needs " + std::to_string(shared_bytes) +
+                        " bytes of shared memory, but device " + std::to_string(device) + " allows at most " +
+                        std::to_string(max_bytes) + " per block (use smaller tiles)",
+                    -1);
+  check(d.cuFuncSetAttribute(fn, kFuncAttrMaxDynamicShared, shared_bytes), "cuFuncSetAttribute");
+}
+
 uintptr_t load_function(int device, const std::string& image, const std::string& kernel_name, int shared_bytes) {
   Driver& d = require();
   make_current(device);
@@ -214,8 +234,7 @@ uintptr_t load_function(int device, const std::string& image, const std::string&
   check(d.cuModuleLoadDataEx(&mod, copy.data(), 0, nullptr, nullptr), "cuModuleLoadDataEx");
   CUfunction fn;
   check(d.cuModuleGetFunction(&fn, mod, kernel_name.c_str()), "cuModuleGetFunction");
-  if (shared_bytes > 48 * 1024)
-    check(d.cuFuncSetAttribute(fn, kFuncAttrMaxDynamicShared, shared_bytes), "cuFuncSetAttribute");
+  allow_dynamic_shared(device, fn, kernel_name, shared_bytes);
   return reinterpret_cast<uintptr_t>(fn);
 }
 

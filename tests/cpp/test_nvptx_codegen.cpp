@@ -411,13 +411,13 @@ kernel @softmax_kernel(%out_ptr: ptr<f32> {divisibility = 16}, %in_ptr: ptr<f32>
   EXPECT_GE(count(ptx, "shfl.sync.bfly.b32"), 15) << ptx;  // 3 reductions x 5 lane bits
 }
 
-// A dot whose operands do not fit the 48 KB of shared memory the back end stages
-// them in (128x64 + 64x128 f32 = 64 KB) is a user error at the dot's line.
+// A dot whose operands do not fit the shared memory of the target (sm_75: 64 KB;
+// 128x128 + 128x128 f32 = 128 KB) is a user error at the dot's line.
 TEST(NvptxCodegen, DotTooLargeForSharedMemoryIsAUserErrorWithLocation) {
   const char* ir = R"(
 kernel @mm(%a: ptr<f32>, %out: ptr<f32>) attributes {file = "/t/mm.py", num_warps = 4} {
-  %za = const {value = 0.0} : tile<128x64xf32> loc(3:7)
-  %zb = const {value = 0.0} : tile<64x128xf32> loc(3:8)
+  %za = const {value = 0.0} : tile<128x128xf32> loc(3:7)
+  %zb = const {value = 0.0} : tile<128x128xf32> loc(3:8)
   %zc = const {value = 0.0} : tile<128x128xf32> loc(3:9)
   %d = dot %za, %zb, %zc {input_precision = "ieee"} : tile<128x128xf32> loc(4:9)
   %r = arange {start = 0, end = 128} : tile<128xi32> loc(5:1)
@@ -430,14 +430,14 @@ kernel @mm(%a: ptr<f32>, %out: ptr<f32>) attributes {file = "/t/mm.py", num_warp
 }
 )";
   try {
-    compile_gpu(ir, "cuda:90a");
+    compile_gpu(ir, "cuda:75");
     FAIL() << "expected a CompileError";
   } catch (const tessera::CompileError& e) {
     EXPECT_TRUE(e.user_error);
     EXPECT_EQ(e.line, 4);
     EXPECT_EQ(e.col, 9);
-    EXPECT_NE(std::string(e.what()).find("65536 bytes of shared memory"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("at most 48 KB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("131072 bytes of shared memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at most 64 KB"), std::string::npos) << e.what();
   }
 }
 

@@ -93,16 +93,27 @@ TEST(NvptxDot, F32UsesFmaOnSharedMemoryOperands) {
   EXPECT_EQ(r.metadata.at("shared"), "16384");        // A 8 KB + B 8 KB
 }
 
+// f16/bf16/i8 run on tensor cores from sm_80 (test_nvptx_mma.cpp); f64 stays on
+// FMA, and so does everything on sm_75 (no m16n8k16 mma there).
 TEST(NvptxDot, InputTypes) {
   struct Case {
     const char *in, *acc, *instr;
   };
-  for (Case c : {Case{"f16", "f32", "fma.rn.f32"}, Case{"bf16", "f32", "fma.rn.f32"}, Case{"f64", "f64", "fma.rn.f64"},
-                 Case{"i8", "i32", "mad.lo.s32"}}) {
+  for (Case c : {Case{"f16", "f32", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"},
+                 Case{"bf16", "f32", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"},
+                 Case{"f64", "f64", "fma.rn.f64"}, Case{"i8", "i32", "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"}}) {
     SCOPED_TRACE(c.in);
     std::string ptx = build(dot_kernel(32, 32, 32, c.in, c.acc)).binary;
-    EXPECT_GE(count(ptx, c.instr), 8) << ptx;
-    EXPECT_EQ(count(ptx, "bar.sync"), 2) << ptx;
+    EXPECT_GE(count(ptx, c.instr), 2) << ptx;
+    // FMA: a barrier before and after staging; mma: double-buffered staging, after only.
+    EXPECT_EQ(count(ptx, "bar.sync"), std::string(c.in) == "f64" ? 2 : 1) << ptx;
+  }
+  for (Case c : {Case{"f16", "f32", "fma.rn.f32"}, Case{"i8", "i32", "mad.lo.s32"}}) {
+    SCOPED_TRACE(std::string(c.in) + " on sm_75");
+    tessera::CompileResult r = compile_for(dot_kernel(32, 32, 32, c.in, c.acc), "cuda:75");
+    EXPECT_GE(count(r.binary, c.instr), 8) << r.binary;
+    EXPECT_EQ(count(r.binary, "mma.sync"), 0) << r.binary;
+    if (have_ptxas()) EXPECT_EQ(run_ptxas(r.binary, "sm_75"), "") << r.binary;
   }
 }
 
@@ -217,9 +228,12 @@ kernel @matmul_kernel(%a_ptr: ptr<f16>, %b_ptr: ptr<f16>, %c_ptr: ptr<f32>, %M: 
 }
 )";
   tessera::CompileResult r = build(ir);
-  EXPECT_GE(count(r.binary, "fma.rn.f32"), 32) << r.binary;
-  EXPECT_EQ(count(r.binary, "bar.sync"), 2) << r.binary;
-  EXPECT_EQ(r.metadata.at("shared"), "8192");  // f16 operands: A 4 KB + B 4 KB
+  // 4 warps tiled 2x2 over 64x64: per warp 2 m-tiles x 4 n-tiles x 2 k-steps.
+  EXPECT_EQ(count(r.binary, "mma.sync.aligned.m16n8k16"), 16) << r.binary;
+  // One barrier per iteration (double-buffered staging); the accumulator is not converted.
+  EXPECT_EQ(count(r.binary, "bar.sync"), 1) << r.binary;
+  EXPECT_EQ(count(r.binary, "ld.local"), 0) << r.binary;
+  EXPECT_EQ(r.metadata.at("shared"), "16384");  // f16 operands: 2 x (A 4 KB + B 4 KB)
 }
 
 // --- scan --------------------------------------------------------------------

@@ -105,7 +105,7 @@ def test_softmax_reduces_with_warp_shuffles(num_warps, tmp_path):
 
 
 def test_dot_too_large_for_shared_memory_is_a_compilation_error_with_the_line():
-    # 128x64 + 64x128 f32 operands (64 KB) do not fit the 48 KB the dot stages them in.
+    # 256x256 + 256x256 f32 operands (512 KB) do not fit the 227 KB an sm_90 block may use.
     @tessera.kernel
     def big_dot(a_ptr, c_ptr, BM: tl.constexpr, BK: tl.constexpr):
         r = tl.arange(0, BM)
@@ -115,8 +115,8 @@ def test_dot_too_large_for_shared_memory_is_a_compilation_error_with_the_line():
         tl.store(c_ptr + r[:, None] * BM + r[None, :], c)
 
     with pytest.raises(tessera.CompilationError) as e:
-        tessera.compile(big_dot, signature="*fp32,*fp32", constexprs={"BM": 128, "BK": 64}, target="cuda:90a")
-    assert "at most 48 KB" in str(e.value)
+        tessera.compile(big_dot, signature="*fp32,*fp32", constexprs={"BM": 256, "BK": 256}, target="cuda:90a")
+    assert "at most 227 KB" in str(e.value)
     assert "tl.dot(a, tl.trans(a))" in str(e.value)  # the source line is shown
 
 
@@ -138,17 +138,150 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_
     tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+def ptxas_verbose(ptx, arch, tmp_path):
+    if PTXAS is None:
+        pytest.skip("ptxas (CUDA toolkit) not installed")
+    src = tmp_path / f"v_{arch}.ptx"
+    src.write_text(ptx)
+    r = subprocess.run([PTXAS, f"-arch={arch}", "-v", str(src), "-o", str(tmp_path / f"v_{arch}.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr + "\n" + ptx
+    return r.stderr
+
+
+MMA_INSTR = {
+    "fp16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+    "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+    "fp32": "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",  # tl.dot's default: tf32
+}
+
+
 @pytest.mark.parametrize("target,arch", [("cuda:90a", "sm_90a"), ("cuda:80", "sm_80")])
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_matmul_uses_fma_on_shared_memory_operands(dtype, target, arch, tmp_path):
+def test_matmul_uses_tensor_cores_on_ldmatrix_operands(dtype, target, arch, tmp_path):
     ck = tessera.compile(matmul_kernel, signature=f"*{dtype},*{dtype},*fp32" + ",i32" * 9,
                          constexprs={"BM": 64, "BN": 64, "BK": 32}, target=target)
     ptx = ck.asm["ptx"]
-    assert ptx.count("fma.rn.f32") >= 32, ptx  # 8 rows x 4 columns of C per thread
-    assert ptx.count("bar.sync") == 2          # stage A and B, then read them
-    assert "ld.shared" in ptx
-    assert ck.metadata["shared"] == str(2 * 64 * 32 * (4 if dtype == "fp32" else 2))
+    # 2x2 warps of 32x32: 2 m-tiles x 4 n-tiles x (32 / k per mma) k-steps, once per K iteration.
+    ksteps = 32 // (8 if dtype == "fp32" else 16)
+    assert ptx.count(MMA_INSTR[dtype]) == 2 * 4 * ksteps, ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4" in ptx
+    assert ("cvt.rna.tf32.f32" in ptx) == (dtype == "fp32")
+    assert "fma.rn.f32" not in ptx
+    # One barrier per iteration: staging alternates two copies of the buffers (so no barrier before
+    # the stores), and the accumulator is never converted.
+    assert ptx.count("bar.sync") == 1
+    assert ck.metadata["shared"] == str(2 * 2 * 64 * 32 * (4 if dtype == "fp32" else 2))
     assemble(ptx, arch, tmp_path)
+
+
+@pytest.mark.parametrize("num_warps", [4, 8])
+def test_k_loop_prefetches_the_next_operands_after_the_mma(num_warps, tmp_path):
+    # Loads for iteration k+1 are issued after iteration k's mma (a prologue loads k = 0), so
+    # their latency overlaps the tensor-core work; they are predicated on k+1 < trip count.
+    ck = tessera.compile(matmul_kernel, signature="*fp16:16,*fp16:16,*fp32:16" + ",i32" * 3 + ",i32:16" * 6,
+                         constexprs={"BM": 64, "BN": 64, "BK": 32}, target="cuda:80", num_warps=num_warps)
+    ptx = ck.asm["ptx"]
+    loop = ptx[ptx.index("bar.sync"):]  # the loop body starts with the staging stores and barrier
+    first_mma, last_mma = loop.index("mma.sync"), loop.rindex("mma.sync")
+    assert "ld.global" not in loop[:first_mma]       # no load waits in front of this iteration's mma
+    assert "ld.global" in loop[last_mma:]            # the next iteration's operands
+    assert "ld.global" in ptx[:ptx.index("bar.sync")]  # the prologue's
+    assemble(ptx, "sm_80", tmp_path)
+
+
+@pytest.mark.parametrize("precision,mma_count,instr", [
+    ("ieee", 0, "fma.rn.f32"), ("tf32", 8, "cvt.rna.tf32.f32"), ("tf32x3", 24, "sub.rn.f32")])
+def test_fp32_dot_input_precisions(precision, mma_count, instr, tmp_path):
+    @tessera.kernel
+    def dot_prec(a_ptr, b_ptr, c_ptr, PREC: tl.constexpr):
+        r = tl.arange(0, 32)
+        a = tl.load(a_ptr + r[:, None] * 32 + r[None, :])
+        b = tl.load(b_ptr + r[:, None] * 32 + r[None, :])
+        tl.store(c_ptr + r[:, None] * 32 + r[None, :], tl.dot(a, b, input_precision=PREC))
+
+    ck = tessera.compile(dot_prec, signature="*fp32,*fp32,*fp32", constexprs={"PREC": precision}, target="cuda:80")
+    ptx = ck.asm["ptx"]
+    # 32x32 over 4 warps: 2x2 warps of 16x16 = 1 m-tile x 2 n-tiles x 4 k-steps of 8.
+    assert ptx.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == mma_count
+    assert instr in ptx
+    assemble(ptx, "sm_80", tmp_path)
+
+
+def test_int8_dot_uses_m16n8k32(tmp_path):
+    @tessera.kernel
+    def dot_i8(a_ptr, b_ptr, c_ptr):
+        r = tl.arange(0, 64)
+        a = tl.load(a_ptr + r[:, None] * 64 + r[None, :])
+        b = tl.load(b_ptr + r[:, None] * 64 + r[None, :])
+        tl.store(c_ptr + r[:, None] * 64 + r[None, :], tl.dot(a, b))
+
+    ck = tessera.compile(dot_i8, signature="*i8,*i8,*i32", target="cuda:90a")
+    assert ck.asm["ptx"].count("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") == 2 * 4 * 2
+    assemble(ck.asm["ptx"], "sm_90a", tmp_path)
+
+
+@pytest.mark.parametrize("num_warps", [4, 8])
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_128x128x32_fp16_matmul_tiles_do_not_spill(num_warps, arch, tmp_path):
+    ck = tessera.compile(matmul_kernel, signature="*fp16:16,*fp16:16,*fp32:16" + ",i32" * 3 + ",i32:16" * 6,
+                         constexprs={"BM": 128, "BN": 128, "BK": 32}, target="cuda:" + arch[3:],
+                         num_warps=num_warps)
+    ptx = ck.asm["ptx"]
+    assert ptx.count("mma.sync.aligned.m16n8k16") == 128 * 128 * 32 // (16 * 8 * 16 * num_warps)
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    log = ptxas_verbose(ptx, arch, tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in log, log
+    assert "0 bytes stack frame" in log, log
+
+
+# Flash-attention's inner step: S = Q.K^T, P = exp(S - rowmax) in f16, O = O*alpha + P.V,
+# with the running max and sum carried over the loop.
+@tessera.kernel
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, n_ctx, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rd = tl.arange(0, D)
+    q = tl.load(q_ptr + rm[:, None] * D + rd[None, :])
+    m_i = tl.full((BM,), -float("inf"), tl.float32)
+    l_i = tl.zeros((BM,), tl.float32)
+    acc = tl.zeros((BM, D), tl.float32)
+    for start in range(0, n_ctx, BN):
+        rn = start + tl.arange(0, BN)
+        k = tl.load(k_ptr + rn[:, None] * D + rd[None, :])
+        s = tl.dot(q, tl.trans(k))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + rn[:, None] * D + rd[None, :])
+        acc = tl.dot(p.to(tl.float16), v, acc * alpha[:, None])
+        m_i = m_new
+    tl.store(o_ptr + rm[:, None] * D + rd[None, :], acc / l_i[:, None])
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_attention_feeds_p_to_the_second_dot_in_registers(arch, tmp_path):
+    ck = tessera.compile(attention_kernel, signature="*fp16:16,*fp16:16,*fp16:16,*fp32:16,i32:16",
+                         constexprs={"BM": 128, "BN": 64, "D": 64}, target="cuda:" + arch[3:], num_warps=8)
+    ptx = ck.asm["ptx"]
+    # Warps on whole rows (8 x 16 rows): Q.K^T and P.V are 1 m-tile x 8 n-tiles x 4 k-steps each.
+    assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 2 * 8 * 4
+    # ldmatrix for K^T (4 pairs x 4 k) and V (4 pairs x 4 k) only: P comes from Q.K^T's registers,
+    # and Q (loop-invariant) is loaded once, straight into A-fragment registers.
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4") == 16 + 16
+    # One barrier per dot and iteration (double-buffered staging): the running max and sum stay in
+    # the accumulator's row layout (no conversion through shared memory).
+    assert ptx.count("bar.sync") == 2
+    log = ptxas_verbose(ptx, arch, tmp_path)
+    assert "0 bytes spill stores" in log, log
+
+
+def test_dynamic_shared_memory_beyond_48kb(tmp_path):
+    ck = tessera.compile(matmul_kernel, signature="*fp16:16,*fp16:16,*fp32:16" + ",i32" * 3 + ",i32:16" * 6,
+                         constexprs={"BM": 128, "BN": 128, "BK": 128}, target="cuda:90a")
+    assert int(ck.metadata["shared"]) == 2 * 128 * 128 * 2  # 64 KB: set at launch as dynamic shared memory
+    assert ".extern .shared .align 16 .b8 tessera_dyn_smem[]" in ck.asm["ptx"]
+    assemble(ck.asm["ptx"], "sm_90a", tmp_path)
 
 
 @tessera.kernel

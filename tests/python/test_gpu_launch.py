@@ -108,16 +108,18 @@ def test_matmul_k_loop(M, N, K, dtype):
     a = torch.randn(M, K, device=DEV, generator=g).to(dtype)
     b = torch.randn(K, N, device=DEV, generator=g).to(dtype)
     c = _matmul(a, b)
-    # FMA in fp32 (f16 products are exact in fp32): compare with an fp64 product.
     ref = (a.double() @ b.double()).float()
-    torch.testing.assert_close(c, ref, rtol=1e-4, atol=1e-4 * K ** 0.5)
+    if dtype == torch.float16:  # f16 products are exact in the fp32 accumulator
+        torch.testing.assert_close(c, ref, rtol=1e-3, atol=1e-4 * K ** 0.5)
+    else:  # tl.dot's default input_precision is tf32 (10-bit mantissa), as in Triton
+        torch.testing.assert_close(c, ref, rtol=1e-2, atol=2e-3 * K ** 0.5)
 
 
 def test_matmul_strided_and_transposed_operands():
     a = torch.randn(80, 150, device=DEV)[:, ::2]     # 80 x 75, column stride 2
     b = torch.randn(90, 75, device=DEV).t()           # 75 x 90, transposed
     c = _matmul(a, b, BM=32, BN=32, BK=16)
-    torch.testing.assert_close(c, (a.double() @ b.double()).float(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(c, (a.double() @ b.double()).float(), rtol=1e-2, atol=2e-2)  # tf32
 
 
 # --- scan ---------------------------------------------------------------------------

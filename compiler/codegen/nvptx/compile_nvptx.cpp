@@ -86,13 +86,14 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   auto m = std::make_unique<llvm::Module>("tessera_" + k.name, ctx);
   m->setTargetTriple(kTriple);
   m->setDataLayout(tm->createDataLayout());
-  GpuLowering lowering(k, *m, out.num_warps, opts.debug);
+  GpuLowering lowering(k, *m, out.num_warps, opts.debug, cc);
   llvm::Function* fn = lowering.run();
   out.entry_symbol = fn->getName().str();
   out.shared_bytes = lowering.shared_bytes();
-  if (out.shared_bytes > 48 * 1024)
-    throw CompileError("kernel " + k.name + " needs " + std::to_string(out.shared_bytes) +
-                           " bytes of shared memory; the GPU back end supports at most 48 KB yet (use smaller tiles)",
+  if (out.shared_bytes > max_dynamic_shared_bytes(cc))
+    throw CompileError("kernel " + k.name + " needs " + std::to_string(out.shared_bytes) + " bytes of shared memory; " +
+                           out.arch + " allows at most " + std::to_string(max_dynamic_shared_bytes(cc) / 1024) +
+                           " KB per block (use smaller tiles)",
                        true);
   for (llvm::Function& f : *m) {
     if (f.isDeclaration()) continue;

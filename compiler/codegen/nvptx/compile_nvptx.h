@@ -13,7 +13,7 @@ struct NvptxOutput {
   std::string entry_symbol;  // the kernel's name: the PTX .entry
   std::string arch;          // e.g. "sm_90a"
   int num_warps = 4;
-  int shared_bytes = 0;      // static shared memory the kernel uses
+  int shared_bytes = 0;      // dynamic shared memory the kernel uses (pass at launch)
 };
 
 // True for targets this back end handles: "cuda:90a", "cuda:80", "sm_90a", ...

@@ -62,10 +62,19 @@ void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out
 
 }  // namespace
 
-GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug)
+GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
-      num_threads_(num_warps * 32), debug_(debug), axis_(k) {
+      num_threads_(num_warps * 32), debug_(debug), cc_(cc), axis_(k) {
   collect_shape_vecs(*k.body(), shape_vec_);
+  plan_dots();
+}
+
+int max_dynamic_shared_bytes(int cc) {
+  if (cc >= 90) return 227 * 1024;
+  if (cc == 80) return 163 * 1024;
+  if (cc > 80) return 99 * 1024;  // sm_86, sm_87 (163 KB), sm_89: the smaller bound
+  if (cc >= 75) return 64 * 1024;
+  return 96 * 1024;               // sm_70
 }
 
 void GpuLowering::unsupported(const Op& op, const std::string& what) {
@@ -153,6 +162,7 @@ void GpuLowering::lower_block(const Block& b) {
 }
 
 void GpuLowering::lower_op(const Op& op) {
+  if (!op.results.empty() && prefetched_.count(op.results[0].get())) return;  // loaded by the previous iteration
   switch (op.kind) {
     case OpKind::For: return lower_for(op);
     case OpKind::While: return lower_while(op);
@@ -365,15 +375,25 @@ llvm::Value* GpuLowering::is_first_replica(const BlockedLayout& l) {
 
 void GpuLowering::barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
 
-llvm::GlobalVariable* GpuLowering::new_smem(llvm::Type* elem, int64_t count, const std::string& name) {
+// Every buffer is a fixed region of one extern dynamic shared array: static
+// shared memory stops at 48 KB, dynamic goes to the device's opt-in maximum
+// (the runtime sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES from the
+// kernel's metadata and passes shared_bytes() at launch).
+llvm::Value* GpuLowering::new_smem(llvm::Type* elem, int64_t count, const std::string& name) {
+  if (!dyn_smem_) {
+    auto* ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
+    dyn_smem_ = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr,
+                                         "tessera_dyn_smem", nullptr, llvm::GlobalValue::NotThreadLocal, kSharedAS);
+    dyn_smem_->setAlignment(llvm::Align(16));
+  }
+  (void)name;
   auto* ty = llvm::ArrayType::get(elem, count);
-  auto* g = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::InternalLinkage, llvm::UndefValue::get(ty),
-                                     "smem_" + name + "_" + std::to_string(smem_count_++), nullptr,
-                                     llvm::GlobalValue::NotThreadLocal, kSharedAS);
-  g->setAlignment(llvm::Align(16));
   int64_t bytes = static_cast<int64_t>(m_.getDataLayout().getTypeAllocSize(ty));
-  shared_bytes_ = static_cast<int>(((shared_bytes_ + 15) / 16) * 16 + bytes);
-  return g;
+  int64_t offset = ((shared_bytes_ + 15) / 16) * 16;
+  shared_bytes_ = static_cast<int>(offset + bytes);
+  ++smem_count_;
+  return llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_,
+                                                      llvm::ConstantInt::get(b_.getInt64Ty(), offset));
 }
 
 // A layout conversion through shared memory: the value's owners store every
@@ -449,10 +469,34 @@ void GpuLowering::lower_for(const Op& op) {
   std::vector<const Value*> inits;
   for (size_t i = 0; i < n; ++i) {
     inits.push_back(op.operands[3 + i]);
-    if (inits[i]->type.is_tile()) c[i].layout = preferred_layout(inits[i]);
+    if (inits[i]->type.is_tile()) {
+      // A tensor-core accumulator stays in its MMA layout across iterations.
+      auto mma = planned_layout(body.terminator()->operands[i]);
+      c[i].layout = mma ? *mma : preferred_layout(inits[i]);
+    }
     c[i].slots = carry_slots(inits[i]->type, c[i].layout);
   }
   store_values(inits);
+  // Carried values as they are in the slots now (for the prefetch's bindings).
+  auto carried_now = [&](std::vector<TileVal>& tiles, std::vector<llvm::Value*>& scalars) {
+    tiles.assign(n, TileVal{});
+    scalars.assign(n, nullptr);
+    for (size_t i = 0; i < n; ++i) {
+      const Type& t = body.args[1 + i]->type;
+      std::vector<llvm::Value*> regs;
+      for (llvm::Value* s : c[i].slots) regs.push_back(b_.CreateLoad(llvm_elem_type(ctx_, t.elem), s));
+      if (t.is_tile()) tiles[i] = TileVal{TileVal::Regs, c[i].layout, regs};
+      else scalars[i] = regs[0];
+    }
+  };
+  auto in_range = [&](llvm::Value* i) { return ivt.is_unsigned() ? b_.CreateICmpULT(i, ub) : b_.CreateICmpSLT(i, ub); };
+  std::vector<Prefetch> pf = plan_prefetch(body);
+  if (!pf.empty()) {
+    std::vector<TileVal> ct;
+    std::vector<llvm::Value*> cs;
+    carried_now(ct, cs);
+    emit_prefetch(body, pf, lb, ct, cs, in_range(lb));
+  }
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   auto* header = llvm::BasicBlock::Create(ctx_, "for.header", fn_);
   auto* bodybb = llvm::BasicBlock::Create(ctx_, "for.body", fn_);
@@ -468,10 +512,24 @@ void GpuLowering::lower_for(const Op& op) {
   std::vector<Value*> args;
   for (size_t i = 0; i < n; ++i) args.push_back(body.args[1 + i].get());
   load_values(args);
+  for (auto& p : pf) {
+    std::vector<llvm::Value*> regs;
+    for (llvm::Value* s : p.slots) regs.push_back(b_.CreateLoad(llvm_elem_type(ctx_, p.load->result()->type.elem), s));
+    tiles_[p.load->result()] = TileVal{TileVal::Regs, p.layout, regs};
+    prefetched_.insert(p.load->result());
+  }
   lower_block(body);
+  for (auto& p : pf) prefetched_.erase(p.load->result());
   std::vector<const Value*> ys(body.terminator()->operands.begin(), body.terminator()->operands.end());
   store_values(ys);
-  iv->addIncoming(b_.CreateAdd(iv, step), b_.GetInsertBlock());
+  llvm::Value* next = b_.CreateAdd(iv, step);
+  if (!pf.empty() && !b_.GetInsertBlock()->getTerminator()) {
+    std::vector<TileVal> ct;
+    std::vector<llvm::Value*> cs;
+    carried_now(ct, cs);
+    emit_prefetch(body, pf, next, ct, cs, in_range(next));
+  }
+  iv->addIncoming(next, b_.GetInsertBlock());
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
   std::vector<Value*> results;

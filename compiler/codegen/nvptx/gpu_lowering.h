@@ -19,11 +19,13 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "analysis/axis_info.h"
 #include "codegen/nvptx/blocked_layout.h"
+#include "codegen/nvptx/mma_layout.h"
 #include "ir/ir.h"
 #include "tessera/compiler.h"
 
@@ -35,9 +37,16 @@ struct TileVal {
   std::vector<llvm::Value*> regs;   // Regs: one scalar per register
 };
 
+// The most dynamic shared memory a CTA may opt into on compute capability cc.
+int max_dynamic_shared_bytes(int cc);
+
+// The tensor-core instruction a dot lowers to (lower_dot_mma_nvptx.cpp).
+enum class MmaKind { F16, BF16, TF32, TF32x3, I8 };
+
 class GpuLowering {
  public:
-  GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug);
+  // cc: the target's compute capability (80 for sm_80, 90 for sm_90a).
+  GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90);
   // Emits the kernel function (named after the kernel) and returns it.
   llvm::Function* run();
   int shared_bytes() const { return shared_bytes_; }
@@ -66,7 +75,9 @@ class GpuLowering {
   BlockedLayout preferred_layout(const ir::Value* v);
   const BlockedLayout* layout_hint(const ir::Value* v);
   llvm::Value* read_through_smem(const ir::Value* v, const SymIndex& s);
-  llvm::GlobalVariable* new_smem(llvm::Type* elem, int64_t count, const std::string& name);
+  // A region of the kernel's dynamic shared memory (one extern array; the launch
+  // passes shared_bytes()). Points at the region's first byte, 16-byte aligned.
+  llvm::Value* new_smem(llvm::Type* elem, int64_t count, const std::string& name);
   llvm::Value* runtime_index(const std::vector<IndexBit>& bits);  // i32
   llvm::Value* thread_bit(int b);                                 // i1
   // Threads that hold a replica (unused thread bits set) must not store.
@@ -98,11 +109,47 @@ class GpuLowering {
 
   // --- lower_dot_nvptx.cpp: dot with FMA, operands staged in shared memory ---
   void lower_dot(const ir::Op& op);
+  void ensure_dot_smem();  // the staging buffers, sized for the kernel's largest dot
+
+  // --- lower_dot_mma_nvptx.cpp: dot on tensor cores (mma.sync) --------------
+  struct StagedOperand {
+    llvm::Value* buf = nullptr;  // i8 buffer in shared memory
+    int contig_dim = 1;          // the operand dim that runs along the buffer's rows
+    int64_t row_bytes = 0;
+    int elem_bytes = 2;
+  };
+  std::optional<MmaKind> mma_kind(const ir::Op& dot) const;  // none: FMA path
+  void plan_dots();  // dots that feed another dot's A operand keep warps on whole rows
+  MmaTiling mma_tiling(const ir::Op& dot) const;
+  // The layout `v` will have if it is (an elementwise function of) a tensor-core
+  // dot's result or a reduction of one: loop-carried values take it, so the MMA
+  // accumulator and attention's running max/sum stay in place across iterations.
+  std::optional<BlockedLayout> planned_layout(const ir::Value* v, int depth = 0);
+  bool reachable_in_regs(const ir::Value* v, const BlockedLayout& l, int depth = 0);
+  BlockedLayout source_layout(const ir::Value* x);
+  llvm::Value* staged_offset(const StagedOperand& st, llvm::Value* row, llvm::Value* col);
+  StagedOperand stage_operand(const ir::Value* x, llvm::Value* buf, int kdim, int elem_bytes);
+  std::vector<llvm::Value*> ldmatrix_x4(const StagedOperand& st, int kdim, llvm::Value* base0, llvm::Value* base1,
+                                        const int64_t step0[2], const int64_t step1[2]);
+  void lower_dot_mma(const ir::Op& op, MmaKind kind);
 
   // --- lower_scan_nvptx.cpp: inclusive scans through shared memory ---------
   void lower_scan(const ir::Op& op);
   // Emits `for (iv = 0; iv < n; ++iv) body(iv)` (iv i32); n a runtime i32.
   void emit_loop(llvm::Value* n, const std::function<void(llvm::Value*)>& body);
+
+  // --- prefetch_nvptx.cpp: next-iteration loads of a K loop's dot operands ---
+  struct Prefetch {
+    const ir::Op* load = nullptr;
+    std::vector<const ir::Op*> slice;  // body ops its operands depend on, in order
+    BlockedLayout layout;
+    std::vector<llvm::Value*> slots;   // carried registers (allocas)
+  };
+  bool collect_slice(const ir::Block& body, const ir::Value* v, std::set<const ir::Op*>& slice);
+  std::vector<Prefetch> plan_prefetch(const ir::Block& body);
+  void emit_prefetch(const ir::Block& body, std::vector<Prefetch>& pf, llvm::Value* iv,
+                     const std::vector<TileVal>& carried, const std::vector<llvm::Value*>& carried_scalars,
+                     llvm::Value* active);
 
   // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
   void lower_atomic(const ir::Op& op);
@@ -119,6 +166,11 @@ class GpuLowering {
   llvm::IRBuilder<> b_;
   int num_warps_, num_threads_;
   bool debug_;
+  int cc_;
+  std::set<const ir::Op*> dot_rows_only_;  // from plan_dots
+  std::set<const ir::Value*> prefetched_;  // loads whose value a loop carries in (prefetch)
+  llvm::Value* extra_load_pred_ = nullptr; // ANDed into tile loads' masks (prefetch)
+  llvm::GlobalVariable* dyn_smem_ = nullptr;
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* entry_ = nullptr;
   analysis::AxisAnalysis axis_;
@@ -133,12 +185,15 @@ class GpuLowering {
   std::unordered_map<std::string, llvm::Value*> memo_;
   std::unordered_map<const ir::Value*, BlockedLayout> hint_memo_;
   std::set<const ir::Value*> hint_none_;
-  std::unordered_map<const ir::Value*, llvm::GlobalVariable*> smem_of_;
+  std::unordered_map<const ir::Value*, llvm::Value*> smem_of_;
   std::set<std::pair<const ir::Value*, llvm::BasicBlock*>> smem_written_;
   int shared_bytes_ = 0;
   int smem_count_ = 0;
   // Staging buffers for dot operands, shared by every dot (lower_dot_nvptx.cpp).
-  llvm::GlobalVariable* dot_smem_[2] = {};
+  llvm::Value* dot_smem_[2] = {};
+  int64_t dot_stage_bytes_[2] = {};   // one copy of each staging buffer
+  bool dot_double_buffered_ = false;  // two copies, alternated by dot_phase_
+  llvm::Value* dot_phase_ = nullptr;  // i32 alloca: the copy the next dot writes
   std::set<const ir::Value*> used_;  // values some op uses (for has_uses)
   bool used_ready_ = false;
 };

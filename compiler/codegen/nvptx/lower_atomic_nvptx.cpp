@@ -123,7 +123,7 @@ void GpuLowering::lower_atomic(const Op& op) {
   auto acquire = fence;
   auto broadcast = [&](const std::vector<std::pair<llvm::Value*, llvm::Value*>>& idx_val, llvm::Value* performer,
                        const std::vector<llvm::Value*>& read_idx) {
-    llvm::GlobalVariable* buf = new_smem(mt, res->type.is_tile() ? res->type.numel() : 1, "atomic");
+    llvm::Value* buf = new_smem(mt, res->type.is_tile() ? res->type.numel() : 1, "atomic");
     barrier();
     auto* yes = llvm::BasicBlock::Create(ctx_, "atomic.bcast", fn_);
     auto* cont = llvm::BasicBlock::Create(ctx_, "atomic.bcast.end", fn_);

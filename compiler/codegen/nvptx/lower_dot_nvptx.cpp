@@ -1,4 +1,5 @@
-// NVPTX lowering, part 4: `dot` with FMA on CUDA cores (tensor cores come later).
+// NVPTX lowering, part 4: `dot` with FMA on CUDA cores: f64, f32 "ieee", sm_70/75,
+// and shapes the tensor-core path (lower_dot_mma_nvptx.cpp) does not take.
 //
 // The result C[M,N] takes the accumulator's layout (the default blocked layout for
 // a fresh accumulator); a thread owning C[m,n] needs row m of A and column n of B,
@@ -13,7 +14,7 @@
 // (n = 4(t&15) + j): per k it loads 8 A values and one float4 of B for 32 fma.rn.f32.
 // A is stored k-major so that lanes 0-15 and 16-31 (rows m and m+1) read adjacent
 // words. Staging takes A 8 KB + B 8 KB; every dot of the kernel reuses the same two
-// buffers, sized for the largest dot.
+// buffers, sized for the largest dot (both paths stage through them).
 #include <llvm/IR/Intrinsics.h>
 
 #include "codegen/common/elementwise.h"
@@ -25,19 +26,19 @@ using namespace ir;
 
 namespace {
 
-constexpr int64_t kMaxSharedBytes = 48 * 1024;
-
 int64_t operand_bytes(const Value* v) { return v->type.numel() * v->type.elem.bytes(); }
 
-void max_dot_bytes(const Block& b, int64_t& a_bytes, int64_t& b_bytes) {
+void collect_dot_ops(const Block& b, std::vector<const Op*>& out) {
   for (auto& op : b.ops) {
-    if (op->kind == OpKind::Dot) {
-      a_bytes = std::max(a_bytes, operand_bytes(op->operands[0]));
-      b_bytes = std::max(b_bytes, operand_bytes(op->operands[1]));
-    }
-    for (auto& r : op->regions) max_dot_bytes(*r->block, a_bytes, b_bytes);
+    if (op->kind == OpKind::Dot) out.push_back(op.get());
+    for (auto& r : op->regions) collect_dot_ops(*r->block, out);
   }
 }
+
+// Two copies of the staging buffers when every dot is a tensor-core dot and they
+// stay small: consecutive dot executions alternate copies, so a dot's stores need
+// no barrier to wait for readers of the previous execution.
+constexpr int64_t kMaxDoubleBufferedBytes = 64 * 1024;
 
 // The type the products are summed in: the accumulator's, except that f16/bf16
 // accumulators sum in f32 and round once at the end.
@@ -47,6 +48,30 @@ ElemType compute_type(const ElemType& acc) {
 }
 
 }  // namespace
+
+void GpuLowering::ensure_dot_smem() {
+  if (dot_smem_[0]) return;
+  std::vector<const Op*> dots;
+  collect_dot_ops(*k_.body(), dots);
+  int64_t a_bytes = 0, b_bytes = 0;
+  bool all_mma = true;
+  for (const Op* d : dots) {
+    a_bytes = std::max(a_bytes, operand_bytes(d->operands[0]));
+    b_bytes = std::max(b_bytes, operand_bytes(d->operands[1]));
+    all_mma = all_mma && mma_kind(*d).has_value();
+  }
+  dot_stage_bytes_[0] = (a_bytes + 15) / 16 * 16;
+  dot_stage_bytes_[1] = (b_bytes + 15) / 16 * 16;
+  dot_double_buffered_ = all_mma && 2 * (dot_stage_bytes_[0] + dot_stage_bytes_[1]) <= kMaxDoubleBufferedBytes;
+  int copies = dot_double_buffered_ ? 2 : 1;
+  dot_smem_[0] = new_smem(b_.getInt8Ty(), copies * dot_stage_bytes_[0], "dot_a");
+  dot_smem_[1] = new_smem(b_.getInt8Ty(), copies * dot_stage_bytes_[1], "dot_b");
+  if (dot_double_buffered_) {  // which copy the next dot execution writes: 0, 1, 0, ...
+    dot_phase_ = alloca_in_entry(b_.getInt32Ty());
+    llvm::IRBuilder<> eb(entry_, std::next(llvm::cast<llvm::Instruction>(dot_phase_)->getIterator()));
+    eb.CreateStore(eb.getInt32(0), dot_phase_);
+  }
+}
 
 void GpuLowering::lower_dot(const Op& op) {
   const Value* a = op.operands[0];
@@ -60,19 +85,17 @@ void GpuLowering::lower_dot(const Op& op) {
   const ElemType& ec = op.result()->type.elem;
   const ElemType ct = compute_type(ec);
   int64_t need = operand_bytes(a) + operand_bytes(bm);
-  if (need > kMaxSharedBytes)
+  const int64_t limit = max_dynamic_shared_bytes(cc_);
+  if (need > limit)
     unsupported(op, "'dot' of " + std::to_string(M) + "x" + std::to_string(K) + " by " + std::to_string(K) + "x" +
                         std::to_string(N) + " " + ea.str() + " stages its operands in " + std::to_string(need) +
-                        " bytes of shared memory; the GPU back end supports at most 48 KB (use smaller block sizes)");
+                        " bytes of shared memory; sm_" + std::to_string(cc_) + " allows at most " +
+                        std::to_string(limit / 1024) + " KB per block (use smaller block sizes)");
+  if (auto kind = mma_kind(op)) return lower_dot_mma(op, *kind);
 
   llvm::Type* mta = llvm_mem_type(ctx_, ea);
   llvm::Type* mtb = llvm_mem_type(ctx_, eb);
-  if (!dot_smem_[0]) {
-    int64_t a_bytes = 0, b_bytes = 0;
-    max_dot_bytes(*k_.body(), a_bytes, b_bytes);
-    dot_smem_[0] = new_smem(b_.getInt8Ty(), a_bytes, "dot_a");
-    dot_smem_[1] = new_smem(b_.getInt8Ty(), b_bytes, "dot_b");
-  }
+  ensure_dot_smem();
   llvm::Value* a_s = dot_smem_[0];
   llvm::Value* b_s = dot_smem_[1];
 

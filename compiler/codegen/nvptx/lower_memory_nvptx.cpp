@@ -241,6 +241,7 @@ void GpuLowering::lower_load(const Op& op) {
     SymIndex s0 = l.index_of(r0);
     llvm::Value* ptr = at(op.operands[0], s0);
     llvm::Value* pred = mask ? at(mask, s0) : nullptr;
+    if (extra_load_pred_) pred = pred ? b_.CreateAnd(pred, extra_load_pred_) : extra_load_pred_;
     std::vector<llvm::Value*> others;
     for (int i = 0; i < g; ++i)
       others.push_back(other ? at(other, l.index_of(r0 + i)) : llvm::Constant::getNullValue(llvm_elem_type(ctx_, e)));

@@ -114,7 +114,7 @@ void GpuLowering::lower_reduce(const Op& op) {
     int w = 1 << warp_bits.size();
     int64_t rnumel = 1;
     for (int64_t d : rl.shape) rnumel *= d;
-    std::vector<llvm::GlobalVariable*> bufs;
+    std::vector<llvm::Value*> bufs;
     for (size_t i = 0; i < n; ++i)
       bufs.push_back(new_smem(llvm_mem_type(ctx_, op.result(i)->type.elem), rnumel * w, "reduce"));
     llvm::Value* slot = b_.getInt32(0);

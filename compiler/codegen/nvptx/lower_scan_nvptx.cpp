@@ -57,20 +57,20 @@ void GpuLowering::lower_scan(const Op& op) {
 
   std::vector<llvm::Type*> mt(n);
   std::vector<const ElemType*> et(n);
-  std::vector<llvm::GlobalVariable*> buf(n), part(n);
+  std::vector<llvm::Value*> buf(n), part(n);
   for (size_t i = 0; i < n; ++i) {
     et[i] = &op.result(i)->type.elem;
     mt[i] = llvm_mem_type(ctx_, *et[i]);
     buf[i] = new_smem(mt[i], numel, "scan");
     if (P > 1) part[i] = new_smem(mt[i], items, "scan_part");
   }
-  auto load_tuple = [&](const std::vector<llvm::GlobalVariable*>& from, llvm::Value* idx) {
+  auto load_tuple = [&](const std::vector<llvm::Value*>& from, llvm::Value* idx) {
     std::vector<llvm::Value*> v;
     for (size_t i = 0; i < n; ++i)
       v.push_back(from_mem(b_, b_.CreateLoad(mt[i], b_.CreateInBoundsGEP(mt[i], from[i], idx)), *et[i]));
     return v;
   };
-  auto store_tuple = [&](const std::vector<llvm::GlobalVariable*>& to, llvm::Value* idx,
+  auto store_tuple = [&](const std::vector<llvm::Value*>& to, llvm::Value* idx,
                          const std::vector<llvm::Value*>& v) {
     for (size_t i = 0; i < n; ++i) b_.CreateStore(to_mem(b_, v[i], *et[i]), b_.CreateInBoundsGEP(mt[i], to[i], idx));
   };
