@@ -158,3 +158,9 @@ def scalar_float(op: str, name: str, v, lo=None, hi=None, hi_open=False) -> floa
 
 def numel(x) -> int:
     return int(x.numel()) if is_torch(x) else int(x.size)
+
+
+def scalar(like, v):
+    """A float kernel argument in like's precision class: Python floats launch as fp32,
+    so fp64 data gets a numpy float64 (an fp64 argument) to keep eps, p, scale exact."""
+    return np.float64(v) if dtype_name(like) == "float64" else float(v)

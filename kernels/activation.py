@@ -155,7 +155,7 @@ def elementwise_forward(op, a, b, p, seed, bias_mode, tanh=False):
     y = H.empty(a, (rows, n))
     if rows and H.numel(a):
         grid, block = _grid(rows, n)
-        _ew_fwd_kernel[grid](av, bv, y, H.row_stride(av), stride_b, n, float(p), int(seed), OP=op, TANH=tanh,
+        _ew_fwd_kernel[grid](av, bv, y, H.row_stride(av), stride_b, n, H.scalar(a, p), int(seed), OP=op, TANH=tanh,
                              HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
     return y.reshape(tuple(a.shape))
 
@@ -169,7 +169,7 @@ def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
     db = H.empty(a, (rows, n)) if write_db else da
     if rows and H.numel(a):
         grid, block = _grid(rows, n)
-        _ew_bwd_kernel[grid](av, bv, dyv, da, db, H.row_stride(av), stride_b, H.row_stride(dyv), n, float(p),
+        _ew_bwd_kernel[grid](av, bv, dyv, da, db, H.row_stride(av), stride_b, H.row_stride(dyv), n, H.scalar(a, p),
                              int(seed), OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, WRITE_DB=write_db,
                              DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
     if bias_mode == BIAS:

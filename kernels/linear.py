@@ -68,7 +68,7 @@ def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_
     if batch and m and n:
         grid = (tessera.cdiv(m, BM), tessera.cdiv(n, BN), batch)
         _matmul_kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, m, n, k,
-                             *a_strides, *b_strides, m * n, float(scale or 1.0), ACT=act, HAS_BIAS=bias is not None,
+                             *a_strides, *b_strides, m * n, H.scalar(like, scale or 1.0), ACT=act, HAS_BIAS=bias is not None,
                              STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like),
                              BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
     return c, z

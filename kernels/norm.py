@@ -131,7 +131,7 @@ def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
     if rows and n:
         _norm_fwd_kernel[(rows,)](
             xv, rv, w, b, y, h if h is not None else y, mean, rstd, H.row_stride(xv), H.row_stride(rv), n, n,
-            float(eps), IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None,
+            H.scalar(x, eps), IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None,
             HAS_B=bias is not None, RELU=relu, IO=_io_type(x), ACC=H.acc_dtype(x), BLOCK=H.block_for(n))
     shape = tuple(x.shape)
     return y.reshape(shape), (h.reshape(shape) if h is not None else None), mean, rstd

@@ -109,7 +109,7 @@ def reduce_dim(x, dim, op):
         return y
     block_r, block_i = _blocks(n, inner)
     _reduce_dim_kernel[(outer, tessera.cdiv(inner, block_i))](
-        x, y, n, inner, s_o, s_r, s_i, 1.0 / max(n, 1), OP=op, ACC=H.acc_dtype(x),
+        x, y, n, inner, s_o, s_r, s_i, H.scalar(x, 1.0 / max(n, 1)), OP=op, ACC=H.acc_dtype(x),
         BLOCK_R=block_r, BLOCK_I=block_i)
     return y
 
@@ -121,7 +121,7 @@ def reduce_dim_backward(x, dy, dim, op):
     if H.numel(dx):
         block_r, block_i = _blocks(n, inner)
         _reduce_dim_bwd_kernel[(outer, tessera.cdiv(inner, block_i))](
-            x, dy, dx, n, inner, s_o, s_r, s_i, 1.0 / max(n, 1), OP=op, ACC=H.acc_dtype(x),
+            x, dy, dx, n, inner, s_o, s_r, s_i, H.scalar(x, 1.0 / max(n, 1)), OP=op, ACC=H.acc_dtype(x),
             BLOCK_R=block_r, BLOCK_I=block_i)
     return dx
 

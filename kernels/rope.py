@@ -107,7 +107,7 @@ def rms_norm_rope_forward(x, weight, cos, sin, eps):
     rstd = H.empty(x, (rows,), "acc")
     if rows and d:
         _rms_rope_fwd_kernel[(rows,)](xv, H.contiguous(weight) if weight is not None else xv, H.contiguous(cos),
-                                      H.contiguous(sin), y, rstd, H.row_stride(xv), heads, seq, d // 2, float(eps),
+                                      H.contiguous(sin), y, rstd, H.row_stride(xv), heads, seq, d // 2, H.scalar(x, eps),
                                       HAS_W=weight is not None, ACC=H.acc_dtype(x), BLOCK=H.block_for(d // 2))
     return y.reshape(tuple(x.shape)), rstd
 
@@ -133,6 +133,9 @@ def rms_norm_rope(x, weight, cos, sin, eps=1e-6):
     x of shape (..., seq, heads, head_dim) and cos/sin of shape (seq, head_dim / 2).
     Apply it to q and to k."""
     from . import autograd as AG
+    if AG.wants_grad(cos, sin):
+        raise NotImplementedError("tessera.kernels.rms_norm_rope: cos and sin are constant tables; "
+                                  "no gradient flows to them (pass tensors that do not require grad)")
     if AG.wants_grad(x, weight):
         return AG.RmsNormRope.apply(x, weight, cos, sin, eps)
     return rms_norm_rope_forward(x, weight, cos, sin, eps)[0]

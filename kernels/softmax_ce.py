@@ -149,7 +149,7 @@ def softmax_forward(x, dim, log, p, seed):
     rows = xv.shape[0]
     y = H.empty(x, (rows, n))
     if rows and n:
-        _softmax_fwd_kernel[(rows,)](xv, y, H.row_stride(xv), n, float(p), int(seed), LOG=log, DROPOUT=p > 0,
+        _softmax_fwd_kernel[(rows,)](xv, y, H.row_stride(xv), n, H.scalar(x, p), int(seed), LOG=log, DROPOUT=p > 0,
                                      ACC=H.acc_dtype(x), BLOCK=H.block_for(n))
     y = y.reshape(tuple(xm.shape))
     return _moveaxis(y, -1, d) if d != x.ndim - 1 else y
@@ -165,7 +165,7 @@ def softmax_backward(saved, dy, dim, log, p, seed):
     rows = sv.shape[0]
     dx = H.empty(saved, (rows, n))
     if rows and n:
-        _softmax_bwd_kernel[(rows,)](sv, dyv, dx, H.row_stride(sv), H.row_stride(dyv), n, float(p), int(seed),
+        _softmax_bwd_kernel[(rows,)](sv, dyv, dx, H.row_stride(sv), H.row_stride(dyv), n, H.scalar(saved, p), int(seed),
                                      LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=H.block_for(n))
     dx = dx.reshape(tuple(sm.shape))
     return _moveaxis(dx, -1, d) if move else dx
@@ -226,7 +226,7 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing):
     loss = H.empty(logits, (rows,), "acc")
     lse = H.empty(logits, (rows,), "acc")
     if rows and n:
-        _xent_fwd_kernel[(rows,)](xv, target, loss, lse, H.row_stride(xv), n, int(ignore_index), float(smoothing),
+        _xent_fwd_kernel[(rows,)](xv, target, loss, lse, H.row_stride(xv), n, int(ignore_index), H.scalar(logits, smoothing),
                                   SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits),
                                   BLOCK=min(CE_BLOCK, H.block_for(n, 1 << 30)))
     return loss, lse
@@ -239,7 +239,7 @@ def cross_entropy_backward(logits, target, lse, drows, ignore_index, smoothing):
     dx = H.empty(logits, (rows, n))
     if rows and n:
         _xent_bwd_kernel[(rows,)](xv, target, lse, H.contiguous(drows), dx, H.row_stride(xv), n, int(ignore_index),
-                                  float(smoothing), SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits),
+                                  H.scalar(logits, smoothing), SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits),
                                   BLOCK=min(CE_BLOCK, H.block_for(n, 1 << 30)))
     return dx
 
@@ -277,6 +277,8 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     else:
         loss_rows, _ = cross_entropy_forward(logits, target, ignore_index, smoothing)
         out, _ = reduce_loss(loss_rows, target, ignore_index, reduction)
-    if H.is_torch(out) and out.dtype != logits.dtype:
-        out = out.to(logits.dtype)
-    return out
+    if H.is_torch(out):
+        return out.to(logits.dtype) if out.dtype != logits.dtype else out
+    if H.is_cupy(out):
+        return out.astype(logits.dtype)
+    return np.asarray(out).astype(logits.dtype)  # a 0-d array for 'mean' and 'sum', as torch
