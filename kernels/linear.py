@@ -25,7 +25,7 @@ BM, BN, BK = 64, 64, 32
 
 @tessera.kernel
 def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, scale,
-                   ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr,
+                   B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr,
                    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -34,11 +34,19 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     a_ptrs = A + batch * s_ab + rm[:, None] * s_am + rk[None, :] * s_ak
-    b_ptrs = B + batch * s_bb + rk[:, None] * s_bk + rn[None, :] * s_bn
+    if B_KMAJOR:
+        # B[k, n] contiguous along k (a row-major W read as W^T): load the [BLOCK_N,
+        # BLOCK_K] tile along its rows, then transpose it in registers.
+        b_ptrs = B + batch * s_bb + rn[:, None] * s_bn + rk[None, :] * s_bk
+    else:
+        b_ptrs = B + batch * s_bb + rk[:, None] * s_bk + rn[None, :] * s_bn
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in range(0, K, BLOCK_K):
         a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k), other=0.0)
-        b = tl.load(b_ptrs, mask=(rk[:, None] < K - k) & (rn[None, :] < N), other=0.0)
+        if B_KMAJOR:
+            b = tl.trans(tl.load(b_ptrs, mask=(rn[:, None] < N) & (rk[None, :] < K - k), other=0.0))
+        else:
+            b = tl.load(b_ptrs, mask=(rk[:, None] < K - k) & (rn[None, :] < N), other=0.0)
         acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * s_ak
         b_ptrs += BLOCK_K * s_bk
@@ -68,7 +76,8 @@ def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_
     if batch and m and n:
         grid = (tessera.cdiv(m, BM), tessera.cdiv(n, BN), batch)
         _matmul_kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, m, n, k,
-                             *a_strides, *b_strides, m * n, H.scalar(like, scale or 1.0), ACT=act, HAS_BIAS=bias is not None,
+                             *a_strides, *b_strides, m * n, H.scalar(like, scale or 1.0),
+                             B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
                              STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like),
                              BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
     return c, z
