@@ -34,8 +34,9 @@ def _np_gelu(x):
     return 0.5 * x * (1 + t)
 
 
-def cases(rows, cols, device, dtype):
-    """name -> (make inputs, tk fn, torch fn, numpy fn or None, bytes moved, differentiable inputs)."""
+def cases(rows, cols, device, dtype, lib=tk):
+    """name -> (inputs, `lib` fn, torch fn, numpy key or None, bytes moved); lib is
+    tessera.kernels, or its sources compiled by Triton (load_triton_tk)."""
     g = torch.Generator(device="cpu").manual_seed(0)
 
     def t(*shape, scale=1.0):
@@ -60,43 +61,43 @@ def cases(rows, cols, device, dtype):
         return torch.cat([n1 * c - n2 * s, n2 * c + n1 * s], -1)
 
     C = {
-        "layer_norm": ((x, w, b), lambda a, w_, b_: tk.layer_norm(a, w_, b_),
+        "layer_norm": ((x, w, b), lambda a, w_, b_: lib.layer_norm(a, w_, b_),
                        lambda a, w_, b_: F.layer_norm(a, (cols,), w_, b_), "ln", 2 * mat),
-        "layer_norm+relu": ((x, w, b), lambda a, w_, b_: tk.layer_norm(a, w_, b_, relu=True),
+        "layer_norm+relu": ((x, w, b), lambda a, w_, b_: lib.layer_norm(a, w_, b_, relu=True),
                             lambda a, w_, b_: F.relu(F.layer_norm(a, (cols,), w_, b_)), None, 2 * mat),
-        "rms_norm": ((x, w), lambda a, w_: tk.rms_norm(a, w_), lambda a, w_: F.rms_norm(a, (cols,), w_, 1e-6),
+        "rms_norm": ((x, w), lambda a, w_: lib.rms_norm(a, w_), lambda a, w_: F.rms_norm(a, (cols,), w_, 1e-6),
                      "rms", 2 * mat),
-        "residual_add_layer_norm": ((x, r, w, b), lambda a, r_, w_, b_: tk.residual_add_layer_norm(a, r_, w_, b_),
+        "residual_add_layer_norm": ((x, r, w, b), lambda a, r_, w_, b_: lib.residual_add_layer_norm(a, r_, w_, b_),
                                     lambda a, r_, w_, b_: (F.layer_norm(a + r_, (cols,), w_, b_), a + r_), None,
                                     4 * mat),
-        "residual_add_rms_norm": ((x, r, w), lambda a, r_, w_: tk.residual_add_rms_norm(a, r_, w_),
+        "residual_add_rms_norm": ((x, r, w), lambda a, r_, w_: lib.residual_add_rms_norm(a, r_, w_),
                                   lambda a, r_, w_: (F.rms_norm(a + r_, (cols,), w_, 1e-6), a + r_), None, 4 * mat),
-        "rms_norm_rope": ((xq, t(hd)), lambda a, w_: tk.rms_norm_rope(a, w_, cos, sin), rope_ref, None,
+        "rms_norm_rope": ((xq, t(hd)), lambda a, w_: lib.rms_norm_rope(a, w_, cos, sin), rope_ref, None,
                           2 * xq.numel() * e),
-        "softmax": ((x,), lambda a: tk.softmax(a), lambda a: torch.softmax(a, -1), "softmax", 2 * mat),
-        "softmax+dropout": ((x,), lambda a: tk.softmax(a, dropout_p=0.1, seed=1),
+        "softmax": ((x,), lambda a: lib.softmax(a), lambda a: torch.softmax(a, -1), "softmax", 2 * mat),
+        "softmax+dropout": ((x,), lambda a: lib.softmax(a, dropout_p=0.1, seed=1),
                             lambda a: F.dropout(torch.softmax(a, -1), 0.1), None, 2 * mat),
-        "log_softmax": ((x,), lambda a: tk.log_softmax(a), lambda a: torch.log_softmax(a, -1), None, 2 * mat),
-        "cross_entropy": ((x,), lambda a: tk.cross_entropy(a, tgt), lambda a: F.cross_entropy(a, tgt), None, mat),
-        "add_relu": ((x, r), tk.add_relu, lambda a, b_: F.relu(a + b_), "add_relu", 3 * mat),
-        "mul_tanh": ((x, r), tk.mul_tanh, lambda a, b_: torch.tanh(a * b_), "mul_tanh", 3 * mat),
-        "bias_gelu": ((x, b), tk.bias_gelu, lambda a, b_: F.gelu(a + b_), None, 2 * mat),
-        "bias_gelu_tanh": ((x, b), lambda a, b_: tk.bias_gelu(a, b_, "tanh"),
+        "log_softmax": ((x,), lambda a: lib.log_softmax(a), lambda a: torch.log_softmax(a, -1), None, 2 * mat),
+        "cross_entropy": ((x,), lambda a: lib.cross_entropy(a, tgt), lambda a: F.cross_entropy(a, tgt), None, mat),
+        "add_relu": ((x, r), lib.add_relu, lambda a, b_: F.relu(a + b_), "add_relu", 3 * mat),
+        "mul_tanh": ((x, r), lib.mul_tanh, lambda a, b_: torch.tanh(a * b_), "mul_tanh", 3 * mat),
+        "bias_gelu": ((x, b), lib.bias_gelu, lambda a, b_: F.gelu(a + b_), None, 2 * mat),
+        "bias_gelu_tanh": ((x, b), lambda a, b_: lib.bias_gelu(a, b_, "tanh"),
                            lambda a, b_: F.gelu(a + b_, approximate="tanh"), "bias_gelu_tanh", 2 * mat),
-        "gelu_dropout": ((x,), lambda a: tk.gelu_dropout(a, 0.1, seed=1), lambda a: F.dropout(F.gelu(a), 0.1),
+        "gelu_dropout": ((x,), lambda a: lib.gelu_dropout(a, 0.1, seed=1), lambda a: F.dropout(F.gelu(a), 0.1),
                          None, 2 * mat),
-        "swiglu": ((x, r), tk.swiglu, lambda a, b_: F.silu(a) * b_, None, 3 * mat),
-        "geglu": ((x, r), tk.geglu, lambda a, b_: F.gelu(a) * b_, None, 3 * mat),
-        "reduce_sum_squared(dim=-1)": ((x,), lambda a: tk.reduce_sum_squared(a, -1), lambda a: (a * a).sum(-1),
+        "swiglu": ((x, r), lib.swiglu, lambda a, b_: F.silu(a) * b_, None, 3 * mat),
+        "geglu": ((x, r), lib.geglu, lambda a, b_: F.gelu(a) * b_, None, 3 * mat),
+        "reduce_sum_squared(dim=-1)": ((x,), lambda a: lib.reduce_sum_squared(a, -1), lambda a: (a * a).sum(-1),
                                        "sumsq", mat),
-        "reduce_mean_abs(dim=0)": ((x,), lambda a: tk.reduce_mean_abs(a, 0), lambda a: a.abs().mean(0),
+        "reduce_mean_abs(dim=0)": ((x,), lambda a: lib.reduce_mean_abs(a, 0), lambda a: a.abs().mean(0),
                                    "meanabs0", mat),
-        "attention_score": ((q, kk), lambda a, b_: tk.attention_score(a, b_, 0.125),
+        "attention_score": ((q, kk), lambda a, b_: lib.attention_score(a, b_, 0.125),
                             lambda a, b_: a @ b_.transpose(-1, -2) * 0.125, None,
                             (q.numel() * 2 + 8 * (rows // 8) ** 2) * e),
-        "linear_relu": ((xl, wl, bl), tk.linear_relu, lambda a, w_, b_: F.relu(F.linear(a, w_, b_)), "linear_relu",
+        "linear_relu": ((xl, wl, bl), lib.linear_relu, lambda a, w_, b_: F.relu(F.linear(a, w_, b_)), "linear_relu",
                         (xl.numel() + wl.numel() + xl.shape[0] * wl.shape[0]) * e),
-        "linear_gelu": ((xl, wl, bl), tk.linear_gelu, lambda a, w_, b_: F.gelu(F.linear(a, w_, b_)), None,
+        "linear_gelu": ((xl, wl, bl), lib.linear_gelu, lambda a, w_, b_: F.gelu(F.linear(a, w_, b_)), None,
                         (xl.numel() + wl.numel() + xl.shape[0] * wl.shape[0]) * e),
     }
     return C
@@ -113,6 +114,31 @@ NUMPY = {
     "meanabs0": lambda a: np.abs(a).mean(0),
     "linear_relu": lambda a, w, b: np.maximum(a @ w.T + b, 0),
 }
+
+
+def load_triton_tk():
+    """The library's own sources with `@tessera.kernel` -> `@triton.jit` and
+    `tessera.language` -> `triton.language`: the same kernels and host code, compiled
+    by Triton (the kernel-for-kernel peer on a GPU). None without Triton."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return None
+    import importlib
+    import tempfile
+    src_dir = os.path.dirname(os.path.abspath(tk.__file__))
+    root = tempfile.mkdtemp(prefix="tk-triton-")
+    os.makedirs(os.path.join(root, "tk_triton"))
+    for f in os.listdir(src_dir):
+        if f.endswith(".py"):
+            with open(os.path.join(src_dir, f)) as fh:
+                text = fh.read()
+            text = text.replace("import tessera.language as tl", "import triton\nimport triton.language as tl")
+            text = text.replace("@tessera.kernel", "@triton.jit")
+            with open(os.path.join(root, "tk_triton", f), "w") as fh:
+                fh.write(text)
+    sys.path.insert(0, root)
+    return importlib.import_module("tk_triton")
 
 
 def _sync(device):
@@ -138,6 +164,8 @@ def run(args):
     dtype = getattr(torch, args.dtype)
     rows, cols = (2048, 1024) if args.quick else (4096, 4096)
     all_cases = cases(rows, cols, device, dtype)
+    tkt = load_triton_tk() if device == "cuda" and args.triton else None
+    triton_cases = cases(rows, cols, device, dtype, lib=tkt) if tkt is not None else {}
     names = [n for n in all_cases if not args.ops or n in args.ops.split(",")]
     compiled = {}
     table, records = [], []
@@ -162,6 +190,14 @@ def run(args):
                 fns["torch.compile"] = lambda: compiled[name](*inputs)
             except Exception as exc:  # pragma: no cover - depends on the toolchain
                 print(f"  torch.compile failed for {name}: {type(exc).__name__}")
+        if name in triton_cases:
+            f_tr = triton_cases[name][1]
+            try:
+                with torch.no_grad():
+                    f_tr(*inputs)
+                fns["triton (same source)"] = lambda: f_tr(*inputs)
+            except Exception as exc:  # pragma: no cover - depends on the toolchain
+                print(f"  Triton failed for {name}: {type(exc).__name__}: {str(exc)[:200]}")
         if device == "cpu" and np_key and dtype == torch.float32:
             npi = [i.numpy() for i in inputs]
             fns["numpy"] = lambda: NUMPY[np_key](*npi)
@@ -195,6 +231,7 @@ def run(args):
         table.append([name, "x".join(map(str, row["shape"])), bw["tk"] * 1e3, bw["torch eager"] * 1e3,
                       bw.get("numpy", float("nan")) * 1e3 if "numpy" in bw else "n/a",
                       bw.get("torch.compile", float("nan")) * 1e3 if "torch.compile" in bw else "n/a",
+                      bw["triton (same source)"] * 1e3 if "triton (same source)" in bw else "n/a",
                       row["fwd_GBps"]["tk"], row["torch_over_tk_fwd"],
                       bwd.get("tk", float("nan")) * 1e3, bwd.get("torch eager", float("nan")) * 1e3,
                       row.get("torch_over_tk_fwd_bwd", float("nan")),
@@ -205,7 +242,7 @@ def run(args):
     return table, records
 
 
-HEADER = ["op", "shape", "tk ms", "torch ms", "numpy ms", "torch.compile ms", "tk GB/s", "torch/tk",
+HEADER = ["op", "shape", "tk ms", "torch ms", "numpy ms", "torch.compile ms", "triton ms", "tk GB/s", "torch/tk",
           "tk fwd+bwd ms", "torch fwd+bwd ms", "torch/tk fwd+bwd", "tk of copy", "check"]
 
 
@@ -217,6 +254,8 @@ def main():
     ap.add_argument("--ops", default="", help="comma-separated subset of ops")
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile (GPU)")
+    ap.add_argument("--no-triton", dest="triton", action="store_false",
+                    help="skip the Triton build of the same kernel sources (GPU)")
     ap.add_argument("--out", default=RESULTS_DIR)
     args = ap.parse_args()
     t0 = time.time()
