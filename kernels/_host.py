@@ -109,10 +109,27 @@ def empty(like, shape, dtype=None):
         dtype = "float64" if dtype_name(like) == "float64" else "float32"
     if is_torch(like):
         dt = like.dtype if dtype is None else getattr(torch, dtype)
+        if like.device.type == "cpu":
+            return _torch_cpu_empty(shape, dt)
         return torch.empty(shape, dtype=dt, device=like.device)
     if is_cupy(like):
         return _cupy().empty(shape, dtype=like.dtype if dtype is None else dtype)
     return np.empty(shape, dtype=like.dtype if dtype is None else dtype)
+
+
+_SAME_SIZE_NUMPY = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_ITEMSIZE = {}
+
+
+def _torch_cpu_empty(shape, dt):
+    """torch.empty on the CPU through numpy's allocator: numpy asks the kernel for
+    transparent huge pages on large arrays, torch does not, and a fresh 64 MB output
+    then costs 16384 page faults in the kernel instead of 32 (measured: 3x the time
+    of a layer norm on 4096x4096 fp32)."""
+    itemsize = _ITEMSIZE.get(dt)
+    if itemsize is None:
+        itemsize = _ITEMSIZE[dt] = torch.empty((), dtype=dt).element_size()
+    return torch.from_numpy(np.empty(shape, dtype=_SAME_SIZE_NUMPY[itemsize])).view(dt)
 
 
 def zeros(like, shape, dtype=None):

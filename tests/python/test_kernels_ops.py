@@ -243,3 +243,19 @@ def test_gpu_op_forward_backward(case, dtype):
     else:
         for shape in list(SHAPES.values()) + ([LONG["6x4097"]] if case.long_ok else []):
             check_case(case, shape, dtype, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [c for c in ALL_CASES if not c.name.startswith("cross_entropy")], ids=lambda c: c.name)
+def test_gpu_cupy_arrays_match_torch_cuda(case):
+    """CuPy in, CuPy out: the same numbers as the torch CUDA path (forward)."""
+    cupy = pytest.importorskip("cupy")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    gen = torch.Generator().manual_seed(5)
+    inputs = [t.cuda() for t in case.make(40 if case in MM_CASES else (3, 33), torch.float32, gen)]
+    want = _as_tuple(case.run(*inputs))
+    got = _as_tuple(case.run(*[cupy.asarray(t) for t in inputs]))
+    for g, w in zip(got, want):
+        assert isinstance(g, cupy.ndarray)
+        np.testing.assert_array_equal(cupy.asnumpy(g), w.cpu().numpy())
