@@ -181,3 +181,16 @@ def scalar(like, v):
     """A float kernel argument in like's precision class: Python floats launch as fp32,
     so fp64 data gets a numpy float64 (an fp64 argument) to keep eps, p, scale exact."""
     return np.float64(v) if dtype_name(like) == "float64" else float(v)
+
+
+def on_gpu(x) -> bool:
+    return (is_torch(x) and x.is_cuda) or is_cupy(x)
+
+
+def row_launch_options(like, block: int) -> dict:
+    """Launch options of a one-row-per-program kernel: on a GPU, enough warps that each
+    thread holds a few elements of the row (as bench_gpu's 4096-wide rows with 16
+    warps); on the CPU none (num_warps has no effect there, but would key the cache)."""
+    if not on_gpu(like):
+        return {}
+    return {"num_warps": max(1, min(16, block // 256))}

@@ -132,7 +132,8 @@ def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
         _norm_fwd_kernel[(rows,)](
             xv, rv, w, b, y, h if h is not None else y, mean, rstd, H.row_stride(xv), H.row_stride(rv), n, n,
             H.scalar(x, eps), IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None,
-            HAS_B=bias is not None, RELU=relu, IO=_io_type(x), ACC=H.acc_dtype(x), BLOCK=H.block_for(n))
+            HAS_B=bias is not None, RELU=relu, IO=_io_type(x), ACC=H.acc_dtype(x), BLOCK=H.block_for(n),
+            **H.row_launch_options(x, H.block_for(n)))
     shape = tuple(x.shape)
     return y.reshape(shape), (h.reshape(shape) if h is not None else None), mean, rstd
 
@@ -155,7 +156,8 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
         _norm_bwd_kernel[(progs,)](
             xv, w, b, dyv, dhv, dx, mean, rstd, dwp, dbp, H.row_stride(xv), H.row_stride(dyv), H.row_stride(dhv),
             rows, n, progs, IS_RMS=is_rms, HAS_W=weight is not None, HAS_B=bias is not None, RELU=relu,
-            HAS_DH=dh is not None, ACC=H.acc_dtype(xin), BLOCK=H.block_for(n))
+            HAS_DH=dh is not None, ACC=H.acc_dtype(xin), BLOCK=H.block_for(n),
+            **H.row_launch_options(xin, H.block_for(n)))
     dw = column_sum(dwp, H.dtype_name(weight)) if weight is not None else None
     db = column_sum(dbp, H.dtype_name(bias)) if bias is not None else None
     return dx.reshape(tuple(xin.shape)), dw, db

@@ -150,7 +150,8 @@ def softmax_forward(x, dim, log, p, seed):
     y = H.empty(x, (rows, n))
     if rows and n:
         _softmax_fwd_kernel[(rows,)](xv, y, H.row_stride(xv), n, H.scalar(x, p), int(seed), LOG=log, DROPOUT=p > 0,
-                                     ACC=H.acc_dtype(x), BLOCK=H.block_for(n))
+                                     ACC=H.acc_dtype(x), BLOCK=H.block_for(n),
+                                     **H.row_launch_options(x, H.block_for(n)))
     y = y.reshape(tuple(xm.shape))
     return _moveaxis(y, -1, d) if d != x.ndim - 1 else y
 
@@ -166,7 +167,8 @@ def softmax_backward(saved, dy, dim, log, p, seed):
     dx = H.empty(saved, (rows, n))
     if rows and n:
         _softmax_bwd_kernel[(rows,)](sv, dyv, dx, H.row_stride(sv), H.row_stride(dyv), n, H.scalar(saved, p), int(seed),
-                                     LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=H.block_for(n))
+                                     LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=H.block_for(n),
+                                     **H.row_launch_options(saved, H.block_for(n)))
     dx = dx.reshape(tuple(sm.shape))
     return _moveaxis(dx, -1, d) if move else dx
 
@@ -228,7 +230,8 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing):
     if rows and n:
         _xent_fwd_kernel[(rows,)](xv, target, loss, lse, H.row_stride(xv), n, int(ignore_index), H.scalar(logits, smoothing),
                                   SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits),
-                                  BLOCK=min(CE_BLOCK, H.block_for(n, 1 << 30)))
+                                  BLOCK=min(CE_BLOCK, H.block_for(n, 1 << 30)),
+                                  **H.row_launch_options(logits, min(CE_BLOCK, H.block_for(n, 1 << 30))))
     return loss, lse
 
 
@@ -240,7 +243,8 @@ def cross_entropy_backward(logits, target, lse, drows, ignore_index, smoothing):
     if rows and n:
         _xent_bwd_kernel[(rows,)](xv, target, lse, H.contiguous(drows), dx, H.row_stride(xv), n, int(ignore_index),
                                   H.scalar(logits, smoothing), SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits),
-                                  BLOCK=min(CE_BLOCK, H.block_for(n, 1 << 30)))
+                                  BLOCK=min(CE_BLOCK, H.block_for(n, 1 << 30)),
+                                  **H.row_launch_options(logits, min(CE_BLOCK, H.block_for(n, 1 << 30))))
     return dx
 
 
