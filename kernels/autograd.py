@@ -28,12 +28,17 @@ if torch is not None:
             y, h, mean, rstd = N.norm_forward(op, x, residual, weight, bias, eps, is_rms, relu)
             ctx.save_for_backward(h if h is not None else x, weight, bias, mean, rstd)
             ctx.flags = (is_rms, relu, residual is not None)
+            # An unused output (often the new residual) gets None, not a tensor of zeros
+            # the backward kernel would have to read.
+            ctx.set_materialize_grads(False)
             return (y, h) if residual is not None else y
 
         @staticmethod
         def backward(ctx, dy, dh=None):
             xin, w, b, mean, rstd = ctx.saved_tensors
             is_rms, relu, has_res = ctx.flags
+            if dy is None:  # only the new residual was used: it is x + residual
+                return None, dh, dh, None, None, None, None, None
             dx, dw, db = N.norm_backward(xin, w, b, mean, rstd, dy, dh, is_rms, relu)
             return None, dx, (dx if has_res else None), dw, db, None, None, None
 

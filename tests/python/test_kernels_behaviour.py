@@ -154,3 +154,19 @@ def test_errors_name_the_op():
         tk.softmax([1.0, 2.0])
     with pytest.raises(ValueError, match="dim 3 is out of range"):
         tk.reduce_sum_squared(x, 3)
+
+
+def test_residual_norm_with_one_output_unused():
+    x, r = torch.randn(4, 24, dtype=torch.float64, requires_grad=True), torch.randn(4, 24, dtype=torch.float64)
+    w = torch.randn(24, dtype=torch.float64, requires_grad=True)
+    y, h = tk.residual_add_rms_norm(x, r, w)
+    y.sum().backward()  # h unused
+    xr = x.detach().clone().requires_grad_(True)
+    wr = w.detach().clone().requires_grad_(True)
+    F.rms_norm(xr + r, (24,), wr, 1e-6).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(w.grad, wr.grad)
+    x.grad = None
+    y, h = tk.residual_add_layer_norm(x, r)
+    (2 * h).sum().backward()  # y unused: the gradient goes straight through the addition
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
