@@ -277,7 +277,9 @@ def main():
           f"on {machine['date']}; {machine['cpu_model']}, {machine['cores_usable']} cores usable, "
           f"torch {machine['torch']} ({machine['torch_threads']} threads), Tessera {machine['tessera_threads']} "
           f"threads{', GPU ' + machine['gpu'] if 'gpu' in machine else ''}; load average at start "
-          f"{machine['loadavg_at_start']}.", "",
+          f"{machine['loadavg_at_start']}, at end {tuple(round(v, 2) for v in os.getloadavg())} (a load above the "
+          f"core count means other processes shared the cores: torch's OpenMP threads suffer more from that "
+          f"than Tessera's pool, so ratios then overstate tk's lead; compare the medians in the JSON too).", "",
           "Best of several round-robin samples (the JSON has medians too). 'torch/tk' > 1: tk is faster. "
           "GB/s counts each input read once and each output written once. Forward timings run under "
           "torch.no_grad(); fwd+bwd runs autograd with all inputs requiring grad.", "",
