@@ -17,6 +17,10 @@ done
 if python3 -c "import torch, tessera; from tessera._core import _C; assert _C.cuda_available() and torch.cuda.is_available()" 2>/dev/null; then
   echo "================ GPU: bench/bench_gpu.py ================"
   python3 bench/bench_gpu.py --out "$(mktemp -d)"
+  echo "================ GPU: library kernels (tessera.kernels) vs torch ================"
+  python3 bench/kernels.py --device cuda --quick --no-compile --out "$(mktemp -d)"
 else
+  echo "================ library kernels (tessera.kernels) vs torch eager and numpy ================"
+  python3 bench/kernels.py --quick --no-backward --out "$(mktemp -d)"
   echo "(no usable NVIDIA GPU here: the showcase ran on the CPU)"
 fi

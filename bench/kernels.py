@@ -1,0 +1,295 @@
+"""tessera.kernels next to torch eager and numpy (CPU), and next to torch eager and
+torch.compile on a GPU: every library op, forward (and forward + backward through
+autograd), side by side in one run, timed round-robin. Results go to
+bench/results/kernels_cpu.{md,json} (or kernels_gpu.* with --device cuda).
+
+    python bench/kernels.py [--quick] [--device cpu|cuda] [--ops layer_norm,softmax]
+
+GB/s counts each input read once and each output written once (the traffic a fused
+kernel needs); "torch/tk" > 1 means tk is faster. Targets: on the CPU every fused op
+ahead of torch eager; on a GPU memory-bound ops at >= 90% of copy bandwidth."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import RESULTS_DIR, machine_info, measure_round_robin, table_lines  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import tessera.kernels as tk  # noqa: E402
+
+
+def _np_gelu(x):
+    from math import sqrt
+    t = np.tanh(sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))  # numpy has no erf: tanh form
+    return 0.5 * x * (1 + t)
+
+
+def cases(rows, cols, device, dtype, lib=tk):
+    """name -> (inputs, `lib` fn, torch fn, numpy key or None, bytes moved); lib is
+    tessera.kernels, or its sources compiled by Triton (load_triton_tk)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def t(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dtype)
+
+    x, r, w, b = t(rows, cols), t(rows, cols), t(cols), t(cols)
+    e = x.element_size()
+    mat = rows * cols * e
+    tgt = torch.randint(0, cols, (rows,), generator=g).to(device)
+    hd = 128
+    xq = t(rows * cols // (8 * hd), 8, hd)
+    ang = torch.randn(xq.shape[0], hd // 2, generator=g)
+    cos, sin = ang.cos().to(device=device, dtype=dtype), ang.sin().to(device=device, dtype=dtype)
+    k_in = 1024
+    xl, wl, bl = t(rows // 4, k_in), t(cols // 2, k_in, scale=k_in ** -0.5), t(cols // 2)
+    q, kk = t(8, rows // 8, 64), t(8, rows // 8, 64)
+
+    def rope_ref(a, wt):
+        n = F.rms_norm(a, (hd,), wt, 1e-6)
+        n1, n2 = n[..., : hd // 2], n[..., hd // 2:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return torch.cat([n1 * c - n2 * s, n2 * c + n1 * s], -1)
+
+    C = {
+        "layer_norm": ((x, w, b), lambda a, w_, b_: lib.layer_norm(a, w_, b_),
+                       lambda a, w_, b_: F.layer_norm(a, (cols,), w_, b_), "ln", 2 * mat),
+        "layer_norm+relu": ((x, w, b), lambda a, w_, b_: lib.layer_norm(a, w_, b_, relu=True),
+                            lambda a, w_, b_: F.relu(F.layer_norm(a, (cols,), w_, b_)), None, 2 * mat),
+        "rms_norm": ((x, w), lambda a, w_: lib.rms_norm(a, w_), lambda a, w_: F.rms_norm(a, (cols,), w_, 1e-6),
+                     "rms", 2 * mat),
+        "residual_add_layer_norm": ((x, r, w, b), lambda a, r_, w_, b_: lib.residual_add_layer_norm(a, r_, w_, b_),
+                                    lambda a, r_, w_, b_: (F.layer_norm(a + r_, (cols,), w_, b_), a + r_), None,
+                                    4 * mat),
+        "residual_add_rms_norm": ((x, r, w), lambda a, r_, w_: lib.residual_add_rms_norm(a, r_, w_),
+                                  lambda a, r_, w_: (F.rms_norm(a + r_, (cols,), w_, 1e-6), a + r_), None, 4 * mat),
+        "rms_norm_rope": ((xq, t(hd)), lambda a, w_: lib.rms_norm_rope(a, w_, cos, sin), rope_ref, None,
+                          2 * xq.numel() * e),
+        "softmax": ((x,), lambda a: lib.softmax(a), lambda a: torch.softmax(a, -1), "softmax", 2 * mat),
+        "softmax+dropout": ((x,), lambda a: lib.softmax(a, dropout_p=0.1, seed=1),
+                            lambda a: F.dropout(torch.softmax(a, -1), 0.1), None, 2 * mat),
+        "log_softmax": ((x,), lambda a: lib.log_softmax(a), lambda a: torch.log_softmax(a, -1), None, 2 * mat),
+        "cross_entropy": ((x,), lambda a: lib.cross_entropy(a, tgt), lambda a: F.cross_entropy(a, tgt), None, mat),
+        "add_relu": ((x, r), lib.add_relu, lambda a, b_: F.relu(a + b_), "add_relu", 3 * mat),
+        "mul_tanh": ((x, r), lib.mul_tanh, lambda a, b_: torch.tanh(a * b_), "mul_tanh", 3 * mat),
+        "bias_gelu": ((x, b), lib.bias_gelu, lambda a, b_: F.gelu(a + b_), None, 2 * mat),
+        "bias_gelu_tanh": ((x, b), lambda a, b_: lib.bias_gelu(a, b_, "tanh"),
+                           lambda a, b_: F.gelu(a + b_, approximate="tanh"), "bias_gelu_tanh", 2 * mat),
+        "gelu_dropout": ((x,), lambda a: lib.gelu_dropout(a, 0.1, seed=1), lambda a: F.dropout(F.gelu(a), 0.1),
+                         None, 2 * mat),
+        "swiglu": ((x, r), lib.swiglu, lambda a, b_: F.silu(a) * b_, None, 3 * mat),
+        "geglu": ((x, r), lib.geglu, lambda a, b_: F.gelu(a) * b_, None, 3 * mat),
+        "reduce_sum_squared(dim=-1)": ((x,), lambda a: lib.reduce_sum_squared(a, -1), lambda a: (a * a).sum(-1),
+                                       "sumsq", mat),
+        "reduce_mean_abs(dim=0)": ((x,), lambda a: lib.reduce_mean_abs(a, 0), lambda a: a.abs().mean(0),
+                                   "meanabs0", mat),
+        "attention_score": ((q, kk), lambda a, b_: lib.attention_score(a, b_, 0.125),
+                            lambda a, b_: a @ b_.transpose(-1, -2) * 0.125, None,
+                            (q.numel() * 2 + 8 * (rows // 8) ** 2) * e),
+        "linear_relu": ((xl, wl, bl), lib.linear_relu, lambda a, w_, b_: F.relu(F.linear(a, w_, b_)), "linear_relu",
+                        (xl.numel() + wl.numel() + xl.shape[0] * wl.shape[0]) * e),
+        "linear_gelu": ((xl, wl, bl), lib.linear_gelu, lambda a, w_, b_: F.gelu(F.linear(a, w_, b_)), None,
+                        (xl.numel() + wl.numel() + xl.shape[0] * wl.shape[0]) * e),
+    }
+    return C
+
+
+NUMPY = {
+    "ln": lambda a, w, b: (a - a.mean(-1, keepdims=True)) / np.sqrt(a.var(-1, keepdims=True) + 1e-5) * w + b,
+    "rms": lambda a, w: a / np.sqrt((a * a).mean(-1, keepdims=True) + 1e-6) * w,
+    "softmax": lambda a: (lambda e_: e_ / e_.sum(-1, keepdims=True))(np.exp(a - a.max(-1, keepdims=True))),
+    "add_relu": lambda a, b: np.maximum(a + b, 0),
+    "mul_tanh": lambda a, b: np.tanh(a * b),
+    "bias_gelu_tanh": lambda a, b: _np_gelu(a + b),
+    "sumsq": lambda a: np.einsum("ij,ij->i", a, a),
+    "meanabs0": lambda a: np.abs(a).mean(0),
+    "linear_relu": lambda a, w, b: np.maximum(a @ w.T + b, 0),
+}
+
+
+def load_triton_tk():
+    """The library's own sources with `@tessera.kernel` -> `@triton.jit` and
+    `tessera.language` -> `triton.language`: the same kernels and host code, compiled
+    by Triton (the kernel-for-kernel peer on a GPU). None without Triton."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return None
+    import importlib
+    import tempfile
+    src_dir = os.path.dirname(os.path.abspath(tk.__file__))
+    root = tempfile.mkdtemp(prefix="tk-triton-")
+    os.makedirs(os.path.join(root, "tk_triton"))
+    for f in os.listdir(src_dir):
+        if f.endswith(".py"):
+            with open(os.path.join(src_dir, f)) as fh:
+                text = fh.read()
+            text = text.replace("import tessera.language as tl", "import triton\nimport triton.language as tl")
+            text = text.replace("@tessera.kernel", "@triton.jit")
+            with open(os.path.join(root, "tk_triton", f), "w") as fh:
+                fh.write(text)
+    sys.path.insert(0, root)
+    return importlib.import_module("tk_triton")
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _fwd_bwd(fn, inputs):
+    """A callable running forward and backward through autograd (grads of all inputs)."""
+    leaves = [i.detach().clone().requires_grad_(True) for i in inputs]
+
+    def run():
+        for lf in leaves:
+            lf.grad = None
+        out = fn(*leaves)
+        outs = out if isinstance(out, tuple) else (out,)
+        torch.autograd.backward([o for o in outs], [torch.ones_like(o) for o in outs])
+    return run
+
+
+def run(args):
+    device = args.device
+    dtype = getattr(torch, args.dtype)
+    rows, cols = (2048, 1024) if args.quick else (4096, 4096)
+    all_cases = cases(rows, cols, device, dtype)
+    tkt = load_triton_tk() if device == "cuda" and args.triton else None
+    triton_cases = cases(rows, cols, device, dtype, lib=tkt) if tkt is not None else {}
+    names = [n for n in all_cases if not args.ops or n in args.ops.split(",")]
+    compiled = {}
+    table, records = [], []
+    for name in names:
+        inputs, f_tk, f_torch, np_key, nbytes = all_cases[name]
+        # Correctness first: a wrong result is reported, never timed.
+        with torch.no_grad():
+            got, want = f_tk(*inputs), f_torch(*inputs)
+        got = got if isinstance(got, tuple) else (got,)
+        want = want if isinstance(want, tuple) else (want,)
+        if "dropout" not in name:
+            err = max((a.double() - b.double()).abs().max().item() / max(1.0, b.double().abs().max().item())
+                      for a, b in zip(got, want))
+            status = "ok" if err < (1e-4 if dtype == torch.float32 else 2e-2) else f"WRONG ({err:.2g})"
+        else:
+            status = "ok (random)"
+        fns = {"tk": lambda: f_tk(*inputs), "torch eager": lambda: f_torch(*inputs)}
+        if device == "cuda" and args.compile:
+            try:
+                compiled[name] = torch.compile(f_torch)
+                compiled[name](*inputs)
+                fns["torch.compile"] = lambda: compiled[name](*inputs)
+            except Exception as exc:  # pragma: no cover - depends on the toolchain
+                print(f"  torch.compile failed for {name}: {type(exc).__name__}")
+        if name in triton_cases:
+            f_tr = triton_cases[name][1]
+            try:
+                with torch.no_grad():
+                    f_tr(*inputs)
+                fns["triton (same source)"] = lambda: f_tr(*inputs)
+            except Exception as exc:  # pragma: no cover - depends on the toolchain
+                print(f"  Triton failed for {name}: {type(exc).__name__}: {str(exc)[:200]}")
+        if device == "cpu" and np_key and dtype == torch.float32:
+            npi = [i.numpy() for i in inputs]
+            fns["numpy"] = lambda: NUMPY[np_key](*npi)
+        if device == "cuda":
+            fns = {k: (lambda f=f: (f(), torch.cuda.synchronize())) for k, f in fns.items()}
+            copy_src = torch.empty(nbytes // 2 // 4, dtype=torch.float32, device=device)
+            copy_dst = torch.empty_like(copy_src)
+            fns["copy (same bytes)"] = lambda: (copy_dst.copy_(copy_src), torch.cuda.synchronize())
+        with torch.no_grad():
+            t = measure_round_robin(fns, repeats=6 if args.quick else 10, rounds=2 if args.quick else 3,
+                                    budget_s=1.0 if args.quick else 2.0)
+        bw = {k: tm.min for k, tm in t.items()}
+        bwd = {}
+        if not args.no_backward:
+            fb = {"tk": _fwd_bwd(f_tk, inputs), "torch eager": _fwd_bwd(f_torch, inputs)}
+            if device == "cuda":
+                fb = {k: (lambda f=f: (f(), torch.cuda.synchronize())) for k, f in fb.items()}
+            tb = measure_round_robin(fb, repeats=4 if args.quick else 8, rounds=2, budget_s=1.0 if args.quick else 2.0)
+            bwd = {k: tm.min for k, tm in tb.items()}
+        row = {"op": name, "shape": [int(s) for s in inputs[0].shape], "dtype": args.dtype, "status": status,
+               "fwd_ms": {k: v * 1e3 for k, v in bw.items()},
+               "fwd_median_ms": {k: tm.median * 1e3 for k, tm in t.items()},
+               "fwd_GBps": {k: nbytes / v / 1e9 for k, v in bw.items() if not k.startswith("copy")},
+               "fwd_bwd_ms": {k: v * 1e3 for k, v in bwd.items()}}
+        row["torch_over_tk_fwd"] = bw["torch eager"] / bw["tk"]
+        if bwd:
+            row["torch_over_tk_fwd_bwd"] = bwd["torch eager"] / bwd["tk"]
+        if "copy (same bytes)" in bw:
+            row["tk_frac_of_copy"] = bw["copy (same bytes)"] / bw["tk"]
+        records.append(row)
+        table.append([name, "x".join(map(str, row["shape"])), bw["tk"] * 1e3, bw["torch eager"] * 1e3,
+                      bw.get("numpy", float("nan")) * 1e3 if "numpy" in bw else "n/a",
+                      bw.get("torch.compile", float("nan")) * 1e3 if "torch.compile" in bw else "n/a",
+                      bw["triton (same source)"] * 1e3 if "triton (same source)" in bw else "n/a",
+                      row["fwd_GBps"]["tk"], row["torch_over_tk_fwd"],
+                      bwd.get("tk", float("nan")) * 1e3, bwd.get("torch eager", float("nan")) * 1e3,
+                      row.get("torch_over_tk_fwd_bwd", float("nan")),
+                      row.get("tk_frac_of_copy", "n/a"), status])
+        print(f"{name:28s} tk {bw['tk'] * 1e3:8.3f} ms  torch {bw['torch eager'] * 1e3:8.3f} ms  "
+              f"torch/tk {row['torch_over_tk_fwd']:5.2f}  fwd+bwd torch/tk {row.get('torch_over_tk_fwd_bwd', 0):5.2f}"
+              f"  {status}", flush=True)
+    return table, records
+
+
+HEADER = ["op", "shape", "tk ms", "torch ms", "numpy ms", "torch.compile ms", "triton ms", "tk GB/s", "torch/tk",
+          "tk fwd+bwd ms", "torch fwd+bwd ms", "torch/tk fwd+bwd", "tk of copy", "check"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller inputs, fewer samples")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    ap.add_argument("--ops", default="", help="comma-separated subset of ops")
+    ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile (GPU)")
+    ap.add_argument("--no-triton", dest="triton", action="store_false",
+                    help="skip the Triton build of the same kernel sources (GPU)")
+    ap.add_argument("--out", default=RESULTS_DIR)
+    args = ap.parse_args()
+    t0 = time.time()
+    table, records = run(args)
+    machine = machine_info()
+    if args.device == "cuda":
+        machine["gpu"] = torch.cuda.get_device_name()
+    ahead = [r["op"] for r in records if r["torch_over_tk_fwd"] > 1]
+    behind = [r["op"] for r in records if r["torch_over_tk_fwd"] <= 1]
+    summary = {"ops": len(records), "tk_ahead_of_torch_eager_fwd": ahead, "tk_behind_torch_eager_fwd": behind,
+               "seconds": time.time() - t0}
+    tag = f"kernels_{args.device}" + ("" if args.dtype == "float32" else f"_{args.dtype}")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, tag + ".json"), "w") as fh:
+        json.dump({"machine": machine, "args": vars(args), "summary": summary, "records": records}, fh, indent=1,
+                  default=str)
+    md = [f"# tessera.kernels vs torch eager ({args.device}, {args.dtype})", "",
+          f"Generated by `python bench/kernels.py{' --quick' if args.quick else ''} --device {args.device}` "
+          f"on {machine['date']}; {machine['cpu_model']}, {machine['cores_usable']} cores usable, "
+          f"torch {machine['torch']} ({machine['torch_threads']} threads), Tessera {machine['tessera_threads']} "
+          f"threads{', GPU ' + machine['gpu'] if 'gpu' in machine else ''}; load average at start "
+          f"{machine['loadavg_at_start']}, at end {tuple(round(v, 2) for v in os.getloadavg())} (a load above the "
+          f"core count means other processes shared the cores: torch's OpenMP threads suffer more from that "
+          f"than Tessera's pool, so ratios then overstate tk's lead; compare the medians in the JSON too).", "",
+          "Best of several round-robin samples (the JSON has medians too). 'torch/tk' > 1: tk is faster. "
+          "GB/s counts each input read once and each output written once. Forward timings run under "
+          "torch.no_grad(); fwd+bwd runs autograd with all inputs requiring grad.", "",
+          f"tk ahead of torch eager (forward) on {len(ahead)} of {len(records)} ops; behind on: "
+          f"{', '.join(behind) if behind else 'none'}.", ""]
+    md += table_lines(HEADER, table, markdown=True)
+    with open(os.path.join(args.out, tag + ".md"), "w") as fh:
+        fh.write("\n".join(md) + "\n")
+    print(f"wrote {os.path.join(args.out, tag)}.{{md,json}} in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Host-side glue shared by the library's ops: which array library an input comes from
+(numpy, torch, CuPy), views as (rows, columns) with a unit column stride, output
+allocation next to the input, and checks that fail with a message naming the op."""
+from __future__ import annotations
+
+import numpy as np
+
+import tessera
+import tessera.language as tl
+
+try:  # torch is optional: numpy arrays work without it
+    import torch
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
+
+
+def is_torch(x) -> bool:
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_cupy(x) -> bool:
+    return type(x).__module__.startswith("cupy")
+
+
+def _cupy():
+    import cupy
+    return cupy
+
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def dtype_name(x) -> str:
+    """'float32', 'bfloat16', ... for numpy, torch and CuPy arrays alike."""
+    if is_torch(x):
+        return str(x.dtype).replace("torch.", "")
+    return np.dtype(x.dtype).name if not hasattr(x.dtype, "name") else x.dtype.name
+
+
+def check_float(op: str, x, name: str = "x"):
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        raise TypeError(f"tessera.kernels.{op}: {name} must be a numpy array, a torch tensor or a CuPy array, "
+                        f"got {type(x).__name__}")
+    d = dtype_name(x)
+    if d not in FLOAT_DTYPES:
+        raise TypeError(f"tessera.kernels.{op}: {name} has dtype {d}; supported: {', '.join(FLOAT_DTYPES)}")
+    return d
+
+
+def check_same(op: str, ref, other, name: str):
+    """other must live where ref lives (same library, device and dtype)."""
+    if other is None:
+        return
+    if type(other) is not type(ref) and not (is_torch(ref) and is_torch(other)):
+        raise TypeError(f"tessera.kernels.{op}: {name} is a {type(other).__name__} but x is a {type(ref).__name__}; "
+                        f"pass both from the same array library")
+    if dtype_name(other) != dtype_name(ref):
+        raise TypeError(f"tessera.kernels.{op}: {name} has dtype {dtype_name(other)} but x has {dtype_name(ref)}")
+    if is_torch(ref) and other.device != ref.device:
+        raise ValueError(f"tessera.kernels.{op}: {name} is on {other.device} but x is on {ref.device}")
+
+
+def acc_dtype(x):
+    """The kernels' accumulation type: fp64 inputs accumulate in fp64, the rest in fp32."""
+    return tl.float64 if dtype_name(x) == "float64" else tl.float32
+
+
+def contiguous(x):
+    if is_torch(x):
+        return x.contiguous()
+    if is_cupy(x):
+        return _cupy().ascontiguousarray(x)
+    return np.ascontiguousarray(x)
+
+
+def strides(x):
+    """Strides in elements."""
+    if is_torch(x):
+        return tuple(x.stride())
+    return tuple(s // x.itemsize for s in x.strides)
+
+
+def rows_view(x, n_cols: int):
+    """x as a (rows, n_cols) array with unit column stride and a single row stride.
+    Reshape keeps a view where the layout allows; otherwise (a transposed or sliced
+    input) the data is copied once into a contiguous array."""
+    if x.shape and x.shape[-1] != n_cols:
+        raise ValueError(f"last dimension is {x.shape[-1]}, expected {n_cols}")
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64)) if x.ndim > 1 else 1
+    if x.ndim == 0:
+        raise ValueError("a 0-d input has no last dimension")
+    try:
+        v = x.reshape(rows, n_cols)
+    except (ValueError, RuntimeError):
+        v = contiguous(x).reshape(rows, n_cols)
+    if n_cols > 1 and strides(v)[1] != 1:
+        v = contiguous(v)
+    return v
+
+
+def row_stride(v) -> int:
+    return strides(v)[0] if v.shape[0] > 1 else v.shape[1]
+
+
+def empty(like, shape, dtype=None):
+    """A new array of `shape` in the same library and on the same device as `like`;
+    dtype None keeps like's, 'acc' gives the accumulation type (fp32 or fp64)."""
+    if dtype == "acc":
+        dtype = "float64" if dtype_name(like) == "float64" else "float32"
+    if is_torch(like):
+        dt = like.dtype if dtype is None else getattr(torch, dtype)
+        if like.device.type == "cpu":
+            return _torch_cpu_empty(shape, dt)
+        return torch.empty(shape, dtype=dt, device=like.device)
+    if is_cupy(like):
+        return _cupy().empty(shape, dtype=like.dtype if dtype is None else dtype)
+    return np.empty(shape, dtype=like.dtype if dtype is None else dtype)
+
+
+_SAME_SIZE_NUMPY = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_ITEMSIZE = {}
+
+
+def _torch_cpu_empty(shape, dt):
+    """torch.empty on the CPU through numpy's allocator: numpy asks the kernel for
+    transparent huge pages on large arrays, torch does not, and a fresh 64 MB output
+    then costs 16384 page faults in the kernel instead of 32 (measured: 3x the time
+    of a layer norm on 4096x4096 fp32)."""
+    itemsize = _ITEMSIZE.get(dt)
+    if itemsize is None:
+        itemsize = _ITEMSIZE[dt] = torch.empty((), dtype=dt).element_size()
+    return torch.from_numpy(np.empty(shape, dtype=_SAME_SIZE_NUMPY[itemsize])).view(dt)
+
+
+def zeros(like, shape, dtype=None):
+    out = empty(like, shape, dtype)
+    out[...] = 0
+    return out
+
+
+def block_for(n: int, cap: int = 1 << 16) -> int:
+    b = tessera.next_power_of_2(max(int(n), 1))
+    if b > cap:
+        raise ValueError(f"rows of {n} elements are longer than this kernel's limit ({cap})")
+    return b
+
+
+def num_programs_for_partials(like, n_rows: int) -> int:
+    """How many programs share the rows of a backward pass that also reduces over
+    rows (dweight, dbias): each writes one partial row, summed afterwards. A few per
+    CPU thread; more on a GPU, where each program is one block."""
+    on_gpu = (is_torch(like) and like.is_cuda) or is_cupy(like)
+    per = 512 if on_gpu else 4 * max(1, tessera_threads())
+    return max(1, min(n_rows, per))
+
+
+def tessera_threads() -> int:
+    import os
+    try:
+        return int(os.environ.get("TESSERA_NUM_THREADS", "")) or os.cpu_count() or 1
+    except ValueError:
+        return os.cpu_count() or 1
+
+
+def reshape(x, shape):
+    return x.reshape(shape)
+
+
+def scalar_float(op: str, name: str, v, lo=None, hi=None, hi_open=False) -> float:
+    v = float(v)
+    if lo is not None and v < lo or hi is not None and (v > hi or hi_open and v >= hi):
+        raise ValueError(f"tessera.kernels.{op}: {name}={v} is out of range")
+    return v
+
+
+def numel(x) -> int:
+    return int(x.numel()) if is_torch(x) else int(x.size)
+
+
+def scalar(like, v):
+    """A float kernel argument in like's precision class: Python floats launch as fp32,
+    so fp64 data gets a numpy float64 (an fp64 argument) to keep eps, p, scale exact."""
+    return np.float64(v) if dtype_name(like) == "float64" else float(v)
+
+
+def on_gpu(x) -> bool:
+    return (is_torch(x) and x.is_cuda) or is_cupy(x)
+
+
+def row_launch_options(like, block: int) -> dict:
+    """Launch options of a one-row-per-program kernel: on a GPU, enough warps that each
+    thread holds a few elements of the row (as bench_gpu's 4096-wide rows with 16
+    warps); on the CPU none (num_warps has no effect there, but would key the cache)."""
+    if not on_gpu(like):
+        return {}
+    return {"num_warps": max(1, min(16, block // 256))}

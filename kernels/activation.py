@@ -1,0 +1,224 @@
+"""Fused elementwise ops, one kernel per direction: add_relu, mul_tanh, bias_gelu
+(erf and tanh forms), gelu_dropout, swiglu, geglu.
+
+All share one forward and one backward kernel, specialized by the OP constexpr. The
+inputs are seen as (rows, columns): two same-shape inputs are flattened into one
+row; a bias is the second input with a row stride of 0 (so it is re-read from cache
+for every row, never broadcast in memory). Values are computed in fp32 (fp64 for
+fp64) and rounded once on the store. Dropout draws its mask from Philox with the
+element's flat index as the counter: the backward kernel regenerates the same mask
+from the seed.
+"""
+from __future__ import annotations
+
+import tessera
+import tessera.language as tl
+
+from . import _host as H
+from .reduce import column_sum
+
+ADD_RELU, MUL_TANH, GELU, SWIGLU, GEGLU, RELU_OP = 0, 1, 2, 3, 4, 5
+_NAMES = {ADD_RELU: "add_relu", MUL_TANH: "mul_tanh", GELU: "bias_gelu", SWIGLU: "swiglu", GEGLU: "geglu",
+          RELU_OP: "relu"}
+SQRT_HALF = 0.7071067811865476
+INV_SQRT_2PI = 0.3989422804014327
+K0 = 0.7978845608028654  # sqrt(2 / pi)
+K1 = 0.044715
+
+# bias_mode: how the second input b relates to a.
+NO_B, SAME_SHAPE, BIAS = 0, 1, 2
+
+
+@tessera.kernel
+def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed,
+                   OP: tl.constexpr, TANH: tl.constexpr, HAS_B: tl.constexpr, DROPOUT: tl.constexpr,
+                   ACC: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    a = tl.load(A + row * stride_a + cols, mask=mask, other=0.0).to(ACC)
+    if HAS_B:
+        b = tl.load(B + row * stride_b + cols, mask=mask, other=0.0).to(ACC)
+    if OP == 0:
+        y = tl.maximum(a + b, 0.0)
+    if OP == 1:
+        y = tl.tanh(a * b)
+    if OP == 2 or OP == 4:
+        x = a
+        if OP == 2 and HAS_B:
+            x = a + b
+        if TANH:
+            y = 0.5 * x * (1.0 + tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+        else:
+            y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+        if OP == 4:
+            y = y * b
+    if OP == 3:
+        y = a * tl.sigmoid(a) * b
+    if OP == 5:
+        y = tl.maximum(a, 0.0)
+    if DROPOUT:
+        keep = tl.rand(seed, row * n_cols + cols) >= p
+        y = tl.where(keep, y / (1.0 - p), 0.0)
+    tl.store(Y + row * n_cols + cols, y, mask=mask)
+
+
+@tessera.kernel
+def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, seed,
+                   OP: tl.constexpr, TANH: tl.constexpr, HAS_B: tl.constexpr, WRITE_DB: tl.constexpr,
+                   DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    a = tl.load(A + row * stride_a + cols, mask=mask, other=0.0).to(ACC)
+    if HAS_B:
+        b = tl.load(B + row * stride_b + cols, mask=mask, other=0.0).to(ACC)
+    dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
+    if DROPOUT:
+        keep = tl.rand(seed, row * n_cols + cols) >= p
+        dy = tl.where(keep, dy / (1.0 - p), 0.0)
+    out = DA + row * n_cols + cols
+    if OP == 0:
+        g = tl.where(a + b > 0, dy, 0.0)
+        tl.store(out, g, mask=mask)
+        tl.store(DB + row * n_cols + cols, g, mask=mask)
+    if OP == 1:
+        t = tl.tanh(a * b)
+        g = dy * (1.0 - t * t)
+        tl.store(out, g * b, mask=mask)
+        tl.store(DB + row * n_cols + cols, g * a, mask=mask)
+    if OP == 2 or OP == 4:
+        x = a
+        if OP == 2 and HAS_B:
+            x = a + b
+        if TANH:
+            t = tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
+            gelu = 0.5 * x * (1.0 + t)
+            dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+        else:
+            cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
+            gelu = x * cdf
+            dgelu = cdf + x * (0.3989422804014327 * tl.exp(-0.5 * x * x))
+        if OP == 2:
+            tl.store(out, dy * dgelu, mask=mask)
+        else:
+            tl.store(out, dy * b * dgelu, mask=mask)
+            tl.store(DB + row * n_cols + cols, dy * gelu, mask=mask)
+    if OP == 3:
+        sg = tl.sigmoid(a)
+        tl.store(out, dy * b * sg * (1.0 + a * (1.0 - sg)), mask=mask)
+        tl.store(DB + row * n_cols + cols, dy * a * sg, mask=mask)
+    if OP == 5:
+        tl.store(out, tl.where(a > 0, dy, 0.0), mask=mask)
+
+
+def _views(op, a, b, bias_mode):
+    """(a rows view, b view or a, stride_b, rows, n_cols)."""
+    name = _NAMES[op]
+    H.check_float(name, a)
+    if b is not None:
+        H.check_same(name, a, b, "bias" if bias_mode == BIAS else "b")
+    if bias_mode == SAME_SHAPE:
+        if tuple(b.shape) != tuple(a.shape):
+            raise ValueError(f"tessera.kernels.{name}: inputs have shapes {tuple(a.shape)} and {tuple(b.shape)}; "
+                             f"they must match")
+        if _is_contiguous(a) and _is_contiguous(b):  # one long row: no per-row programs
+            n = max(H.numel(a), 1)
+            av, bv = a.reshape(1, n), b.reshape(1, n)
+            return av, bv, n, 1, n
+        n = a.shape[-1] if a.ndim else 1
+        av = H.rows_view(a if a.ndim else a.reshape(1), n)
+        bv = H.rows_view(b if b.ndim else b.reshape(1), n)
+        return av, bv, H.row_stride(bv), av.shape[0], n
+    n = a.shape[-1] if a.ndim else 1
+    av = H.rows_view(a if a.ndim else a.reshape(1), n)
+    if bias_mode == BIAS:
+        if tuple(b.shape) != (n,):
+            raise ValueError(f"tessera.kernels.{name}: bias has shape {tuple(b.shape)}, expected ({n},)")
+        return av, H.contiguous(b), 0, av.shape[0], n
+    return av, av, 0, av.shape[0], n
+
+
+def _is_contiguous(x):
+    if H.is_torch(x):
+        return x.is_contiguous()
+    return bool(x.flags.c_contiguous)
+
+
+def _grid(rows, n):
+    block = min(H.block_for(n, 1 << 30), 2048)
+    return (rows, tessera.cdiv(n, block)), block
+
+
+def elementwise_forward(op, a, b, p, seed, bias_mode, tanh=False):
+    av, bv, stride_b, rows, n = _views(op, a, b, bias_mode)
+    y = H.empty(a, (rows, n))
+    if rows and H.numel(a):
+        grid, block = _grid(rows, n)
+        _ew_fwd_kernel[grid](av, bv, y, H.row_stride(av), stride_b, n, H.scalar(a, p), int(seed), OP=op, TANH=tanh,
+                             HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
+    return y.reshape(tuple(a.shape))
+
+
+def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
+    """(da, db): db is the bias gradient (a column sum) in BIAS mode, None without b."""
+    av, bv, stride_b, rows, n = _views(op, a, b, bias_mode)
+    dyv = H.rows_view(dy.reshape(-1) if rows == 1 else dy, n) if dy.ndim else dy.reshape(1, 1)
+    da = H.empty(a, (rows, n))
+    write_db = bias_mode == SAME_SHAPE
+    db = H.empty(a, (rows, n)) if write_db else da
+    if rows and H.numel(a):
+        grid, block = _grid(rows, n)
+        _ew_bwd_kernel[grid](av, bv, dyv, da, db, H.row_stride(av), stride_b, H.row_stride(dyv), n, H.scalar(a, p),
+                             int(seed), OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, WRITE_DB=write_db,
+                             DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
+    if bias_mode == BIAS:
+        return da.reshape(tuple(a.shape)), column_sum(da, H.dtype_name(b))
+    if bias_mode == SAME_SHAPE:
+        return da.reshape(tuple(a.shape)), db.reshape(tuple(b.shape))
+    return da.reshape(tuple(a.shape)), None
+
+
+def _run(op, a, b, p=0.0, seed=0, bias_mode=SAME_SHAPE, tanh=False):
+    from . import autograd as AG
+    if AG.wants_grad(a, b):
+        return AG.Elementwise.apply((op, tanh), a, b, p, seed, bias_mode)
+    return elementwise_forward(op, a, b, p, seed, bias_mode, tanh)
+
+
+def _approx(name, approximate):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"tessera.kernels.{name}: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return approximate == "tanh"
+
+
+def add_relu(a, b):
+    """relu(a + b) for two same-shape inputs."""
+    return _run(ADD_RELU, a, b)
+
+
+def mul_tanh(a, b):
+    """tanh(a * b) for two same-shape inputs."""
+    return _run(MUL_TANH, a, b)
+
+
+def bias_gelu(x, bias, approximate="none"):
+    """gelu(x + bias), bias over the last dimension; approximate='tanh' for the tanh form."""
+    return _run(GELU, x, bias, bias_mode=BIAS, tanh=_approx("bias_gelu", approximate))
+
+
+def gelu_dropout(x, p=0.1, seed=0, bias=None, approximate="none"):
+    """dropout(gelu(x [+ bias]), p): the mask comes from `seed` (same seed, same mask;
+    the backward pass uses the forward's mask)."""
+    p = H.scalar_float("gelu_dropout", "p", p, 0.0, 1.0, hi_open=True)
+    return _run(GELU, x, bias, p, int(seed), BIAS if bias is not None else NO_B, _approx("gelu_dropout", approximate))
+
+
+def swiglu(gate, up):
+    """silu(gate) * up (the SwiGLU feed-forward gate) for two same-shape inputs."""
+    return _run(SWIGLU, gate, up)
+
+
+def geglu(gate, up, approximate="none"):
+    """gelu(gate) * up (the GEGLU feed-forward gate) for two same-shape inputs."""
+    return _run(GEGLU, gate, up, tanh=_approx("geglu", approximate))

@@ -1,0 +1,196 @@
+"""Matmuls with fused epilogues: attention_score (batched q @ k^T * scale) and
+linear_relu / linear_gelu (x @ W^T + b, then the activation, applied to the
+accumulator tile before it is stored: the pre-activation never goes to memory
+unless the backward pass needs it).
+
+One batched, strided tile kernel serves every product of both directions; a
+transposed operand is only a swap of its two strides:
+
+    C[b, m, n] = act(scale * sum_k A[b, m, k] * B[b, k, n] + bias[n])
+    linear:  A = x (M, K), B = W^T, i.e. B[k, n] at W + n * W.stride(0) + k * W.stride(1)
+    scores:  A = q (Bt, M, D), B = k^T (same trick on k)
+"""
+from __future__ import annotations
+
+import tessera
+import tessera.language as tl
+
+from . import _host as H
+from .activation import GELU, NO_B, RELU_OP, elementwise_backward
+from .reduce import column_sum
+
+ACT_NONE, ACT_RELU, ACT_GELU, ACT_GELU_TANH = 0, 1, 2, 3
+BM, BN, BK = 64, 64, 32
+
+
+@tessera.kernel
+def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, scale,
+                   B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr,
+                   ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    batch = tl.program_id(2).to(tl.int64)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = A + batch * s_ab + rm[:, None] * s_am + rk[None, :] * s_ak
+    if B_KMAJOR:
+        # B[k, n] contiguous along k (a row-major W read as W^T): load the [BLOCK_N,
+        # BLOCK_K] tile along its rows, then transpose it in registers.
+        b_ptrs = B + batch * s_bb + rn[:, None] * s_bn + rk[None, :] * s_bk
+    else:
+        b_ptrs = B + batch * s_bb + rk[:, None] * s_bk + rn[None, :] * s_bn
+    acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k), other=0.0)
+        if B_KMAJOR:
+            b = tl.trans(tl.load(b_ptrs, mask=(rn[:, None] < N) & (rk[None, :] < K - k), other=0.0))
+        else:
+            b = tl.load(b_ptrs, mask=(rk[:, None] < K - k) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * s_ak
+        b_ptrs += BLOCK_K * s_bk
+    if SCALE:
+        acc = acc * scale
+    if HAS_BIAS:
+        acc += tl.load(BIAS + rn, mask=rn < N, other=0.0).to(ACC)[None, :]
+    out_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    offs = batch * s_cb + rm[:, None] * N + rn[None, :]
+    if STORE_Z:
+        tl.store(Z + offs, acc, mask=out_mask)
+    if ACT == 1:
+        acc = tl.maximum(acc, 0.0)
+    if ACT == 2:
+        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+    if ACT == 3:
+        acc = 0.5 * acc * (1.0 + tl.tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)))
+    tl.store(C + offs, acc, mask=out_mask)
+
+
+def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_NONE, scale=None,
+           store_z=False):
+    """(C, Z): C (batch, m, n) contiguous = act(scale * A @ B + bias), A and B given by
+    their pointers and (batch, row, col) element strides; Z the pre-activation or None."""
+    c = H.empty(like, (batch, m, n))
+    z = H.empty(like, (batch, m, n)) if store_z else None
+    if batch and m and n:
+        grid = (tessera.cdiv(m, BM), tessera.cdiv(n, BN), batch)
+        _matmul_kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, m, n, k,
+                             *a_strides, *b_strides, m * n, H.scalar(like, scale or 1.0),
+                             B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
+                             STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like),
+                             BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
+    return c, z
+
+
+# --------------------------------------------------------------------------- attention scores
+
+def _batched(x, name):
+    """x (..., R, C) as a (batch, R, C) view (copied if the leading dims do not collapse)."""
+    if x.ndim < 2:
+        raise ValueError(f"tessera.kernels.attention_score: {name} must have at least 2 dimensions")
+    r, c = x.shape[-2:]
+    try:
+        v = x.reshape(-1, r, c)
+    except (ValueError, RuntimeError):
+        v = H.contiguous(x).reshape(-1, r, c)
+    return v, H.strides(v)
+
+
+def attention_score_forward(q, k, scale):
+    H.check_float("attention_score", q)
+    H.check_same("attention_score", q, k, "k")
+    if q.ndim != k.ndim or tuple(q.shape[:-2]) != tuple(k.shape[:-2]) or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"tessera.kernels.attention_score: q {tuple(q.shape)} and k {tuple(k.shape)} must be "
+                         f"(..., M, D) and (..., N, D) with the same leading dimensions")
+    qv, qs = _batched(q, "q")
+    kv, ks = _batched(k, "k")
+    bt, m, d = qv.shape
+    n = kv.shape[1]
+    s, _ = matmul(qv, kv, qs, (ks[0], ks[2], ks[1]), bt, m, n, d, q, scale=scale)
+    return s.reshape(tuple(q.shape[:-1]) + (n,))
+
+
+def attention_score_backward(q, k, ds, scale):
+    qv, qs = _batched(q, "q")
+    kv, ks = _batched(k, "k")
+    bt, m, d = qv.shape
+    n = kv.shape[1]
+    dsv, dss = _batched(ds, "ds")
+    dq, _ = matmul(dsv, kv, dss, ks, bt, m, d, n, q, scale=scale)            # dq = ds @ k * scale
+    dk, _ = matmul(dsv, qv, (dss[0], dss[2], dss[1]), qs, bt, n, d, m, q, scale=scale)  # dk = ds^T @ q * scale
+    return dq.reshape(tuple(q.shape)), dk.reshape(tuple(k.shape))
+
+
+def attention_score(q, k, scale=None):
+    """q @ k^T * scale over the last two dimensions of q (..., M, D) and k (..., N, D);
+    scale defaults to 1 / sqrt(D)."""
+    if scale is None:
+        scale = float(q.shape[-1]) ** -0.5
+    from . import autograd as AG
+    if AG.wants_grad(q, k):
+        return AG.AttentionScore.apply(q, k, float(scale))
+    return attention_score_forward(q, k, float(scale))
+
+
+# --------------------------------------------------------------------------- linear + activation
+
+def linear_forward(x, weight, bias, act, keep_preactivation=False):
+    """(y, z): y = act(x @ W^T + b) shaped (..., N); z the pre-activation when the
+    backward pass needs it (GELU), else None."""
+    op = {ACT_RELU: "linear_relu", ACT_GELU: "linear_gelu", ACT_GELU_TANH: "linear_gelu"}.get(act, "linear")
+    H.check_float(op, x)
+    H.check_same(op, x, weight, "weight")
+    H.check_same(op, x, bias, "bias")
+    if weight.ndim != 2 or weight.shape[1] != x.shape[-1]:
+        raise ValueError(f"tessera.kernels.{op}: weight must be (out_features, {x.shape[-1]}), "
+                         f"got {tuple(weight.shape)}")
+    n, k = weight.shape
+    if bias is not None and tuple(bias.shape) != (n,):
+        raise ValueError(f"tessera.kernels.{op}: bias has shape {tuple(bias.shape)}, expected ({n},)")
+    xv = H.rows_view(x, k)
+    ws = H.strides(weight)
+    store_z = keep_preactivation and act in (ACT_GELU, ACT_GELU_TANH)
+    y, z = matmul(xv, weight, (0,) + H.strides(xv), (0, ws[1], ws[0]), 1, xv.shape[0], n, k, x,
+                  bias=H.contiguous(bias) if bias is not None else None, act=act, store_z=store_z)
+    shape = tuple(x.shape[:-1]) + (n,)
+    return y.reshape(shape), (z.reshape(shape) if z is not None else None)
+
+
+def linear_backward(x, weight, z_or_y, dy, act, has_bias):
+    """(dx, dweight, dbias). z_or_y is the pre-activation (GELU) or the output (ReLU)."""
+    n, k = weight.shape
+    if act == ACT_RELU:
+        dz, _ = elementwise_backward(RELU_OP, z_or_y, None, dy, 0.0, 0, NO_B)
+    elif act in (ACT_GELU, ACT_GELU_TANH):
+        dz, _ = elementwise_backward(GELU, z_or_y, None, dy, 0.0, 0, NO_B, tanh=act == ACT_GELU_TANH)
+    else:
+        dz = dy
+    dzv = H.rows_view(dz, n)
+    xv = H.rows_view(x, k)
+    rows = xv.shape[0]
+    zs, xs, ws = H.strides(dzv), H.strides(xv), H.strides(weight)
+    dx, _ = matmul(dzv, weight, (0,) + zs, (0,) + ws, 1, rows, k, n, x)                  # dz @ W
+    dw, _ = matmul(dzv, xv, (0, zs[1], zs[0]), (0,) + xs, 1, n, k, rows, weight)       # dz^T @ x
+    db = column_sum(H.contiguous(dzv), H.dtype_name(x)) if has_bias else None
+    return dx.reshape(tuple(x.shape)), dw.reshape(n, k), db
+
+
+def _linear(x, weight, bias, act):
+    from . import autograd as AG
+    if AG.wants_grad(x, weight, bias):
+        return AG.Linear.apply(x, weight, bias, act)
+    return linear_forward(x, weight, bias, act)[0]
+
+
+def linear_relu(x, weight, bias=None):
+    """relu(x @ weight^T + bias), weight (out_features, in_features) as torch.nn.Linear;
+    bias and ReLU are applied to the accumulator tile inside the matmul."""
+    return _linear(x, weight, bias, ACT_RELU)
+
+
+def linear_gelu(x, weight, bias=None, approximate="none"):
+    """gelu(x @ weight^T + bias) (erf form, or approximate='tanh'), fused as linear_relu."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"tessera.kernels.linear_gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _linear(x, weight, bias, ACT_GELU_TANH if approximate == "tanh" else ACT_GELU)

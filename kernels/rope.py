@@ -1,0 +1,141 @@
+"""rms_norm_rope: RMSNorm over each head vector, then the rotary embedding, in one
+kernel per direction (the q/k path of a transformer with QK-norm).
+
+x is (..., seq, heads, head_dim); cos and sin are (seq, head_dim / 2). The rotation is
+the half-split ("NeoX") form: with n = rms_norm(x) * weight split into halves n1, n2,
+
+    y1 = n1 * cos - n2 * sin,     y2 = n2 * cos + n1 * sin
+
+One program per head vector; its position is (row // heads) % seq. The backward
+pass rotates dy back (dn1 = dy1 cos + dy2 sin, dn2 = dy2 cos - dy1 sin) and runs
+the RMSNorm backward on dn, summing dweight per program as norm.py does.
+"""
+from __future__ import annotations
+
+import tessera
+import tessera.language as tl
+
+from . import _host as H
+from .reduce import column_sum
+
+
+@tessera.kernel
+def _rms_rope_fwd_kernel(X, W, COS, SIN, Y, RSTD, stride_x, n_heads, seq_len, half, eps,
+                         HAS_W: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    pos = (row // n_heads) % seq_len
+    c = tl.arange(0, BLOCK)
+    m = c < half
+    x1 = tl.load(X + row * stride_x + c, mask=m, other=0.0).to(ACC)
+    x2 = tl.load(X + row * stride_x + half + c, mask=m, other=0.0).to(ACC)
+    rstd = 1.0 / tl.sqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / (2 * half) + eps)
+    n1 = x1 * rstd
+    n2 = x2 * rstd
+    if HAS_W:
+        n1 = n1 * tl.load(W + c, mask=m, other=0.0).to(ACC)
+        n2 = n2 * tl.load(W + half + c, mask=m, other=0.0).to(ACC)
+    cs = tl.load(COS + pos * half + c, mask=m, other=0.0).to(ACC)
+    sn = tl.load(SIN + pos * half + c, mask=m, other=0.0).to(ACC)
+    tl.store(Y + row * 2 * half + c, n1 * cs - n2 * sn, mask=m)
+    tl.store(Y + row * 2 * half + half + c, n2 * cs + n1 * sn, mask=m)
+    tl.store(RSTD + row, rstd)
+
+
+@tessera.kernel
+def _rms_rope_bwd_kernel(X, W, COS, SIN, RSTD, DY, DX, DWp, stride_x, stride_dy, n_rows, n_heads, seq_len, half,
+                         n_progs, HAS_W: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    m = c < half
+    if HAS_W:
+        w1 = tl.load(W + c, mask=m, other=0.0).to(ACC)
+        w2 = tl.load(W + half + c, mask=m, other=0.0).to(ACC)
+    else:
+        w1 = tl.where(m, 1.0, 0.0).to(ACC)
+        w2 = w1
+    dw1 = tl.zeros([BLOCK], ACC)
+    dw2 = tl.zeros([BLOCK], ACC)
+    for r in range(pid, n_rows, n_progs):
+        row = r.to(tl.int64)
+        pos = (row // n_heads) % seq_len
+        x1 = tl.load(X + row * stride_x + c, mask=m, other=0.0).to(ACC)
+        x2 = tl.load(X + row * stride_x + half + c, mask=m, other=0.0).to(ACC)
+        rstd = tl.load(RSTD + row)
+        cs = tl.load(COS + pos * half + c, mask=m, other=0.0).to(ACC)
+        sn = tl.load(SIN + pos * half + c, mask=m, other=0.0).to(ACC)
+        dy1 = tl.load(DY + row * stride_dy + c, mask=m, other=0.0).to(ACC)
+        dy2 = tl.load(DY + row * stride_dy + half + c, mask=m, other=0.0).to(ACC)
+        dn1 = dy1 * cs + dy2 * sn
+        dn2 = dy2 * cs - dy1 * sn
+        xh1 = x1 * rstd
+        xh2 = x2 * rstd
+        g1 = dn1 * w1
+        g2 = dn2 * w2
+        c1 = (tl.sum(g1 * xh1, axis=0) + tl.sum(g2 * xh2, axis=0)) / (2 * half)
+        tl.store(DX + row * 2 * half + c, (g1 - xh1 * c1) * rstd, mask=m)
+        tl.store(DX + row * 2 * half + half + c, (g2 - xh2 * c1) * rstd, mask=m)
+        dw1 += dn1 * xh1
+        dw2 += dn2 * xh2
+    if HAS_W:
+        tl.store(DWp + pid * 2 * half + c, dw1, mask=m)
+        tl.store(DWp + pid * 2 * half + half + c, dw2, mask=m)
+
+
+def _check(x, weight, cos, sin):
+    H.check_float("rms_norm_rope", x)
+    if x.ndim < 3:
+        raise ValueError(f"tessera.kernels.rms_norm_rope: x must be (..., seq, heads, head_dim), got {tuple(x.shape)}")
+    seq, heads, d = x.shape[-3:]
+    if d % 2:
+        raise ValueError(f"tessera.kernels.rms_norm_rope: head_dim must be even, got {d}")
+    for name, t in (("weight", weight), ("cos", cos), ("sin", sin)):
+        H.check_same("rms_norm_rope", x, t, name)
+    for name, t in (("cos", cos), ("sin", sin)):
+        if tuple(t.shape) != (seq, d // 2):
+            raise ValueError(f"tessera.kernels.rms_norm_rope: {name} has shape {tuple(t.shape)}, "
+                             f"expected ({seq}, {d // 2})")
+    if weight is not None and tuple(weight.shape) != (d,):
+        raise ValueError(f"tessera.kernels.rms_norm_rope: weight has shape {tuple(weight.shape)}, expected ({d},)")
+    return seq, heads, d
+
+
+def rms_norm_rope_forward(x, weight, cos, sin, eps):
+    seq, heads, d = _check(x, weight, cos, sin)
+    xv = H.rows_view(x, d)
+    rows = xv.shape[0]
+    y = H.empty(x, (rows, d))
+    rstd = H.empty(x, (rows,), "acc")
+    if rows and d:
+        _rms_rope_fwd_kernel[(rows,)](xv, H.contiguous(weight) if weight is not None else xv, H.contiguous(cos),
+                                      H.contiguous(sin), y, rstd, H.row_stride(xv), heads, seq, d // 2, H.scalar(x, eps),
+                                      HAS_W=weight is not None, ACC=H.acc_dtype(x), BLOCK=H.block_for(d // 2))
+    return y.reshape(tuple(x.shape)), rstd
+
+
+def rms_norm_rope_backward(x, weight, cos, sin, rstd, dy):
+    seq, heads, d = x.shape[-3:]
+    xv, dyv = H.rows_view(x, d), H.rows_view(dy, d)
+    rows = xv.shape[0]
+    dx = H.empty(x, (rows, d))
+    progs = H.num_programs_for_partials(x, rows)
+    dwp = H.empty(x, (progs, d), "acc") if weight is not None else dx
+    if rows and d:
+        _rms_rope_bwd_kernel[(progs,)](xv, H.contiguous(weight) if weight is not None else xv, H.contiguous(cos),
+                                       H.contiguous(sin), rstd, dyv, dx, dwp, H.row_stride(xv), H.row_stride(dyv),
+                                       rows, heads, seq, d // 2, progs, HAS_W=weight is not None,
+                                       ACC=H.acc_dtype(x), BLOCK=H.block_for(d // 2))
+    dw = column_sum(dwp, H.dtype_name(weight)) if weight is not None else None
+    return dx.reshape(tuple(x.shape)), dw
+
+
+def rms_norm_rope(x, weight, cos, sin, eps=1e-6):
+    """RMSNorm over head_dim (times weight, may be None) then the rotary embedding, for
+    x of shape (..., seq, heads, head_dim) and cos/sin of shape (seq, head_dim / 2).
+    Apply it to q and to k."""
+    from . import autograd as AG
+    if AG.wants_grad(cos, sin):
+        raise NotImplementedError("tessera.kernels.rms_norm_rope: cos and sin are constant tables; "
+                                  "no gradient flows to them (pass tensors that do not require grad)")
+    if AG.wants_grad(x, weight):
+        return AG.RmsNormRope.apply(x, weight, cos, sin, eps)
+    return rms_norm_rope_forward(x, weight, cos, sin, eps)[0]

@@ -1,0 +1,288 @@
+"""softmax (optional fused dropout), log_softmax and cross_entropy, one fused kernel
+per direction.
+
+softmax/log_softmax: one program per row, the row held in registers (max, exp, sum,
+scale: one read, one write). Dropout draws its mask from Philox with the element's
+flat index as the counter, so the backward pass regenerates exactly the forward
+mask from the seed; nothing is stored for it.
+
+cross_entropy: one program per row walks the vocabulary in chunks with an online
+log-sum-exp kept per lane (no probability tensor is ever stored), then subtracts the
+target's logit. Per lane, for a chunk x with running max m and sum s:
+
+    m' = max(m, x);   s = s * exp(m - m') + exp(x - m')      (lanes still at -inf stay 0)
+    at the end:  M = max over lanes of m,  lse = M + log(sum(s * exp(m - M)))
+
+The backward kernel walks the chunks again: dlogits = (exp(x - lse) - onehot) * dloss.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tessera
+import tessera.language as tl
+
+from . import _host as H
+
+CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
+
+
+@tessera.kernel
+def _softmax_fwd_kernel(X, Y, stride_x, n_cols, p, seed,
+                        LOG: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=-float("inf")).to(ACC)
+    z = x - tl.max(x, axis=0)
+    e = tl.exp(z)
+    s = tl.sum(e, axis=0)
+    if LOG:
+        y = z - tl.log(s)
+    else:
+        y = e / s
+        if DROPOUT:
+            keep = tl.rand(seed, row * n_cols + cols) >= p
+            y = tl.where(keep, y / (1.0 - p), 0.0)
+    tl.store(Y + row * n_cols + cols, y, mask=mask)
+
+
+@tessera.kernel
+def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed,
+                        LOG: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    # S is the forward output, or with dropout the forward *input* (the softmax is
+    # recomputed, since the output lost the dropped values).
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
+    if DROPOUT:
+        x = tl.load(S + row * stride_s + cols, mask=mask, other=-float("inf")).to(ACC)
+        e = tl.exp(x - tl.max(x, axis=0))
+        y = e / tl.sum(e, axis=0)
+        keep = tl.rand(seed, row * n_cols + cols) >= p
+        dy = tl.where(keep, dy / (1.0 - p), 0.0)
+        dx = y * (dy - tl.sum(dy * y, axis=0))
+    else:
+        y = tl.load(S + row * stride_s + cols, mask=mask, other=0.0).to(ACC)
+        if LOG:
+            dx = dy - tl.exp(y) * tl.sum(dy, axis=0)
+        else:
+            dx = y * (dy - tl.sum(dy * y, axis=0))
+    tl.store(DX + row * n_cols + cols, dx, mask=mask)
+
+
+@tessera.kernel
+def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
+                     SMOOTH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    base = X + row * stride_x
+    m_lane = tl.full([BLOCK], -float("inf"), ACC)
+    s_lane = tl.zeros([BLOCK], ACC)
+    x_sum = tl.zeros([BLOCK], ACC)
+    for start in range(0, n_cols, BLOCK):
+        c = start + cols
+        mask = c < n_cols
+        x = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
+        m_new = tl.maximum(m_lane, x)
+        s_lane = tl.where(m_new > -float("inf"), s_lane * tl.exp(m_lane - m_new) + tl.exp(x - m_new), 0.0)
+        m_lane = m_new
+        if SMOOTH:
+            x_sum += tl.where(mask, x, 0.0)
+    m = tl.max(m_lane, axis=0)
+    lse = m + tl.log(tl.sum(s_lane * tl.exp(m_lane - m), axis=0))
+    t = tl.load(T + row)
+    valid = t != ignore_index
+    x_t = tl.load(base + tl.where(valid, t, 0)).to(ACC)
+    loss = lse - x_t
+    if SMOOTH:
+        # torch's label smoothing: (1 - eps) * nll + eps * mean over classes of -log p.
+        loss = (1.0 - smoothing) * loss + smoothing * (lse - tl.sum(x_sum, axis=0) / n_cols)
+    tl.store(LOSS + row, tl.where(valid, loss, 0.0))
+    tl.store(LSE + row, lse)
+
+
+@tessera.kernel
+def _xent_bwd_kernel(X, T, LSE, DROWS, DX, stride_x, n_cols, ignore_index, smoothing,
+                     SMOOTH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    t = tl.load(T + row)
+    d = tl.where(t != ignore_index, tl.load(DROWS + row).to(ACC), 0.0)
+    lse = tl.load(LSE + row)
+    for start in range(0, n_cols, BLOCK):
+        c = start + cols
+        mask = c < n_cols
+        x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
+        g = tl.exp(x - lse)
+        if SMOOTH:
+            g = g - tl.where(c == t, 1.0 - smoothing, 0.0) - smoothing / n_cols
+        else:
+            g = tl.where(c == t, g - 1.0, g)
+        tl.store(DX + row * n_cols + c, g * d, mask=mask)
+
+
+def _moveaxis(x, src, dst):
+    if H.is_torch(x):
+        return x.movedim(src, dst)
+    if H.is_cupy(x):
+        return H._cupy().moveaxis(x, src, dst)
+    return np.moveaxis(x, src, dst)
+
+
+def _last_dim(x, dim):
+    nd = x.ndim
+    d = dim + nd if dim < 0 else dim
+    if not 0 <= d < max(nd, 1):
+        raise ValueError(f"dim {dim} is out of range for {nd} dimensions")
+    return d
+
+
+def softmax_forward(x, dim, log, p, seed):
+    op = "log_softmax" if log else "softmax"
+    H.check_float(op, x)
+    d = _last_dim(x, dim)
+    xm = _moveaxis(x, d, -1) if d != x.ndim - 1 else x
+    n = xm.shape[-1]
+    xv = H.rows_view(xm, n)
+    rows = xv.shape[0]
+    y = H.empty(x, (rows, n))
+    if rows and n:
+        _softmax_fwd_kernel[(rows,)](xv, y, H.row_stride(xv), n, H.scalar(x, p), int(seed), LOG=log, DROPOUT=p > 0,
+                                     ACC=H.acc_dtype(x), BLOCK=H.block_for(n),
+                                     **H.row_launch_options(x, H.block_for(n)))
+    y = y.reshape(tuple(xm.shape))
+    return _moveaxis(y, -1, d) if d != x.ndim - 1 else y
+
+
+def softmax_backward(saved, dy, dim, log, p, seed):
+    d = _last_dim(saved, dim)
+    move = d != saved.ndim - 1
+    sm = _moveaxis(saved, d, -1) if move else saved
+    dym = _moveaxis(dy, d, -1) if move else dy
+    n = sm.shape[-1]
+    sv, dyv = H.rows_view(sm, n), H.rows_view(dym, n)
+    rows = sv.shape[0]
+    dx = H.empty(saved, (rows, n))
+    if rows and n:
+        _softmax_bwd_kernel[(rows,)](sv, dyv, dx, H.row_stride(sv), H.row_stride(dyv), n, H.scalar(saved, p), int(seed),
+                                     LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=H.block_for(n),
+                                     **H.row_launch_options(saved, H.block_for(n)))
+    dx = dx.reshape(tuple(sm.shape))
+    return _moveaxis(dx, -1, d) if move else dx
+
+
+def softmax(x, dim=-1, dropout_p=0.0, seed=0):
+    """Softmax over `dim`; with dropout_p > 0 the result goes through dropout (scaled by
+    1/(1-p)) in the same kernel, its mask drawn from `seed` (the same seed gives the
+    same mask, and the backward pass uses that mask)."""
+    p = H.scalar_float("softmax", "dropout_p", dropout_p, 0.0, 1.0, hi_open=True)
+    from . import autograd as AG
+    if AG.wants_grad(x):
+        return AG.Softmax.apply(x, dim, False, p, int(seed))
+    return softmax_forward(x, dim, False, p, seed)
+
+
+def log_softmax(x, dim=-1):
+    """log(softmax(x)) over `dim`, computed as x - max - log(sum(exp(x - max)))."""
+    from . import autograd as AG
+    if AG.wants_grad(x):
+        return AG.Softmax.apply(x, dim, True, 0.0, 0)
+    return softmax_forward(x, dim, True, 0.0, 0)
+
+
+# --------------------------------------------------------------------------- cross entropy
+
+def _check_targets(logits, target, ignore_index):
+    n = logits.shape[-1]
+    if H.is_torch(target):
+        if target.dtype not in (H.torch.int64, H.torch.int32):
+            raise TypeError(f"tessera.kernels.cross_entropy: target has dtype {target.dtype}; pass int64 or int32")
+        if target.device.type == "cpu":
+            bad = ((target < 0) | (target >= n)) & (target != ignore_index)
+            if bool(bad.any()):
+                raise IndexError(f"tessera.kernels.cross_entropy: target values must be in [0, {n}) "
+                                 f"or ignore_index={ignore_index}")
+    elif not H.is_cupy(target):
+        target = np.asarray(target)
+        if target.dtype not in (np.int64, np.int32):
+            raise TypeError(f"tessera.kernels.cross_entropy: target has dtype {target.dtype}; pass int64 or int32")
+        bad = ((target < 0) | (target >= n)) & (target != ignore_index)
+        if bad.any():
+            raise IndexError(f"tessera.kernels.cross_entropy: target values must be in [0, {n}) "
+                             f"or ignore_index={ignore_index}")
+    return target
+
+
+def cross_entropy_forward(logits, target, ignore_index, smoothing):
+    """Per-row losses and log-sum-exps (accumulation type) of (rows, vocab) logits."""
+    H.check_float("cross_entropy", logits)
+    if logits.ndim != 2:
+        raise ValueError(f"tessera.kernels.cross_entropy: logits must be (rows, classes), got {tuple(logits.shape)}")
+    rows, n = logits.shape
+    target = H.contiguous(_check_targets(logits, target, ignore_index))
+    if tuple(target.shape) != (rows,):
+        raise ValueError(f"tessera.kernels.cross_entropy: target has shape {tuple(target.shape)}, expected ({rows},)")
+    xv = H.rows_view(logits, n)
+    loss = H.empty(logits, (rows,), "acc")
+    lse = H.empty(logits, (rows,), "acc")
+    if rows and n:
+        _xent_fwd_kernel[(rows,)](xv, target, loss, lse, H.row_stride(xv), n, int(ignore_index), H.scalar(logits, smoothing),
+                                  SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits),
+                                  BLOCK=min(CE_BLOCK, H.block_for(n, 1 << 30)),
+                                  **H.row_launch_options(logits, min(CE_BLOCK, H.block_for(n, 1 << 30))))
+    return loss, lse
+
+
+def cross_entropy_backward(logits, target, lse, drows, ignore_index, smoothing):
+    rows, n = logits.shape
+    xv = H.rows_view(logits, n)
+    target = H.contiguous(target)
+    dx = H.empty(logits, (rows, n))
+    if rows and n:
+        _xent_bwd_kernel[(rows,)](xv, target, lse, H.contiguous(drows), dx, H.row_stride(xv), n, int(ignore_index),
+                                  H.scalar(logits, smoothing), SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits),
+                                  BLOCK=min(CE_BLOCK, H.block_for(n, 1 << 30)),
+                                  **H.row_launch_options(logits, min(CE_BLOCK, H.block_for(n, 1 << 30))))
+    return dx
+
+
+def reduce_loss(loss_rows, target, ignore_index, reduction):
+    """(loss, scale): the reduced loss in the logits' dtype class, and the factor each
+    row's loss carries in it (1/count for 'mean')."""
+    if reduction == "none":
+        return loss_rows, 1.0
+    if reduction == "sum":
+        return loss_rows.sum(), 1.0
+    if reduction != "mean":
+        raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    count = int((target != ignore_index).sum())
+    scale = 1.0 / count if count else float("nan")
+    return loss_rows.sum() * scale, scale
+
+
+def loss_rows_grad(dloss, target, reduction, scale):
+    rows = target.shape[0]
+    if reduction == "none":
+        return dloss
+    return (dloss * scale).reshape(1).expand(rows).contiguous()
+
+
+def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """Cross-entropy of (rows, classes) logits against integer targets, as
+    torch.nn.functional.cross_entropy: log-softmax and NLL fused, walking the classes in
+    chunks, so no (rows, classes) probability tensor is kept. The per-row losses are in
+    fp32 (fp64 for fp64 logits); reduction 'mean' averages over non-ignored rows."""
+    smoothing = H.scalar_float("cross_entropy", "label_smoothing", label_smoothing, 0.0, 1.0)
+    from . import autograd as AG
+    if AG.wants_grad(logits):
+        out = AG.CrossEntropy.apply(logits, target, int(ignore_index), reduction, smoothing)
+    else:
+        loss_rows, _ = cross_entropy_forward(logits, target, ignore_index, smoothing)
+        out, _ = reduce_loss(loss_rows, target, ignore_index, reduction)
+    if H.is_torch(out):
+        return out.to(logits.dtype) if out.dtype != logits.dtype else out
+    if H.is_cupy(out):
+        return out.astype(logits.dtype)
+    return np.asarray(out).astype(logits.dtype)  # a 0-d array for 'mean' and 'sum', as torch

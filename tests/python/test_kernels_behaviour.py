@@ -1,0 +1,172 @@
+"""tessera.kernels behaviour beyond the numbers: dropout masks reproducible from a seed
+and shared by forward and backward, non-contiguous inputs, a large vocabulary in
+cross_entropy, numpy-only use, and clear errors for bad input."""
+import numpy as np
+import pytest
+
+import tessera.kernels as tk
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+
+# --------------------------------------------------------------------------- dropout
+
+@pytest.mark.parametrize("op", ["softmax", "gelu_dropout"])
+def test_dropout_is_reproducible_from_the_seed(op):
+    x = torch.randn(64, 97)
+    run = (lambda s: tk.softmax(x, dropout_p=0.3, seed=s)) if op == "softmax" else \
+        (lambda s: tk.gelu_dropout(x, 0.3, seed=s))
+    a, b, c = run(11), run(11), run(12)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    dropped = (a == 0).double().mean().item()
+    assert 0.26 < dropped < 0.34, dropped  # 6208 draws: p = 0.3 within a few sigma
+
+
+def test_softmax_dropout_values_and_backward_mask():
+    x = torch.randn(33, 50, dtype=torch.float64, requires_grad=True)
+    p = 0.25
+    y = tk.softmax(x, dropout_p=p, seed=3)
+    keep = y != 0
+    s = torch.softmax(x.detach(), -1)
+    torch.testing.assert_close(y.detach(), torch.where(keep, s / (1 - p), torch.zeros_like(s)))
+    g = torch.randn_like(y)
+    y.backward(g)
+    # Reference: the same mask as a constant, through torch.autograd.
+    xr = x.detach().clone().requires_grad_(True)
+    yr = torch.where(keep, torch.softmax(xr, -1) / (1 - p), torch.zeros_like(s))
+    yr.backward(g)
+    torch.testing.assert_close(x.grad, xr.grad)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_dropout_backward_uses_the_forward_mask(approximate):
+    x = torch.randn(17, 129, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(129, dtype=torch.float64, requires_grad=True)
+    p = 0.4
+    y = tk.gelu_dropout(x, p, seed=7, bias=b, approximate=approximate)
+    keep = y != 0
+    g = torch.randn_like(y)
+    y.backward(g)
+    xr, br = x.detach().clone().requires_grad_(True), b.detach().clone().requires_grad_(True)
+    yr = torch.where(keep, F.gelu(xr + br, approximate=approximate) / (1 - p), torch.zeros_like(y))
+    yr.backward(g)
+    torch.testing.assert_close(y.detach(), yr.detach())
+    torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(b.grad, br.grad)
+
+
+def test_dropout_gradcheck_float64():
+    x = torch.randn(4, 9, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: tk.softmax(t, dropout_p=0.5, seed=1), (x,))
+    assert torch.autograd.gradcheck(lambda t: tk.gelu_dropout(t, 0.5, seed=1), (x,))
+
+
+def test_dropout_p_out_of_range():
+    with pytest.raises(ValueError, match="dropout_p"):
+        tk.softmax(np.ones((2, 3), np.float32), dropout_p=1.0)
+    with pytest.raises(ValueError, match="gelu_dropout"):
+        tk.gelu_dropout(np.ones((2, 3), np.float32), p=-0.1)
+
+
+# --------------------------------------------------------------------------- layouts
+
+def test_non_contiguous_inputs():
+    base = torch.randn(40, 66, dtype=torch.float64)
+    xt = base.t()[:33]             # transposed and sliced: (33, 40), column stride 66
+    w, b = torch.randn(40, dtype=torch.float64), torch.randn(40, dtype=torch.float64)
+    torch.testing.assert_close(tk.layer_norm(xt, w, b), F.layer_norm(xt, (40,), w, b))
+    xs = base[::2, ::3]            # strided rows and columns
+    torch.testing.assert_close(tk.softmax(xs), torch.softmax(xs, -1))
+    torch.testing.assert_close(tk.reduce_sum_squared(xs, 0), (xs * xs).sum(0))
+    torch.testing.assert_close(tk.reduce_mean_abs(base.t(), 1), base.t().abs().mean(1))
+    gate, up = base.chunk(2, dim=-1)  # row stride 66, 33 columns each
+    torch.testing.assert_close(tk.swiglu(gate, up), F.silu(gate) * up)
+    wt = torch.randn(20, 30, dtype=torch.float64).t()  # a (30, 20) weight, transposed in memory
+    torch.testing.assert_close(tk.linear_relu(base[:, :20], wt), F.relu(base[:, :20] @ wt.t()))
+    xn = np.asfortranarray(base.numpy())
+    np.testing.assert_allclose(tk.rms_norm(xn), F.rms_norm(base, (66,), eps=1e-6).numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_any_leading_dims_and_empty():
+    x = torch.randn(2, 3, 4, 21)
+    torch.testing.assert_close(tk.rms_norm(x), F.rms_norm(x, (21,), eps=1e-6))
+    e = torch.empty(0, 21)
+    assert tk.layer_norm(e).shape == (0, 21)
+    assert tk.softmax(e).shape == (0, 21)
+
+
+def test_reduce_any_dim_numpy():
+    x = np.random.default_rng(0).standard_normal((3, 4, 5, 6)).astype(np.float32)
+    for dim in range(-4, 4):
+        np.testing.assert_allclose(tk.reduce_sum_squared(x, dim), (x.astype(np.float64) ** 2).sum(dim), rtol=1e-5)
+        np.testing.assert_allclose(tk.reduce_mean_abs(x, dim, keepdim=True),
+                                   np.abs(x.astype(np.float64)).mean(dim, keepdims=True), rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- cross entropy
+
+def test_cross_entropy_large_vocabulary_chunked():
+    """50257 classes walk the chunked online log-sum-exp (2048 per step); logits far
+    from 0 check that the running max keeps exp() in range."""
+    logits = (torch.randn(3, 50257, dtype=torch.float32) * 4 + 200).requires_grad_(True)
+    t = torch.tensor([0, 50256, 12345])
+    loss = tk.cross_entropy(logits, t)
+    ref_logits = logits.detach().double().requires_grad_(True)
+    ref = F.cross_entropy(ref_logits, t)
+    assert abs(loss.item() - ref.item()) < 1e-4 * max(1.0, abs(ref.item()))
+    loss.backward()
+    ref.backward()
+    torch.testing.assert_close(logits.grad.double(), ref_logits.grad, atol=1e-7, rtol=1e-4)
+
+
+def test_cross_entropy_bad_targets():
+    with pytest.raises(IndexError, match="cross_entropy: target values"):
+        tk.cross_entropy(torch.randn(2, 5), torch.tensor([0, 5]))
+    with pytest.raises(TypeError, match="int64 or int32"):
+        tk.cross_entropy(np.zeros((2, 5), np.float32), np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match="reduction"):
+        tk.cross_entropy(np.zeros((2, 5), np.float32), np.zeros(2, np.int64), reduction="avg")
+
+
+# --------------------------------------------------------------------------- errors
+
+def test_errors_name_the_op():
+    x = np.ones((4, 8), np.float32)
+    with pytest.raises(TypeError, match="layer_norm: x has dtype int32"):
+        tk.layer_norm(np.ones((4, 8), np.int32))
+    with pytest.raises(ValueError, match=r"layer_norm: weight has shape \(7,\), expected \(8,\)"):
+        tk.layer_norm(x, np.ones(7, np.float32))
+    with pytest.raises(TypeError, match="rms_norm: weight has dtype float64 but x has float32"):
+        tk.rms_norm(x, np.ones(8, np.float64))
+    with pytest.raises(ValueError, match="add_relu: inputs have shapes"):
+        tk.add_relu(x, np.ones((4, 9), np.float32))
+    with pytest.raises(TypeError, match="swiglu: b is a Tensor but x is a ndarray"):
+        tk.swiglu(x, torch.ones(4, 8))
+    with pytest.raises(ValueError, match="bias_gelu: approximate"):
+        tk.bias_gelu(x, np.ones(8, np.float32), approximate="fast")
+    with pytest.raises(ValueError, match="linear_relu: weight must be"):
+        tk.linear_relu(x, np.ones((3, 5), np.float32))
+    with pytest.raises(ValueError, match="rms_norm_rope: head_dim must be even"):
+        tk.rms_norm_rope(np.ones((2, 3, 5), np.float32), None, np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))
+    with pytest.raises(TypeError, match="numpy array, a torch tensor or a CuPy array"):
+        tk.softmax([1.0, 2.0])
+    with pytest.raises(ValueError, match="dim 3 is out of range"):
+        tk.reduce_sum_squared(x, 3)
+
+
+def test_residual_norm_with_one_output_unused():
+    x, r = torch.randn(4, 24, dtype=torch.float64, requires_grad=True), torch.randn(4, 24, dtype=torch.float64)
+    w = torch.randn(24, dtype=torch.float64, requires_grad=True)
+    y, h = tk.residual_add_rms_norm(x, r, w)
+    y.sum().backward()  # h unused
+    xr = x.detach().clone().requires_grad_(True)
+    wr = w.detach().clone().requires_grad_(True)
+    F.rms_norm(xr + r, (24,), wr, 1e-6).sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(w.grad, wr.grad)
+    x.grad = None
+    y, h = tk.residual_add_layer_norm(x, r)
+    (2 * h).sum().backward()  # y unused: the gradient goes straight through the addition
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
