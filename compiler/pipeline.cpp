@@ -4,6 +4,7 @@
 //   -> llir (lowered) -> llir-opt (LLVM O3) -> asm + object        [cpu]
 //   -> llir (NVVM) -> llir-opt (LLVM O3) -> ptx                     [cuda:XX / sm_XX]
 // TESSERA_DUMP=stage,... (CompileOptions::dump) prints the IR after each stage.
+#include "analysis/written_args.h"
 #include <cstdio>
 
 #include "codegen/nvptx/compile_nvptx.h"
@@ -60,6 +61,9 @@ CompileResult compile_tile_ir(const std::string& ir_text, const CompileOptions& 
     ir::verify_kernel(*k);
   }
   add_stage("tir-opt", ir::print_kernel(*k));
+  std::string written;
+  for (int i : analysis::written_pointer_args(*k)) written += (written.empty() ? "" : ",") + std::to_string(i);
+  r.metadata["written_args"] = written;  // the launch refuses read-only arrays for these
 
   if (opts.target == "cpu") {
     auto out = codegen::x86::compile_x86(*k, opts);

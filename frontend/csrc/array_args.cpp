@@ -335,6 +335,9 @@ ArrayRead read_array_arg(PyObject* v, ArrayArg* out) {
   switch (reader_for(Py_TYPE(v))) {
     case Reader::kNdarray: {
       auto* a = reinterpret_cast<NumpyArrayFields*>(v);
+      // Read-only arrays go the Python way, which refuses them where the kernel stores.
+      constexpr int kNpyArrayWriteable = 0x0400;
+      if (!(a->flags & kNpyArrayWriteable)) return ArrayRead::kGeneralPath;
       out->data = reinterpret_cast<uint64_t>(a->data);
       out->family = DtypeFamily::kNumpyDescr;
       out->dtype_id = reinterpret_cast<uint64_t>(a->descr);

@@ -63,6 +63,7 @@ class CompiledKernel:
         self.binary = binary
         self.entry_symbol = entry_symbol
         self.metadata = metadata
+        self.written_indices = ()  # argument positions the kernel may store through (set by Kernel)
         self.kinds = kinds
         self.runtime_indices = runtime_indices
         self.cache_key = cache_key
@@ -203,6 +204,12 @@ def _cuda_launcher(ck, device, num_warps, kernel_name):
     return launch
 
 
+def _writes_read_only(ck, values):
+    """True when an argument the kernel stores through is a read-only (numpy) array:
+    `run` then raises the error."""
+    return any(not getattr(getattr(values[i], "flags", None), "writeable", True) for i in ck.written_indices)
+
+
 def synchronize(device="cuda:0"):
     """Waits for every kernel launched on `device` ("cuda", "cuda:N" or N). A CUDA
     error raised there names the last kernel Tessera launched on that device; after
@@ -301,7 +308,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
     except (TypeError, OverflowError):  # run() says which argument is wrong
         return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug)
     _n = len(grid)
-    if _ck is None or _n == 0 or _n > 3:
+    if _ck is None or _n == 0 or _n > 3 or (_ck.written_indices and _jit._writes_read_only(_ck, ({all_args}{"," if names else ""}))):
         return _run({all_args}{"," if names else ""} grid=grid, num_warps=num_warps, num_stages=num_stages, debug=debug)
     try:
         if _n == 1:
@@ -384,6 +391,11 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         if ck is None:
             ck = self._compile_for(values, key[:-3], (num_warps, num_stages, bool(debug)))
             self._compiled[key] = ck
+        for i in ck.written_indices:
+            if not getattr(getattr(values[i], "flags", None), "writeable", True):  # numpy's read-only arrays
+                raise ValueError(f"kernel {self.__name__}: argument '{self.arg_names[i]}' (position {i}) is a "
+                                 f"read-only numpy array, but the kernel stores to it; pass a writeable array "
+                                 f"(e.g. a copy)")
         g = self._grid(grid, values)
         runtime = tuple(v for ce, v in zip(self.constexpr_mask, values) if not ce)
         # A CUDA failure is a _C.CudaError naming the kernel (see _cuda_launcher).
@@ -452,6 +464,8 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         ck = compile_specialization(self, arg_types, constexprs, attrs, options, target, runtime_names)
         ck.kinds = "".join(kinds)
         ck.runtime_indices = runtime
+        written = ck.metadata.get("written_args", "")
+        ck.written_indices = tuple(runtime[int(j)] for j in written.split(",") if j)
         ck.launcher = _cpu_launcher(ck) if target == "cpu" else _cuda_launcher(ck, device, opt_key[0], self.__name__)
         return ck
 

@@ -242,3 +242,35 @@ def test_parameter_names_that_shadow_the_launcher_locals():
             shadow_locals[(1,)](a, 2.0, n, out, BLOCK=64)
             np.testing.assert_array_equal(out[:n], a[:n] + 2.0)
             assert not out[n:].any()
+
+
+# --- read-only outputs ------------------------------------------------------------------
+@tessera.kernel
+def copy_through_loop_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    p = dst + offs                       # a loop-carried pointer still traces back to dst
+    for i in range(0, n, BLOCK):
+        m = offs + i < n
+        tl.store(p, tl.load(src + i + offs, mask=m), mask=m)
+        p += BLOCK
+
+
+def test_read_only_output_array_is_refused_and_read_only_input_is_fine():
+    src = np.arange(40, dtype=np.float32)
+    src.flags.writeable = False                      # read-only inputs are fine
+    dst = np.zeros(40, np.float32)
+    copy_through_loop_kernel[(1,)](src, dst, 40, BLOCK=16)
+    np.testing.assert_array_equal(dst, src)
+    ro = np.zeros(40, np.float32)
+    ro.flags.writeable = False
+    for _ in range(2):                               # first launch (compiles) and a cached one
+        with pytest.raises(ValueError, match=r"copy_through_loop_kernel: argument 'dst' \(position 1\) is a "
+                                             r"read-only numpy array, but the kernel stores to it"):
+            copy_through_loop_kernel[(1,)](src, ro, 40, BLOCK=16)
+    assert not ro.any()
+
+
+def test_written_arguments_are_in_the_metadata():
+    c = tessera.compile(copy_through_loop_kernel, signature={"src": "*fp32", "dst": "*fp32", "n": "i32"},
+                        constexprs={"BLOCK": 16}, target="cpu")
+    assert c.metadata["written_args"] == "1"
