@@ -10,13 +10,15 @@ is listed here, in this one block, and nowhere else:
      divisible by 16;
   4. the constexpr values;
   5. the options: num_warps, num_stages, debug (TESSERA_DEBUG);
-  6. the target: "cpu" + host CPU name + feature string, or "cuda:<arch>".
+  6. the target: "cpu" + host CPU name + feature string (or the CPU named by
+     TESSERA_CPU, e.g. "haswell", with that CPU's default features), or "cuda:<arch>".
 
 The key is XXH3-128 (computed in C++) over these fields, each framed by its name.
 """
 from __future__ import annotations
 
 import inspect
+import os
 import types
 
 from ._core import _C
@@ -128,8 +130,16 @@ def make_key(sources: str, specialization, constexprs, options: dict, target: st
 _cpu_target = None
 
 
+def cpu_override() -> str:
+    """TESSERA_CPU: compile CPU kernels for this LLVM CPU name (e.g. 'haswell' for the
+    AVX2 code paths on an AVX-512 host) instead of the host; '' = the host."""
+    return os.environ.get("TESSERA_CPU", "")
+
+
 def cpu_target() -> str:
     global _cpu_target
+    if cpu_override():
+        return f"cpu:{cpu_override()}:"
     if _cpu_target is None:
         _cpu_target = f"cpu:{_C.host_cpu_name()}:{_C.host_cpu_features()}"
     return _cpu_target
