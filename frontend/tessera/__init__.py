@@ -7,6 +7,8 @@ from .jit import CompiledKernel, Kernel, jit, kernel, set_debug, set_interpret  
 from .compile_api import compile  # noqa: F401
 from .language.core import constexpr  # noqa: F401
 from .array import Array, empty, from_numpy, zeros  # noqa: F401
+from .autotune import AutotuneError, Config, autotune  # noqa: F401
+from . import testing  # noqa: F401
 
 __version__ = "0.1.0"
 
