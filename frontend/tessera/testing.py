@@ -29,45 +29,41 @@ class _CpuTimer:
 
 
 class _CudaTimer:
-    """GPU time of each call between two CUDA events when torch's CUDA is usable;
-    otherwise wall-clock time between device synchronizations (Tessera's runtime)."""
+    """GPU time of each call: a pair of CUDA events (Tessera's runtime) recorded around
+    it on the stream Tessera launches on (torch's current stream when torch is
+    present, else the legacy default stream)."""
 
     def __init__(self, device_index=0):
+        from ._core import _C
+        if not _C.cuda_available():
+            raise RuntimeError(f"do_bench(device='cuda:{device_index}'): CUDA is not usable here: "
+                               f"{_C.cuda_unavailable_reason()}")
+        self._C = _C
         self.device_index = device_index
-        self.torch = None
+        self.stream = 0
         try:
             import torch
             if torch.cuda.is_available():
-                self.torch = torch
+                self.stream = torch.cuda.current_stream(device_index).cuda_stream
         except ImportError:
             pass
 
     def synchronize(self):
-        if self.torch is not None:
-            self.torch.cuda.synchronize()
-        else:
-            from ._core import _C
-            _C.cuda_synchronize(self.device_index)
+        self._C.cuda_synchronize(self.device_index)
 
     def time_calls(self, fn, n):
-        if self.torch is None:
-            out = []
-            for _ in range(n):
-                self.synchronize()
-                t0 = time.perf_counter()
+        C, dev = self._C, self.device_index
+        events = [(C.cuda_event_create(dev), C.cuda_event_create(dev)) for _ in range(n)]
+        try:
+            for start, end in events:
+                C.cuda_event_record(dev, start, self.stream)
                 fn()
-                self.synchronize()
-                out.append((time.perf_counter() - t0) * 1e3)
-            return out
-        ev = self.torch.cuda.Event
-        starts = [ev(enable_timing=True) for _ in range(n)]
-        ends = [ev(enable_timing=True) for _ in range(n)]
-        for s, e in zip(starts, ends):
-            s.record()
-            fn()
-            e.record()
-        self.torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+                C.cuda_event_record(dev, end, self.stream)
+            return [C.cuda_event_elapsed_ms(dev, start, end) for start, end in events]
+        finally:
+            for pair in events:
+                for e in pair:
+                    C.cuda_event_destroy(dev, e)
 
 
 def _timer(device):

@@ -19,6 +19,7 @@ using CUcontext = void*;
 using CUmodule = void*;
 using CUfunction = void*;
 using CUstream = void*;
+using CUevent = void*;
 
 constexpr int kAttrComputeMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kAttrComputeMinor = 76;
@@ -48,6 +49,12 @@ struct Driver {
   CUresult (*cuMemsetD8)(unsigned long long, unsigned char, size_t);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**);
+  // Events (for timing): optional, looked up without failing the driver when absent.
+  CUresult (*cuEventCreate)(CUevent*, unsigned) = nullptr;
+  CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
+  CUresult (*cuEventSynchronize)(CUevent) = nullptr;
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent) = nullptr;
+  CUresult (*cuEventDestroy)(CUevent) = nullptr;
 };
 
 template <typename F>
@@ -83,6 +90,14 @@ Driver& driver() {
       d.lib = nullptr;
       return;
     }
+    // cuEventElapsedTime_v2 (CUDA 12.8+) replaces the original, which newer headers hide.
+    d.cuEventCreate = reinterpret_cast<decltype(d.cuEventCreate)>(dlsym(d.lib, "cuEventCreate"));
+    d.cuEventRecord = reinterpret_cast<decltype(d.cuEventRecord)>(dlsym(d.lib, "cuEventRecord"));
+    d.cuEventSynchronize = reinterpret_cast<decltype(d.cuEventSynchronize)>(dlsym(d.lib, "cuEventSynchronize"));
+    d.cuEventDestroy = reinterpret_cast<decltype(d.cuEventDestroy)>(dlsym(d.lib, "cuEventDestroy_v2"));
+    void* elapsed = dlsym(d.lib, "cuEventElapsedTime_v2");
+    if (!elapsed) elapsed = dlsym(d.lib, "cuEventElapsedTime");
+    d.cuEventElapsedTime = reinterpret_cast<decltype(d.cuEventElapsedTime)>(elapsed);
     CUresult r = d.cuInit(0);
     if (r != 0) {
       d.error = "cuInit failed with CUDA error " + std::to_string(r) + " (no GPU, or the driver is not usable)";
@@ -229,6 +244,45 @@ void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes) {
   Driver& d = require();
   make_current(device);
   if (bytes) check(d.cuMemsetD8(dst, value, bytes), "cuMemsetD8");
+}
+
+namespace {
+Driver& require_events() {
+  Driver& d = require();
+  if (!d.cuEventCreate || !d.cuEventRecord || !d.cuEventSynchronize || !d.cuEventElapsedTime || !d.cuEventDestroy)
+    throw CudaError("this libcuda has no cuEvent* timing functions", -1);
+  return d;
+}
+}  // namespace
+
+uintptr_t event_create(int device) {
+  Driver& d = require_events();
+  make_current(device);
+  CUevent e = nullptr;
+  check(d.cuEventCreate(&e, 0), "cuEventCreate");
+  return reinterpret_cast<uintptr_t>(e);
+}
+
+void event_record(int device, uintptr_t event, uintptr_t stream) {
+  Driver& d = require_events();
+  make_current(device);
+  check(d.cuEventRecord(reinterpret_cast<CUevent>(event), reinterpret_cast<CUstream>(stream)), "cuEventRecord");
+}
+
+float event_elapsed_ms(int device, uintptr_t start, uintptr_t end) {
+  Driver& d = require_events();
+  make_current(device);
+  check(d.cuEventSynchronize(reinterpret_cast<CUevent>(end)), "cuEventSynchronize");
+  float ms = 0;
+  check(d.cuEventElapsedTime(&ms, reinterpret_cast<CUevent>(start), reinterpret_cast<CUevent>(end)),
+        "cuEventElapsedTime");
+  return ms;
+}
+
+void event_destroy(int device, uintptr_t event) {
+  Driver& d = require_events();
+  make_current(device);
+  check(d.cuEventDestroy(reinterpret_cast<CUevent>(event)), "cuEventDestroy");
 }
 
 }  // namespace tessera::runtime::cuda

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tessera
+from tessera._core import _C
 import tessera.language as tl
 from tessera.autotune import AutotuneConfigSkipped
 
@@ -229,3 +230,18 @@ def test_config_repr_and_equality():
     assert c != tessera.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2)
     with pytest.raises(TypeError):
         tessera.Config(64)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _C.cuda_available(), reason="no CUDA device")
+def test_autotune_on_gpu_arrays():
+    """On GPU arguments the configs are timed with CUDA events and the slow one loses."""
+    n = 1 << 20
+    x = tessera.from_numpy(np.ones(n, np.float32), device="cuda:0")
+    out = tessera.from_numpy(np.zeros(n, np.float32), device="cuda:0")
+    fast = tessera.Config({"BLOCK": 1024, "SLOW": 0}, num_warps=4)
+    slow = tessera.Config({"BLOCK": 1024, "SLOW": 2000}, num_warps=4)
+    tuned = tessera.autotune([slow, fast], key=["n"], use_disk_cache=False, warmup=5, rep=20)(_add_kernel())
+    tuned[_grid](x, x, out, n)
+    assert tuned.best_config == fast
+    np.testing.assert_array_equal(out.numpy(), np.full(n, 2.0, np.float32))

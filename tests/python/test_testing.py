@@ -8,6 +8,7 @@ import time
 import pytest
 
 import tessera
+from tessera._core import _C
 from tessera.testing import Benchmark, do_bench, perf_report
 
 
@@ -91,3 +92,26 @@ def test_benchmark_checks_its_arguments():
     mark = perf_report(Benchmark(["m", "n"], [(1, 2, 3)], "impl", ["a"], ["A"], "bad2"))(lambda **k: 1.0)
     with pytest.raises(ValueError, match="does not match x_names"):
         mark.run(print_data=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _C.cuda_available(), reason="no CUDA device")
+def test_do_bench_on_the_gpu_uses_cuda_events():
+    """A kernel on GPU arrays timed with the runtime's CUDA events: positive, finite, and
+    a bigger launch takes longer."""
+    import numpy as np
+    import tessera.language as tl
+
+    @tessera.kernel
+    def fill(x_ptr, n, REPS: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + offs, mask=offs < n)
+        for _ in range(REPS):
+            v = tl.sqrt(v * v + 1.0)
+        tl.store(x_ptr + offs, v, mask=offs < n)
+
+    n = 1 << 22
+    x = tessera.from_numpy(np.ones(n, np.float32), device="cuda:0")
+    small = do_bench(lambda: fill[(n // 1024,)](x, n, REPS=1, BLOCK=1024), warmup=5, rep=20, device="cuda:0")
+    large = do_bench(lambda: fill[(n // 1024,)](x, n, REPS=200, BLOCK=1024), warmup=5, rep=20, device="cuda:0")
+    assert 0 < small < large < 1000

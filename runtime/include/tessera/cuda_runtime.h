@@ -46,4 +46,12 @@ void copy_to_device(int device, uintptr_t dst, const void* src, size_t bytes);
 void copy_to_host(int device, void* dst, uintptr_t src, size_t bytes);
 void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes);
 
+// Events, for timing work on a stream (tessera.testing.do_bench): create, record on a
+// stream (0 = the legacy default stream), milliseconds between two recorded events
+// (waits for `end`), destroy.
+uintptr_t event_create(int device);
+void event_record(int device, uintptr_t event, uintptr_t stream);
+float event_elapsed_ms(int device, uintptr_t start, uintptr_t end);
+void event_destroy(int device, uintptr_t event);
+
 }  // namespace tessera::runtime::cuda
