@@ -3,6 +3,7 @@ tuning key, launch with the fastest, and remember the winner in memory and on di
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import sys
 import time
@@ -58,13 +59,14 @@ def _verbose_from_env():
 
 
 def _key_value(v):
-    """What a key argument contributes: numbers and strings by value, arrays by dtype."""
+    """What a key argument contributes: numbers and strings by value (numpy scalars
+    too), arrays and tensors by dtype."""
     if isinstance(v, (bool, int, float, str)) or v is None:
         return v
+    if isinstance(v, numbers.Number):       # numpy / torch scalars: their value
+        return v.item() if hasattr(v, "item") else v
     if hasattr(v, "dtype"):
         return f"dtype:{v.dtype}"
-    if hasattr(v, "__index__"):
-        return int(v.__index__())
     return repr(v)
 
 
@@ -88,24 +90,26 @@ def _device_name(device):
     return f"{_C.cuda_device_name(index)}:sm_{_C.cuda_capability(index)}"
 
 
+def _gpu_array(v):
+    """A tessera.Array on a GPU (torch tensors are handled through their own methods)."""
+    return getattr(v, "_index", None) is not None and hasattr(v, "_ptr")
+
+
 def _zero(v):
-    if hasattr(v, "zero_"):
+    if hasattr(v, "zero_"):                  # torch
         v.zero_()
-        return
-    import numpy as np
-    if hasattr(v, "__array_interface__") or isinstance(v, np.ndarray):
+    elif _gpu_array(v):
+        _C.cuda_memset(v._index, v._ptr, 0, v.nbytes)
+    else:                                    # numpy, tessera.Array on the CPU
+        import numpy as np
         np.asarray(v).fill(0)
-        return
-    if hasattr(v, "data_ptr") and str(getattr(v, "device", "")).startswith("cuda"):
-        dev = str(v.device)
-        _C.cuda_memset(int(dev.split(":")[1]) if ":" in dev else 0, v.data_ptr(), 0, v.nbytes)
-        return
-    raise TypeError(f"cannot reset a {type(v).__name__} to zero (numpy arrays, tensors and tessera.Array can)")
 
 
 def _snapshot(v):
     if hasattr(v, "clone"):
         return v.clone()
+    if _gpu_array(v):
+        return v.numpy()
     import numpy as np
     return np.array(np.asarray(v), copy=True)
 
@@ -113,6 +117,8 @@ def _snapshot(v):
 def _restore(v, saved):
     if hasattr(v, "copy_"):
         v.copy_(saved)
+    elif _gpu_array(v):
+        _C.cuda_copy_to_device(v._index, v._ptr, saved)
     else:
         import numpy as np
         np.copyto(np.asarray(v), saved)

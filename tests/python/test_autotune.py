@@ -245,3 +245,21 @@ def test_autotune_on_gpu_arrays():
     tuned[_grid](x, x, out, n)
     assert tuned.best_config == fast
     np.testing.assert_array_equal(out.numpy(), np.full(n, 2.0, np.float32))
+
+
+def test_numpy_scalar_key_is_its_value(data):
+    x, y, out, n = data
+    calls = []
+
+    def bench(fn):
+        fn()
+        calls.append(1)
+        return 1.0
+
+    tuned = tessera.autotune([tessera.Config({"BLOCK": 1024, "SLOW": 0})], key=["n"], use_disk_cache=False,
+                             do_bench=bench)(_add_kernel())
+    tuned[_grid](x, y, out, np.int64(n))
+    tuned[_grid](x, y, out, n)                  # the same key as np.int64(n)
+    tuned[_grid](x[:10], y[:10], out[:10], np.int32(10))
+    assert len(calls) == 2
+    assert set(tuned.cache) == {(n, "cpu"), (10, "cpu")}
