@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from common import NA, Section, check, measure_round_robin, tessera, tl, torch
+from common import NA, Section, check, measure_round_robin, rel_error, tessera, tl, torch
 
 
 @tessera.kernel
@@ -161,8 +161,53 @@ def run(quick=False):
     if targets:
         sec.table("matmul targets (best of N on a shared 2-core machine)", ["target", "measured", "result"],
                   targets)
+    if not dot_error:
+        run_f16(sec, (1024,) if quick else (1024, 2048), rng)
     if cfg_rows:
         sec.table("matmul: first call per config and size (at the first size it includes the compile or the "
                   "disk-cache load) and its check",
                   ["n", "config", "first call ms", "check"], cfg_rows)
     return sec, summary
+
+
+def run_f16(sec, sizes, rng):
+    """fp16 inputs, fp32 accumulation and output: Tessera converts each tile once while
+    packing it for the dot. Peers: torch.mm on fp16 (fp16 out) and the numpy route
+    (convert to fp32, then BLAS; the conversion is timed too)."""
+    rows = []
+    cfg = (128, 256, 64)
+    for n in sizes:
+        a = rng.standard_normal((n, n)).astype(np.float16)
+        b = rng.standard_normal((n, n)).astype(np.float16)
+        c = np.empty((n, n), dtype=np.float32)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        flops = 2.0 * n * n * n
+        name = "tessera f16 in, f32 acc {}x{}x{}".format(*cfg)
+
+        def tess(a=a, b=b, c=c):
+            matmul_kernel[(tessera.cdiv(n, cfg[0]), tessera.cdiv(n, cfg[1]))](
+                a, b, c, n, n, n, n, 1, n, 1, n, 1, BLOCK_M=cfg[0], BLOCK_N=cfg[1], BLOCK_K=cfg[2])
+
+        ok, err = check(name, c, tess, ref, tol=1e-5)
+        fns, status = {}, {name: "ok" if ok else f"WRONG (rel err {err:.2g})"}
+        if ok:
+            fns[name] = tess
+        fns["numpy astype(f32) @ (BLAS)"] = lambda a=a, b=b, c=c: np.matmul(a.astype(np.float32),
+                                                                          b.astype(np.float32), out=c)
+        status["numpy astype(f32) @ (BLAS)"] = "ok"
+        if torch is not None:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            tc = torch.empty((n, n), dtype=torch.float16)
+            fns["torch.mm f16 (f16 out)"] = lambda ta=ta, tb=tb, tc=tc: torch.mm(ta, tb, out=tc)
+            fns["torch.mm f16 (f16 out)"]()
+            e = rel_error(tc.float().numpy(), ref)
+            status["torch.mm f16 (f16 out)"] = "ok" if e < 2e-3 else f"WRONG (rel err {e:.2g})"
+        t = measure_round_robin(fns, repeats=8, rounds=2 if n > 1024 else 4, budget_s=3.0)
+        np_t = t["numpy astype(f32) @ (BLAS)"].min
+        for impl, tm in t.items():
+            g = flops / tm.min / 1e9
+            rows.append([n, impl, tm.min * 1e3, g, flops / tm.median / 1e9, np_t / tm.min, status[impl]])
+            sec.records.append({"n": n, "impl": impl, "dtype": "f16", "best_GFLOPs": g,
+                                "ratio_to_numpy_f32_route": np_t / tm.min, **tm.as_dict(), "status": status[impl]})
+    sec.table("matmul fp16 inputs (fp32 accumulate), M=N=K",
+              ["n", "impl", "best ms", "best GFLOP/s", "median GFLOP/s", "vs numpy route", "check"], rows)
