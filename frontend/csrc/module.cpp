@@ -318,4 +318,11 @@ PYBIND11_MODULE(_C, m) {
     runtime::cuda::copy_to_host(device, info.ptr, src, bytes);
   });
   m.def("num_threads", [] { return runtime::ThreadPool::global().num_threads(); });
+  m.def("cuda_event_create", &runtime::cuda::event_create);
+  m.def("cuda_event_record", &runtime::cuda::event_record);
+  m.def("cuda_event_elapsed_ms", [](int device, uintptr_t start, uintptr_t end) {
+    py::gil_scoped_release release;
+    return runtime::cuda::event_elapsed_ms(device, start, end);
+  });
+  m.def("cuda_event_destroy", &runtime::cuda::event_destroy);
 }

@@ -9,6 +9,8 @@ CudaError = _core_C.CudaError  # a RuntimeError; .code (CUresult), .sticky (the 
 from .compile_api import compile  # noqa: F401
 from .language.core import constexpr  # noqa: F401
 from .array import Array, empty, from_numpy, zeros  # noqa: F401
+from .autotune import AutotuneError, Config, autotune  # noqa: F401
+from . import testing  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -130,7 +130,7 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
     ir = generate_tile_ir(kernel.fn, arg_types, constexprs, arg_attrs, options)
     dump = [s for s in os.environ.get("TESSERA_DUMP", "").split(",") if s]
     res = _C.compile(ir, target, options.get("num_warps", 4), options.get("num_stages", 3),
-                     bool(options.get("debug", False)), dump, *CK.cpu_override())
+                     bool(options.get("debug", False)), dump, *(("", "") if gpu else CK.cpu_override()))
     if "error" in res:
         _raise_compile_failure(kernel.__name__, kernel.fn, res)
     ck = CompiledKernel(res["name"], res["stages"], res["stage_order"], res["binary"], res["entry"],

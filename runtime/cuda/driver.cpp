@@ -21,6 +21,7 @@ using CUcontext = void*;
 using CUmodule = void*;
 using CUfunction = void*;
 using CUstream = void*;
+using CUevent = void*;
 
 constexpr int kAttrComputeMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kAttrComputeMinor = 76;
@@ -54,6 +55,13 @@ struct Driver {
   CUresult (*cuDevicePrimaryCtxReset)(CUdevice) = nullptr;
   CUresult (*cuPointerGetAttribute)(void*, int, unsigned long long) = nullptr;
   CUresult (*cuFuncGetAttribute)(int*, int, CUfunction) = nullptr;
+
+  // Events (for timing): optional, looked up without failing the driver when absent.
+  CUresult (*cuEventCreate)(CUevent*, unsigned) = nullptr;
+  CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
+  CUresult (*cuEventSynchronize)(CUevent) = nullptr;
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent) = nullptr;
+  CUresult (*cuEventDestroy)(CUevent) = nullptr;
 };
 
 template <typename F>
@@ -101,6 +109,15 @@ Driver& driver() {
       return;
     }
     load_optional_symbols(d);
+
+    // cuEventElapsedTime_v2 (CUDA 12.8+) replaces the original, which newer headers hide.
+    d.cuEventCreate = reinterpret_cast<decltype(d.cuEventCreate)>(dlsym(d.lib, "cuEventCreate"));
+    d.cuEventRecord = reinterpret_cast<decltype(d.cuEventRecord)>(dlsym(d.lib, "cuEventRecord"));
+    d.cuEventSynchronize = reinterpret_cast<decltype(d.cuEventSynchronize)>(dlsym(d.lib, "cuEventSynchronize"));
+    d.cuEventDestroy = reinterpret_cast<decltype(d.cuEventDestroy)>(dlsym(d.lib, "cuEventDestroy_v2"));
+    void* elapsed = dlsym(d.lib, "cuEventElapsedTime_v2");
+    if (!elapsed) elapsed = dlsym(d.lib, "cuEventElapsedTime");
+    d.cuEventElapsedTime = reinterpret_cast<decltype(d.cuEventElapsedTime)>(elapsed);
     CUresult r = d.cuInit(0);
     if (r != 0) {
       d.error = "cuInit failed with CUDA error " + std::to_string(r) + " (no GPU, or the driver is not usable)";
@@ -493,6 +510,46 @@ int pointer_device(uintptr_t ptr) {
   check(d.cuPointerGetAttribute(&ordinal, kPointerAttrDeviceOrdinal, static_cast<unsigned long long>(ptr)),
         "cuPointerGetAttribute");
   return ordinal;
+}
+
+// --- Events (tessera.testing.do_bench) ----------------------------------------------
+namespace {
+Driver& require_events() {
+  Driver& d = require();
+  if (!d.cuEventCreate || !d.cuEventRecord || !d.cuEventSynchronize || !d.cuEventElapsedTime || !d.cuEventDestroy)
+    throw CudaError("this libcuda has no cuEvent* timing functions", -1);
+  return d;
+}
+}  // namespace
+
+uintptr_t event_create(int device) {
+  Driver& d = require_events();
+  make_current(device);
+  CUevent e = nullptr;
+  check(d.cuEventCreate(&e, 0), "cuEventCreate");
+  return reinterpret_cast<uintptr_t>(e);
+}
+
+void event_record(int device, uintptr_t event, uintptr_t stream) {
+  Driver& d = require_events();
+  make_current(device);
+  check(d.cuEventRecord(reinterpret_cast<CUevent>(event), reinterpret_cast<CUstream>(stream)), "cuEventRecord");
+}
+
+float event_elapsed_ms(int device, uintptr_t start, uintptr_t end) {
+  Driver& d = require_events();
+  make_current(device);
+  check(d.cuEventSynchronize(reinterpret_cast<CUevent>(end)), "cuEventSynchronize");
+  float ms = 0;
+  check(d.cuEventElapsedTime(&ms, reinterpret_cast<CUevent>(start), reinterpret_cast<CUevent>(end)),
+        "cuEventElapsedTime");
+  return ms;
+}
+
+void event_destroy(int device, uintptr_t event) {
+  Driver& d = require_events();
+  make_current(device);
+  check(d.cuEventDestroy(reinterpret_cast<CUevent>(event)), "cuEventDestroy");
 }
 
 }  // namespace tessera::runtime::cuda

@@ -325,4 +325,76 @@ TEST(DotMicrokernel, F32IsFmaVectorCodeOnAvx512) {
 }
 TEST(DotMicrokernel, F32IsFmaVectorCodeOnAvx2) { expect_fma_vector_code("haswell", 256, "ymm"); }
 
+// ---- packing ------------------------------------------------------------------------------
+using tessera::codegen::x86::choose_dot_packing;
+
+TEST(DotPacking, SameTypeOperandsAreNeverCopied) {
+  llvm::LLVMContext ctx;
+  for (DType t : {DType::F32, DType::F64})
+    for (int bits : {256, 512}) {
+      auto p = choose_dot_packing({128, 256, 128}, input_type(t, ctx), acc_type(t, ctx), bits);
+      EXPECT_FALSE(p.pack_b) << dtype_name(t);
+      EXPECT_FALSE(p.convert_a) << dtype_name(t);
+    }
+}
+
+TEST(DotPacking, WideningOperandsAreCopiedWhenReused) {
+  llvm::LLVMContext ctx;
+  for (DType t : {DType::F16, DType::BF16, DType::I8}) {
+    llvm::Type* in = input_type(t, ctx);
+    llvm::Type* acc = acc_type(t, ctx);
+    // AVX-512 f32: micro-tiles of 8 rows × 32 columns.
+    auto big = choose_dot_packing({128, 128, 64}, in, acc, 512);
+    EXPECT_TRUE(big.pack_b && big.convert_a) << dtype_name(t);
+    // One row block reads each B panel once, one column block reads A once: no copies.
+    auto one_row_block = choose_dot_packing({8, 128, 64}, in, acc, 512);
+    EXPECT_FALSE(one_row_block.pack_b) << dtype_name(t);
+    EXPECT_TRUE(one_row_block.convert_a) << dtype_name(t);
+    auto one_col_block = choose_dot_packing({128, 32, 64}, in, acc, 512);
+    EXPECT_TRUE(one_col_block.pack_b) << dtype_name(t);
+    EXPECT_FALSE(one_col_block.convert_a) << dtype_name(t);
+    // AVX2: 6 rows × 16 columns, so 12 rows and 32 columns are the thresholds.
+    EXPECT_TRUE(choose_dot_packing({16, 32, 8}, in, acc, 256).pack_b) << dtype_name(t);
+    EXPECT_FALSE(choose_dot_packing({8, 32, 8}, in, acc, 256).pack_b) << dtype_name(t);
+  }
+}
+
+// With f16/bf16 operands the conversion (vcvtph2ps for f16, a 16-bit left shift for bf16)
+// happens in the packing loops only: no block that issues FMAs converts anything.
+void expect_conversion_outside_fma_blocks(const char* cpu, int vector_bits, DType t,
+                                          const char* convert) {
+  DotJit jit(cpu);
+  llvm::LLVMContext ctx;
+  auto m = jit.new_module(ctx);
+  add_dot_kernel(*m, "dot128x128x64", {128, 128, 64}, t, vector_bits, false);
+  std::string text = jit.assembly(*m);
+  if (std::getenv("TESSERA_PRINT_ASM")) std::printf("%s\n", text.c_str());
+  EXPECT_NE(text.find(convert), std::string::npos) << "no " << convert << " at all";
+  // Basic blocks: the text between labels (".LBB..." or the function's own).
+  int fma_blocks = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t next = text.find("\n.LBB", start + 1);
+    if (next == std::string::npos) next = text.size();
+    std::string block = text.substr(start, next - start);
+    if (block.find("vfmadd") != std::string::npos) {
+      ++fma_blocks;
+      EXPECT_EQ(block.find(convert), std::string::npos) << "a conversion among the FMAs:\n" << block;
+    }
+    start = next;
+  }
+  EXPECT_GE(fma_blocks, 1);
+  EXPECT_EQ(text.find("call"), std::string::npos);
+}
+
+TEST(DotPacking, F16ConvertsInThePackingLoopsOnly) {
+  if (host_has_avx512()) expect_conversion_outside_fma_blocks("", 512, DType::F16, "vcvtph2ps");
+  expect_conversion_outside_fma_blocks("haswell", 256, DType::F16, "vcvtph2ps");
+}
+
+TEST(DotPacking, Bf16ConvertsInThePackingLoopsOnly) {
+  if (host_has_avx512()) expect_conversion_outside_fma_blocks("", 512, DType::BF16, "vpslld");
+  expect_conversion_outside_fma_blocks("haswell", 256, DType::BF16, "vpslld");
+}
+
 }  // namespace

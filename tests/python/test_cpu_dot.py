@@ -1,7 +1,13 @@
 """Compiled CPU path, tl.dot against numpy: f32 (ieee and the tf32 default), f16, bf16
 (cast inside the kernel), f64 and int8 operands; fp32 accumulation; acc=; out_dtype;
-tile shapes from 1 to 128; and a full tiled matmul kernel with a K loop, masks and
-strides on odd sizes."""
+tile shapes from 1 to 128; a full tiled matmul kernel with a K loop, masks and
+strides on odd sizes; the packed-panel paths (tiles large enough that f16/bf16/int8
+operands are widened once into packed panels), both accumulator forms, and the AVX2
+blocking (TESSERA_CPU=haswell, in a subprocess)."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -156,7 +162,8 @@ def test_dot_chain_with_transposed_operand():
 # --- full tiled matmul ------------------------------------------------------------------------------
 @tessera.kernel
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CAST: tl.constexpr):
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CAST: tl.constexpr,
+                  PLUS_EQUALS: tl.constexpr = False):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BM + tl.arange(0, BM)
@@ -175,14 +182,17 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_
         if CAST == "bf16":
             a = a.to(tl.bfloat16)
             b = b.to(tl.bfloat16)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
+        if PLUS_EQUALS:                     # dot from zero, then one add into the carried acc
+            acc += tl.dot(a, b, input_precision="ieee")
+        else:                               # the carried acc is the dot's accumulator
+            acc = tl.dot(a, b, acc, input_precision="ieee")
         a_ptrs += BK * s_ak
         b_ptrs += BK * s_bk
     c_ptrs = c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn
     tl.store(c_ptrs, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def run_matmul(a, b, out_dtype, BM, BN, BK, cast="none"):
+def run_matmul(a, b, out_dtype, BM, BN, BK, cast="none", plus_equals=False):
     M, K = a.shape
     _, N = b.shape
     c = poisoned((M, N), out_dtype)
@@ -191,7 +201,7 @@ def run_matmul(a, b, out_dtype, BM, BN, BK, cast="none"):
     matmul_kernel[grid](a, b, c, M, N, K, a.strides[0] // isz, a.strides[1] // isz,
                         b.strides[0] // b.itemsize, b.strides[1] // b.itemsize,
                         c.strides[0] // c.itemsize, c.strides[1] // c.itemsize,
-                        BM=BM, BN=BN, BK=BK, CAST=cast)
+                        BM=BM, BN=BN, BK=BK, CAST=cast, PLUS_EQUALS=plus_equals)
     return c
 
 
@@ -245,3 +255,93 @@ def test_dot_agrees_with_interpreter():
     dot_tile_kernel[(1,)](a, b, acc, c_c, M=M, N=N, K=K, CAST="none", USE_ACC=True, PREC="ieee")
     run_interpreted(dot_tile_kernel, (1,), a, b, acc, c_i, M=M, N=N, K=K, CAST="none", USE_ACC=True, PREC="ieee")
     np.testing.assert_allclose(c_c, c_i, rtol=1e-5, atol=1e-5)
+
+
+# --- packed panels ----------------------------------------------------------------------------
+# Tiles of 64x128x32: on AVX-512 (8x32 micro-tiles) and AVX2 (6x16) f16/bf16/int8 B panels
+# are widened into packed buffers and A is widened once. Odd sizes make every load masked
+# (rows, columns and the K tail), so the panels hold zeros past the edges.
+PACKED_SIZES = [(65, 130, 47), (128, 256, 96), (3, 129, 33)]
+
+
+@pytest.mark.parametrize("M,N,K", PACKED_SIZES)
+@pytest.mark.parametrize("plus_equals", [False, True], ids=["acc_arg", "plus_equals"])
+def test_packed_matmul_f16(M, N, K, plus_equals):
+    a, b = _operands(M, N, K, np.float16, M * 7 + K)
+    c = run_matmul(a, b, np.float32, 64, 128, 32, plus_equals=plus_equals)
+    _check_float(c, a.astype(np.float64), b.astype(np.float64), 0.0, 2.0**-24, K)
+
+
+@pytest.mark.parametrize("M,N,K", PACKED_SIZES)
+@pytest.mark.parametrize("plus_equals", [False, True], ids=["acc_arg", "plus_equals"])
+def test_packed_matmul_bf16(M, N, K, plus_equals):
+    a, b = _operands(M, N, K, np.float32, M * 5 + K)
+    c = run_matmul(a, b, np.float32, 64, 128, 32, cast="bf16", plus_equals=plus_equals)
+    _check_float(c, bf16_round(a).astype(np.float64), bf16_round(b).astype(np.float64), 0.0, 2.0**-24, K)
+
+
+@pytest.mark.parametrize("M,N,K", PACKED_SIZES)
+def test_packed_matmul_int8_is_exact(M, N, K):
+    a, b = _operands(M, N, K, np.int8, M * 3 + K)
+    c = run_matmul(a, b, np.int32, 64, 128, 32, cast="int8", plus_equals=True)
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+
+
+@pytest.mark.parametrize("M,N,K", [(128, 128, 64), (64, 64, 32)])
+def test_packed_dot_tile_f16_with_acc(M, N, K):
+    a, b = _operands(M, N, K, np.float16, 21)
+    acc = np.random.default_rng(22).standard_normal((M, N)).astype(np.float32)
+    c = poisoned((M, N), np.float32)
+    dot_tile_kernel[(1,)](a, b, acc, c, M=M, N=N, K=K, CAST="none", USE_ACC=True, PREC="ieee")
+    _check_float(c, a.astype(np.float64), b.astype(np.float64), acc.astype(np.float64), 2.0**-24, K)
+
+
+def test_packed_f16_asm_converts_outside_the_fma_loop():
+    """The packed f16 dot converts with vcvtph2ps in the packing loops; the blocks that
+    issue the FMAs only load f32 (the GoogleTest checks this per basic block too)."""
+    ck = tessera.compile(dot_tile_kernel, "*fp16,*fp16,*fp32,*fp32",
+                         {"M": 128, "N": 128, "K": 64, "CAST": "none", "USE_ACC": True, "PREC": "ieee"})
+    asm = ck.asm["asm"]
+    assert "vcvtph2ps" in asm
+    blocks = asm.split("\n.LBB")
+    fma_blocks = [blk for blk in blocks if "vfmadd231ps" in blk]
+    assert fma_blocks, "no FMA code"
+    assert not any("vcvtph2ps" in blk for blk in fma_blocks)
+
+
+# The AVX2 blocking (6x16 ymm micro-tiles) on this host: TESSERA_CPU=haswell makes the x86
+# back end compile for Haswell. The kernels are compiled per process, so the checks run
+# in a child process with that variable set (and a cache directory of its own).
+_AVX2_CHILD = r"""
+import numpy as np, tessera
+import test_cpu_dot as T
+for (M, N, K) in T.PACKED_SIZES + [(17, 33, 65)]:
+    for dt, cast in ((np.float32, "none"), (np.float16, "none"), (np.float32, "bf16"), (np.int8, "int8")):
+        a, b = T._operands(M, N, K, dt, M + N)
+        for plus in (False, True):
+            out = np.int32 if dt == np.int8 else np.float32
+            c = T.run_matmul(a, b, out, 64, 128, 32, cast=cast, plus_equals=plus)
+            if dt == np.int8:
+                np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+            else:
+                if cast == "bf16":
+                    a64, b64 = T.bf16_round(a).astype(np.float64), T.bf16_round(b).astype(np.float64)
+                else:
+                    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+                T._check_float(c, a64, b64, 0.0, 2.0**-24, K)
+ck = tessera.compile(T.dot_tile_kernel, "*fp16,*fp16,*fp32,*fp32",
+                     {"M": 128, "N": 128, "K": 64, "CAST": "none", "USE_ACC": True, "PREC": "ieee"})
+asm = ck.asm["asm"]
+assert "zmm" not in asm and "vfmadd231ps\t%ymm" in asm, "not AVX2 code"
+print("AVX2-OK")
+"""
+
+
+def test_avx2_blocking_all_dtypes_in_a_haswell_child(tmp_path):
+    env = dict(os.environ, TESSERA_CPU="haswell", TESSERA_CACHE_DIR=str(tmp_path / "cache"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.pathsep.join([here, env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", _AVX2_CHILD], env=env, cwd=here, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "AVX2-OK" in r.stdout

@@ -16,7 +16,8 @@ struct DotShape {
 // A/B). Supported: a/b f32 → c f32; f16/bf16 → f32 (converted on the fly);
 // f64 → f64; i8 → i32. `vector_bits` is the widest vector register of the target
 // (256 for AVX2, 512 for AVX-512). On return the builder is positioned after
-// the emitted code (in a new block).
+// the emitted code (in a new block). Scratch buffers (the packed panels) are
+// allocas in the function's entry block.
 //
 // `start` says where the sums start and where they go:
 //   LoadC:       C = C + A·B, accumulating from C's values (the default);
@@ -29,5 +30,17 @@ enum class DotStart { LoadC, Zero, ZeroThenAdd };
 void emit_dot(llvm::IRBuilderBase& b, llvm::Value* a, llvm::Value* bm, llvm::Value* c,
               DotShape shape, llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty,
               int vector_bits, DotStart start = DotStart::LoadC, bool c_first = true);
+
+// Which operands emit_dot copies before the micro-tiles run (see dot_microkernel.cpp):
+//   pack_b:    each K×NR column panel of B is copied, widened to the accumulator type,
+//              into one contiguous buffer just before the row blocks that read it;
+//   convert_a: A is widened to the accumulator type once (f16/bf16/i8 inputs), so the
+//              micro-tiles broadcast from it without a conversion per use.
+// Exposed for the tests; the choice depends on the shape, the types and the blocking.
+struct DotPacking {
+  bool pack_b = false;
+  bool convert_a = false;
+};
+DotPacking choose_dot_packing(DotShape shape, llvm::Type* a_ty, llvm::Type* c_ty, int vector_bits);
 
 }  // namespace tessera::codegen::x86

@@ -85,4 +85,12 @@ int pointer_device(uintptr_t ptr);
 // True for CUDA errors that leave the context unusable.
 bool is_sticky_error(int code);
 
+// Events, for timing work on a stream (tessera.testing.do_bench): create, record on a
+// stream (0 = the legacy default stream), milliseconds between two recorded events
+// (waits for `end`), destroy.
+uintptr_t event_create(int device);
+void event_record(int device, uintptr_t event, uintptr_t stream);
+float event_elapsed_ms(int device, uintptr_t start, uintptr_t end);
+void event_destroy(int device, uintptr_t event);
+
 }  // namespace tessera::runtime::cuda
