@@ -106,6 +106,7 @@ class KernelLowering {
   // A counted loop [0, n) step `step` around body(iv) (i64 iv).
   void counted_loop(int64_t n, int64_t step, const std::function<void(llvm::Value*)>& body, bool reverse = false);
   llvm::Value* emit_load_chunk(const ir::Op& op, const Chunk& c);
+  void prefetch_ahead(const ir::Type& t, llvm::Value* p0, const Chunk& c);
   void lower_store(const ir::Op& op);
   void lower_atomic(const ir::Op& op);
   llvm::Value* contiguous_pointer(const ir::Value* ptrs, const Chunk& c);
