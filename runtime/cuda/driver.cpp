@@ -52,6 +52,7 @@ struct Driver {
                              CUstream, void**, void**);
   // Optional (nullptr when absent): recovery and error reports, see the end of the file.
   CUresult (*cuDevicePrimaryCtxReset)(CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
   CUresult (*cuPointerGetAttribute)(void*, int, unsigned long long) = nullptr;
   CUresult (*cuFuncGetAttribute)(int*, int, CUfunction) = nullptr;
 };
@@ -69,6 +70,11 @@ void load_optional_symbols(Driver& d) {
   if (!d.cuDevicePrimaryCtxReset)
     d.cuDevicePrimaryCtxReset = reinterpret_cast<decltype(d.cuDevicePrimaryCtxReset)>(
         dlsym(d.lib, "cuDevicePrimaryCtxReset"));
+  d.cuDevicePrimaryCtxRelease = reinterpret_cast<decltype(d.cuDevicePrimaryCtxRelease)>(
+      dlsym(d.lib, "cuDevicePrimaryCtxRelease_v2"));
+  if (!d.cuDevicePrimaryCtxRelease)
+    d.cuDevicePrimaryCtxRelease = reinterpret_cast<decltype(d.cuDevicePrimaryCtxRelease)>(
+        dlsym(d.lib, "cuDevicePrimaryCtxRelease"));
   d.cuPointerGetAttribute =
       reinterpret_cast<decltype(d.cuPointerGetAttribute)>(dlsym(d.lib, "cuPointerGetAttribute"));
   d.cuFuncGetAttribute = reinterpret_cast<decltype(d.cuFuncGetAttribute)>(dlsym(d.lib, "cuFuncGetAttribute"));
@@ -164,7 +170,15 @@ void make_current(int device) {
     CUdevice dev;
     check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
     CUcontext ctx;
-    check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    CUresult r = d.cuDevicePrimaryCtxRetain(&ctx, dev);
+    if (is_sticky_error(r) && d.cuDevicePrimaryCtxReset) {
+      // Still broken (another library's reference kept it alive, or the error
+      // surfaced in another thread first): reset once more with nothing current.
+      d.cuCtxSetCurrent(nullptr);
+      d.cuDevicePrimaryCtxReset(dev);
+      r = d.cuDevicePrimaryCtxRetain(&ctx, dev);
+    }
+    check(r, "cuDevicePrimaryCtxRetain");
     it = g_contexts.emplace(device, ctx).first;
   }
   check(d.cuCtxSetCurrent(it->second), "cuCtxSetCurrent");
@@ -337,21 +351,38 @@ int device_attribute(int device, int attribute) {
 // Resets the device's primary context after a sticky error: every allocation and
 // module on it is gone; the next make_current retains it again and kernels are
 // reloaded on their next launch (LoadedKernel::generation).
+//
+// The order matters. The broken context is first made not current on this thread
+// (while it is current, the driver keeps answering later calls, the next
+// cuDevicePrimaryCtxRetain included, with the sticky error), then Tessera's own
+// reference is released (the last reference going away destroys the context),
+// then the reset destroys it for holders that still keep a reference (torch,
+// CuPy). A failed reset is reported in the error message (reset_failure).
+std::string g_reset_failure;  // guarded by g_mutex
+
 void reset_context(int device) {
   Driver& d = driver();
   std::lock_guard<std::mutex> lock(g_mutex);
+  g_reset_failure.clear();
   CUdevice dev;
-  if (d.cuDevicePrimaryCtxReset && d.cuDeviceGet(&dev, device) == 0) d.cuDevicePrimaryCtxReset(dev);
+  if (d.cuDeviceGet(&dev, device) == 0) {
+    d.cuCtxSetCurrent(nullptr);
+    if (g_contexts.count(device) && d.cuDevicePrimaryCtxRelease) d.cuDevicePrimaryCtxRelease(dev);
+    CUresult r = d.cuDevicePrimaryCtxReset ? d.cuDevicePrimaryCtxReset(dev) : 0;
+    if (r != 0) g_reset_failure = "cuDevicePrimaryCtxReset returned " + std::to_string(r);
+  }
   g_contexts.erase(device);
   if (device >= 0 && device < kMaxDevices) g_generation[device].fetch_add(1, std::memory_order_acq_rel);
   t_device = -1;
+  t_context = nullptr;
 }
 
 std::string sticky_note(int device) {
   return "; this error is sticky (it leaves the CUDA context unusable), so Tessera reset the primary context of "
          "cuda:" + std::to_string(device) +
          ": every allocation on it (torch tensors, CuPy arrays, tessera.Array) is gone and must be made again; "
-         "later launches with new arrays work";
+         "later launches with new arrays work" +
+         (g_reset_failure.empty() ? std::string() : " (" + g_reset_failure + ")");
 }
 
 [[noreturn]] void throw_sticky_aware(int device, CUresult r, const std::string& message) {
