@@ -142,6 +142,10 @@ Driver& require() {
 
 std::mutex g_mutex;
 std::map<int, CUcontext> g_contexts;
+// Set by reset_context (at the end of the file): a failed reset, and the driver's
+// answers to the reset's steps (named in a later cuDevicePrimaryCtxRetain failure).
+std::string g_reset_failure;  // guarded by g_mutex
+std::string g_reset_steps;    // the driver's answers to the last reset's steps (for error messages)
 
 // Resets of each device's primary context (reset_context, at the end of the file).
 constexpr int kMaxDevices = 64;
@@ -178,6 +182,8 @@ void make_current(int device) {
       d.cuDevicePrimaryCtxReset(dev);
       r = d.cuDevicePrimaryCtxRetain(&ctx, dev);
     }
+    if (r != 0 && !g_reset_steps.empty())
+      check(r, ("cuDevicePrimaryCtxRetain (after a reset: " + g_reset_steps + ")").c_str());
     check(r, "cuDevicePrimaryCtxRetain");
     it = g_contexts.emplace(device, ctx).first;
   }
@@ -358,7 +364,6 @@ int device_attribute(int device, int attribute) {
 // reference is released (the last reference going away destroys the context),
 // then the reset destroys it for holders that still keep a reference (torch,
 // CuPy). A failed reset is reported in the error message (reset_failure).
-std::string g_reset_failure;  // guarded by g_mutex
 
 void reset_context(int device) {
   Driver& d = driver();
@@ -366,10 +371,12 @@ void reset_context(int device) {
   g_reset_failure.clear();
   CUdevice dev;
   if (d.cuDeviceGet(&dev, device) == 0) {
-    d.cuCtxSetCurrent(nullptr);
-    if (g_contexts.count(device) && d.cuDevicePrimaryCtxRelease) d.cuDevicePrimaryCtxRelease(dev);
-    CUresult r = d.cuDevicePrimaryCtxReset ? d.cuDevicePrimaryCtxReset(dev) : 0;
-    if (r != 0) g_reset_failure = "cuDevicePrimaryCtxReset returned " + std::to_string(r);
+    CUresult unset = d.cuCtxSetCurrent(nullptr);
+    CUresult released = g_contexts.count(device) && d.cuDevicePrimaryCtxRelease ? d.cuDevicePrimaryCtxRelease(dev) : 0;
+    CUresult reset = d.cuDevicePrimaryCtxReset ? d.cuDevicePrimaryCtxReset(dev) : 0;
+    g_reset_steps = "cuCtxSetCurrent(NULL) " + std::to_string(unset) + ", cuDevicePrimaryCtxRelease " +
+                    std::to_string(released) + ", cuDevicePrimaryCtxReset " + std::to_string(reset);
+    if (reset != 0) g_reset_failure = "cuDevicePrimaryCtxReset returned " + std::to_string(reset);
   }
   g_contexts.erase(device);
   if (device >= 0 && device < kMaxDevices) g_generation[device].fetch_add(1, std::memory_order_acq_rel);
