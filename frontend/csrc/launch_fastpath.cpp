@@ -16,7 +16,6 @@
 // Plus num_warps, num_stages and the resolved debug flag.
 #include "launch_fastpath.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -311,8 +310,6 @@ PyObject* launch_unowned(const FastPath& fp, const Specialization& s, const Call
     if (s.cuda) {
       uintptr_t stream = 0;
       if (!current_stream(s, explicit_stream, &stream)) return nullptr;
-      static const bool per_thread = std::getenv("TESSERA_EXPERIMENT_PER_THREAD_STREAM") != nullptr;
-      if (stream == 0 && per_thread) stream = 2;  // CU_STREAM_PER_THREAD
       // The GIL stays held: cuLaunchKernel only queues the launch (as torch's
       // launches, which also keep it), and releasing and taking it back cost more
       // than the rest of this path's bookkeeping.
