@@ -492,7 +492,10 @@ void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int sh
                         " registers per thread), but this launch asks for " + std::to_string(threads) +
                         " (num_warps=" + std::to_string(threads / 32) + "): use fewer warps",
                     kErrorOutOfResources);
-  LoadedKernel* previous = g_last_kernel[k.device].exchange(&k, std::memory_order_relaxed);
+  // A plain load, and a store only when the kernel changes: a locked exchange on
+  // every launch costs more than this bookkeeping is worth.
+  LoadedKernel* previous = g_last_kernel[k.device].load(std::memory_order_relaxed);
+  if (previous != &k) g_last_kernel[k.device].store(&k, std::memory_order_relaxed);
   CUresult r = d.cuLaunchKernel(fn, g0, g1, g2, threads, 1, 1, shared_bytes, reinterpret_cast<CUstream>(stream),
                                 params, nullptr);
   if (r == 0) return;
