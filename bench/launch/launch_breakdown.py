@@ -1,7 +1,8 @@
-# Where the host time of a cached tiny launch goes (run on the GPU host).
-import ctypes, time, sys
+# Where the host time of a cached tiny launch goes, piece by piece (run on the GPU
+# host: python3 bench/launch/launch_breakdown.py; results: bench/results/launch_breakdown_h100.md).
+import ctypes, os, sys, time
 import torch, tessera
-sys.path.insert(0, "bench")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gpu_kernels as TK
 def host_us(fn, n=2000):
     fn(); torch.cuda.synchronize()

@@ -1,4 +1,5 @@
-// Host cost of cuLaunchKernel on different streams (run on the GPU host).
+// Host cost of cuLaunchKernel alone (an empty kernel) on different streams: the floor
+// under any launch path. On the GPU host: gcc -O2 bench/launch/launch_floor.c -ldl && ./a.out
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdint.h>
