@@ -142,10 +142,10 @@ Driver& require() {
 
 std::mutex g_mutex;
 std::map<int, CUcontext> g_contexts;
-// Set by reset_context (at the end of the file): a failed reset, and the driver's
-// answers to the reset's steps (named in a later cuDevicePrimaryCtxRetain failure).
-std::string g_reset_failure;  // guarded by g_mutex
-std::string g_reset_steps;    // the driver's answers to the last reset's steps (for error messages)
+// Devices whose primary context the driver refused to recreate after a sticky error
+// (reset_context, at the end of the file) -> the driver's answers, for the error of
+// every later call.
+std::map<int, std::string> g_refused;
 
 // Resets of each device's primary context (reset_context, at the end of the file).
 constexpr int kMaxDevices = 64;
@@ -175,16 +175,13 @@ void make_current(int device) {
     check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
     CUcontext ctx;
     CUresult r = d.cuDevicePrimaryCtxRetain(&ctx, dev);
-    if (is_sticky_error(r) && d.cuDevicePrimaryCtxReset) {
-      // Still broken (another library's reference kept it alive, or the error
-      // surfaced in another thread first): reset once more with nothing current.
-      d.cuCtxSetCurrent(nullptr);
-      d.cuDevicePrimaryCtxReset(dev);
-      r = d.cuDevicePrimaryCtxRetain(&ctx, dev);
-    }
-    if (r != 0 && !g_reset_steps.empty())
-      check(r, ("cuDevicePrimaryCtxRetain (after a reset: " + g_reset_steps + ")").c_str());
+    auto refused = g_refused.find(device);
+    if (r != 0 && refused != g_refused.end())  // not check(): that could reset again, under g_mutex
+      throw CudaError("cuda:" + std::to_string(device) + " cannot be used again in this process: after an earlier "
+                      "sticky error the CUDA driver refuses to recreate its context (" + refused->second +
+                      "); restart the process to use the GPU again", r, true);
     check(r, "cuDevicePrimaryCtxRetain");
+    if (refused != g_refused.end()) g_refused.erase(refused);
     it = g_contexts.emplace(device, ctx).first;
   }
   check(d.cuCtxSetCurrent(it->second), "cuCtxSetCurrent");
@@ -358,45 +355,50 @@ int device_attribute(int device, int attribute) {
 // module on it is gone; the next make_current retains it again and kernels are
 // reloaded on their next launch (LoadedKernel::generation).
 //
-// The order matters. The broken context is first made not current on this thread
-// (while it is current, the driver keeps answering later calls, the next
-// cuDevicePrimaryCtxRetain included, with the sticky error), then Tessera's own
-// reference is released (the last reference going away destroys the context),
-// then the reset destroys it for holders that still keep a reference (torch,
-// CuPy). A failed reset is reported in the error message (reset_failure).
-
-void reset_context(int device) {
+// The order matters. The broken context is first made not current on this thread,
+// then Tessera's own reference is released (the last reference going away destroys
+// the context), then the reset destroys it for holders that still keep a reference
+// (torch, CuPy). Then the context is retained again right away, to learn whether
+// the driver lets this process use the device again: after an illegal address the
+// H100 driver of 2026-11 does not (cuDevicePrimaryCtxRetain keeps answering
+// CUDA_ERROR_ILLEGAL_ADDRESS, also seconds later, as NVIDIA documents: "the process
+// must be terminated and relaunched"), and then the error says so instead of
+// promising that later launches work. Returns the note for the error message.
+std::string reset_context(int device) {
   Driver& d = driver();
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_reset_failure.clear();
   CUdevice dev;
+  std::string refused;
+  const bool retained = g_contexts.erase(device) > 0;
   if (d.cuDeviceGet(&dev, device) == 0) {
-    CUresult unset = d.cuCtxSetCurrent(nullptr);
-    CUresult released = g_contexts.count(device) && d.cuDevicePrimaryCtxRelease ? d.cuDevicePrimaryCtxRelease(dev) : 0;
+    d.cuCtxSetCurrent(nullptr);
+    if (retained && d.cuDevicePrimaryCtxRelease) d.cuDevicePrimaryCtxRelease(dev);
     CUresult reset = d.cuDevicePrimaryCtxReset ? d.cuDevicePrimaryCtxReset(dev) : 0;
-    g_reset_steps = "cuCtxSetCurrent(NULL) " + std::to_string(unset) + ", cuDevicePrimaryCtxRelease " +
-                    std::to_string(released) + ", cuDevicePrimaryCtxReset " + std::to_string(reset);
-    if (reset != 0) g_reset_failure = "cuDevicePrimaryCtxReset returned " + std::to_string(reset);
+    CUcontext ctx = nullptr;
+    CUresult again = d.cuDevicePrimaryCtxRetain(&ctx, dev);
+    if (again == 0)
+      g_contexts.emplace(device, ctx);
+    else
+      refused = "cuDevicePrimaryCtxReset: " + describe(reset) + ", then cuDevicePrimaryCtxRetain: " + describe(again);
   }
-  g_contexts.erase(device);
+  if (refused.empty())
+    g_refused.erase(device);
+  else
+    g_refused[device] = refused;
   if (device >= 0 && device < kMaxDevices) g_generation[device].fetch_add(1, std::memory_order_acq_rel);
   t_device = -1;
   t_context = nullptr;
-}
-
-std::string sticky_note(int device) {
-  return "; this error is sticky (it leaves the CUDA context unusable), so Tessera reset the primary context of "
-         "cuda:" + std::to_string(device) +
-         ": every allocation on it (torch tensors, CuPy arrays, tessera.Array) is gone and must be made again; "
-         "later launches with new arrays work" +
-         (g_reset_failure.empty() ? std::string() : " (" + g_reset_failure + ")");
+  std::string where = "cuda:" + std::to_string(device);
+  std::string note = "; this error is sticky (it leaves the CUDA context unusable), so Tessera reset the primary "
+                     "context of " + where + ": every allocation on it (torch tensors, CuPy arrays, tessera.Array) "
+                     "is gone";
+  if (refused.empty()) return note + " and must be made again; later launches with new arrays work";
+  return note + ", and the CUDA driver refuses to recreate the context in this process (" + refused +
+         "): restart the process to use " + where + " again";
 }
 
 [[noreturn]] void throw_sticky_aware(int device, CUresult r, const std::string& message) {
-  if (is_sticky_error(r)) {
-    reset_context(device);
-    throw CudaError(message + sticky_note(device), r, true);
-  }
+  if (is_sticky_error(r)) throw CudaError(message + reset_context(device), r, true);
   throw CudaError(message, r);
 }
 
