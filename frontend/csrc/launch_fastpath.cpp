@@ -288,8 +288,8 @@ bool current_stream(const Specialization& s, PyObject* explicit_stream, uintptr_
   return !PyErr_Occurred();
 }
 
-// Packs and launches; nullptr with a Python error set on failure. `s` is not used
-// once the GIL is released: another thread may clear the table meanwhile.
+// Packs and launches; nullptr with a Python error set on failure. On the CPU `s` is
+// not used once the GIL is released: another thread may clear the table meanwhile.
 PyObject* launch_unowned(const FastPath& fp, const Specialization& s, const CallKey& key, const long grid[3],
                          PyObject* explicit_stream) {
   uint64_t slots[kMaxParams];
@@ -310,21 +310,15 @@ PyObject* launch_unowned(const FastPath& fp, const Specialization& s, const Call
     if (s.cuda) {
       uintptr_t stream = 0;
       if (!current_stream(s, explicit_stream, &stream)) return nullptr;
-      const int device = s.device, threads = s.threads, shared = s.shared;
-      const uintptr_t function = s.cuda_function;
-      bool failed = false;
-      runtime::cuda::CudaError error("", 0);
-      Py_BEGIN_ALLOW_THREADS
+      // The GIL stays held: cuLaunchKernel only queues the launch (as torch's
+      // launches, which also keep it), and releasing and taking it back cost more
+      // than the rest of this path's bookkeeping.
       try {
-        (void)device;  // the kernel handle knows its device
-        runtime::cuda::launch_kernel(function, int(grid[0]), int(grid[1]), int(grid[2]), threads, shared, stream,
-                                     params);
+        runtime::cuda::launch_kernel(s.cuda_function, int(grid[0]), int(grid[1]), int(grid[2]), s.threads, s.shared,
+                                     stream, params);
       } catch (const runtime::cuda::CudaError& e) {
-        failed = true;
-        error = e;
+        return raise_cuda_error(fp, e), nullptr;
       }
-      Py_END_ALLOW_THREADS
-      if (failed) return raise_cuda_error(fp, error), nullptr;
     } else {
       std::string error;
       int failure = 0;  // 1: device assert, 2: other

@@ -53,6 +53,7 @@ struct Driver {
                              CUstream, void**, void**);
   // Optional (nullptr when absent): recovery and error reports, see the end of the file.
   CUresult (*cuDevicePrimaryCtxReset)(CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
   CUresult (*cuPointerGetAttribute)(void*, int, unsigned long long) = nullptr;
   CUresult (*cuFuncGetAttribute)(int*, int, CUfunction) = nullptr;
 
@@ -77,6 +78,11 @@ void load_optional_symbols(Driver& d) {
   if (!d.cuDevicePrimaryCtxReset)
     d.cuDevicePrimaryCtxReset = reinterpret_cast<decltype(d.cuDevicePrimaryCtxReset)>(
         dlsym(d.lib, "cuDevicePrimaryCtxReset"));
+  d.cuDevicePrimaryCtxRelease = reinterpret_cast<decltype(d.cuDevicePrimaryCtxRelease)>(
+      dlsym(d.lib, "cuDevicePrimaryCtxRelease_v2"));
+  if (!d.cuDevicePrimaryCtxRelease)
+    d.cuDevicePrimaryCtxRelease = reinterpret_cast<decltype(d.cuDevicePrimaryCtxRelease)>(
+        dlsym(d.lib, "cuDevicePrimaryCtxRelease"));
   d.cuPointerGetAttribute =
       reinterpret_cast<decltype(d.cuPointerGetAttribute)>(dlsym(d.lib, "cuPointerGetAttribute"));
   d.cuFuncGetAttribute = reinterpret_cast<decltype(d.cuFuncGetAttribute)>(dlsym(d.lib, "cuFuncGetAttribute"));
@@ -153,6 +159,10 @@ Driver& require() {
 
 std::mutex g_mutex;
 std::map<int, CUcontext> g_contexts;
+// Devices whose primary context the driver refused to recreate after a sticky error
+// (reset_context, at the end of the file) -> the driver's answers, for the error of
+// every later call.
+std::map<int, std::string> g_refused;
 
 // Resets of each device's primary context (reset_context, at the end of the file).
 constexpr int kMaxDevices = 64;
@@ -181,7 +191,14 @@ void make_current(int device) {
     CUdevice dev;
     check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
     CUcontext ctx;
-    check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    CUresult r = d.cuDevicePrimaryCtxRetain(&ctx, dev);
+    auto refused = g_refused.find(device);
+    if (r != 0 && refused != g_refused.end())  // not check(): that could reset again, under g_mutex
+      throw CudaError("cuda:" + std::to_string(device) + " cannot be used again in this process: after an earlier "
+                      "sticky error the CUDA driver refuses to recreate its context (" + refused->second +
+                      "); restart the process to use the GPU again", r, true);
+    check(r, "cuDevicePrimaryCtxRetain");
+    if (refused != g_refused.end()) g_refused.erase(refused);
     it = g_contexts.emplace(device, ctx).first;
   }
   check(d.cuCtxSetCurrent(it->second), "cuCtxSetCurrent");
@@ -354,28 +371,51 @@ int device_attribute(int device, int attribute) {
 // Resets the device's primary context after a sticky error: every allocation and
 // module on it is gone; the next make_current retains it again and kernels are
 // reloaded on their next launch (LoadedKernel::generation).
-void reset_context(int device) {
+//
+// The order matters. The broken context is first made not current on this thread,
+// then Tessera's own reference is released (the last reference going away destroys
+// the context), then the reset destroys it for holders that still keep a reference
+// (torch, CuPy). Then the context is retained again right away, to learn whether
+// the driver lets this process use the device again: after an illegal address the
+// H100 driver of 2026-11 does not (cuDevicePrimaryCtxRetain keeps answering
+// CUDA_ERROR_ILLEGAL_ADDRESS, also seconds later, as NVIDIA documents: "the process
+// must be terminated and relaunched"), and then the error says so instead of
+// promising that later launches work. Returns the note for the error message.
+std::string reset_context(int device) {
   Driver& d = driver();
   std::lock_guard<std::mutex> lock(g_mutex);
   CUdevice dev;
-  if (d.cuDevicePrimaryCtxReset && d.cuDeviceGet(&dev, device) == 0) d.cuDevicePrimaryCtxReset(dev);
-  g_contexts.erase(device);
+  std::string refused;
+  const bool retained = g_contexts.erase(device) > 0;
+  if (d.cuDeviceGet(&dev, device) == 0) {
+    d.cuCtxSetCurrent(nullptr);
+    if (retained && d.cuDevicePrimaryCtxRelease) d.cuDevicePrimaryCtxRelease(dev);
+    CUresult reset = d.cuDevicePrimaryCtxReset ? d.cuDevicePrimaryCtxReset(dev) : 0;
+    CUcontext ctx = nullptr;
+    CUresult again = d.cuDevicePrimaryCtxRetain(&ctx, dev);
+    if (again == 0)
+      g_contexts.emplace(device, ctx);
+    else
+      refused = "cuDevicePrimaryCtxReset: " + describe(reset) + ", then cuDevicePrimaryCtxRetain: " + describe(again);
+  }
+  if (refused.empty())
+    g_refused.erase(device);
+  else
+    g_refused[device] = refused;
   if (device >= 0 && device < kMaxDevices) g_generation[device].fetch_add(1, std::memory_order_acq_rel);
   t_device = -1;
-}
-
-std::string sticky_note(int device) {
-  return "; this error is sticky (it leaves the CUDA context unusable), so Tessera reset the primary context of "
-         "cuda:" + std::to_string(device) +
-         ": every allocation on it (torch tensors, CuPy arrays, tessera.Array) is gone and must be made again; "
-         "later launches with new arrays work";
+  t_context = nullptr;
+  std::string where = "cuda:" + std::to_string(device);
+  std::string note = "; this error is sticky (it leaves the CUDA context unusable), so Tessera reset the primary "
+                     "context of " + where + ": every allocation on it (torch tensors, CuPy arrays, tessera.Array) "
+                     "is gone";
+  if (refused.empty()) return note + " and must be made again; later launches with new arrays work";
+  return note + ", and the CUDA driver refuses to recreate the context in this process (" + refused +
+         "): restart the process to use " + where + " again";
 }
 
 [[noreturn]] void throw_sticky_aware(int device, CUresult r, const std::string& message) {
-  if (is_sticky_error(r)) {
-    reset_context(device);
-    throw CudaError(message + sticky_note(device), r, true);
-  }
+  if (is_sticky_error(r)) throw CudaError(message + reset_context(device), r, true);
   throw CudaError(message, r);
 }
 
@@ -471,7 +511,10 @@ void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int sh
                         " registers per thread), but this launch asks for " + std::to_string(threads) +
                         " (num_warps=" + std::to_string(threads / 32) + "): use fewer warps",
                     kErrorOutOfResources);
-  LoadedKernel* previous = g_last_kernel[k.device].exchange(&k, std::memory_order_relaxed);
+  // A plain load, and a store only when the kernel changes: a locked exchange on
+  // every launch costs more than this bookkeeping is worth.
+  LoadedKernel* previous = g_last_kernel[k.device].load(std::memory_order_relaxed);
+  if (previous != &k) g_last_kernel[k.device].store(&k, std::memory_order_relaxed);
   CUresult r = d.cuLaunchKernel(fn, g0, g1, g2, threads, 1, 1, shared_bytes, reinterpret_cast<CUstream>(stream),
                                 params, nullptr);
   if (r == 0) return;

@@ -7,12 +7,19 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
+import os
 
 import numpy as np
 
 # `tessera.jit` the attribute is the decorator alias (tessera.jit = tessera.kernel), which
 # shadows the module of the same name: reach the module through importlib.
 tjit = importlib.import_module("tessera.jit")
+
+# TESSERA_TEST_DEVICE=cuda reruns these tests on the GPU (conftest.py). There, as
+# docs/language.md documents, fp32 `/` is div.full.f32 and tl.exp uses ex2.approx;
+# the helpers below assert those documented bounds on the GPU and IEEE results on
+# the CPU.
+ON_GPU = os.environ.get("TESSERA_TEST_DEVICE", "cpu").startswith("cuda")
 
 INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 FLOAT_DTYPES = [np.float16, np.float32, np.float64]
@@ -127,6 +134,35 @@ def assert_ulp(actual, expected, max_ulp, inputs=None, what=""):
                         f"({d.reshape(-1)[i]} ulp)")
         raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} elements over {max_ulp} ulp:\n"
                              + "\n".join(rows))
+
+
+def assert_fp32_quotient(actual, x, y, what="x / y"):
+    """An f32 quotient of x / y: the IEEE (correctly rounded) result on the CPU; on the
+    GPU div.full.f32, within 2 ulp of the exact quotient (docs/language.md)."""
+    with np.errstate(all="ignore"):
+        exact = np.asarray(x, np.float64) / np.asarray(y, np.float64)
+    if ON_GPU:
+        assert_ulp(actual, exact, 2, inputs=x, what=f"{what} (GPU div.full.f32)")
+    else:
+        np.testing.assert_array_equal(actual, exact.astype(np.float32), err_msg=what)
+
+
+def assert_gpu_exp_f32(actual, x, expected):
+    """tl.exp of f32 on the GPU: ex2.approx of x * log2(e) rounded to f32
+    (docs/language.md): relative error up to 2^-22 from the unit plus |x| * 2^-24 from
+    rounding the product; this checks twice that, one subnormal step absolute, and
+    exact inf / nan / 0 for the special values."""
+    actual = np.asarray(actual, np.float64)
+    x = np.asarray(x, np.float64)
+    expected = np.asarray(expected, np.float64).astype(np.float32).astype(np.float64)
+    finite = np.isfinite(expected) & (expected != 0)
+    bound = (2.0**-21 + np.abs(x) * 2.0**-23) * np.abs(expected) + 2.0**-148
+    bad = finite & ~(np.abs(actual - expected) <= bound)
+    bad |= ~finite & (ulp_distance(actual.astype(np.float32), expected.astype(np.float32)) > 1)
+    if bad.any():
+        i = np.flatnonzero(bad)[:8]
+        raise AssertionError(f"tl.exp float32 on the GPU: {int(bad.sum())} elements over the documented bound: "
+                             f"x={x[i]} got {actual[i]} want {expected[i]}")
 
 
 # --- special values ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import tessera
 import tessera.language as tl
 from tessera.language import dtypes as D
 from tessera.language import semantics as S
-from cpu_helpers import (ALL_DTYPES, INT_DTYPES, bf16_bits_to_f32, bf16_round, f32_to_bf16_bits,
+from cpu_helpers import (ON_GPU, ALL_DTYPES, assert_fp32_quotient, INT_DTYPES, bf16_bits_to_f32, bf16_round, f32_to_bf16_bits,
                          grid_for, poisoned, run_interpreted)
 
 TL_OF = {np.dtype(n): D.NUMPY_TO_DTYPE[np.dtype(n).name] for n in ALL_DTYPES}
@@ -329,7 +329,9 @@ def test_float_remainder_is_fmod(dtype):
     with np.errstate(all="ignore"):
         want = np.fmod(xp, yp)
     np.testing.assert_array_equal(out, want)
-    np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
+    # The sign of a NaN is not specified (x86 gives -nan here, the GPU +nan).
+    signed = ~np.isnan(want) if ON_GPU else np.ones(want.shape, bool)
+    np.testing.assert_array_equal(np.signbit(out)[signed], np.signbit(want)[signed])
 
 
 @tessera.kernel
@@ -402,7 +404,7 @@ def test_bf16_arithmetic_rounds_after_every_op():
     bf16_arith_kernel[grid_for(n, 128)](xb, yb, add, mul, div, mixed, n, BLOCK=128)
     np.testing.assert_array_equal(bf16_bits_to_f32(add), bf16_round(x + y))
     np.testing.assert_array_equal(bf16_bits_to_f32(mul), bf16_round(bf16_round(x * y) * x))
-    np.testing.assert_array_equal(div, x / y)
+    assert_fp32_quotient(div, x, y, "bf16 / bf16 (computed in f32)")
     np.testing.assert_array_equal(mixed, x + y.astype(np.float16).astype(np.float32))
 
 

@@ -6,6 +6,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include "codegen/common/elementwise.h"
+#include "codegen/nvptx/float_remainder_nvptx.h"
 
 namespace tessera::codegen::nvptx {
 
@@ -34,6 +35,15 @@ llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm
     auto* fty = llvm::FunctionType::get(b.getFloatTy(), {b.getFloatTy(), b.getFloatTy()}, false);
     auto* div_full = llvm::InlineAsm::get(fty, "div.full.f32 $0, $1, $2;", "=f,f,f", false);
     return b.CreateCall(div_full, {args[0], args[1]});
+  }
+  // Float % is C fmod, exact (float_remainder_nvptx.cpp; LLVM's frem expansion is
+  // not); f16/bf16 are computed in f32, where their remainder is exact too.
+  if (op.kind == OpKind::Rem && op.result()->type.elem.is_float() && !args[0]->getType()->isVectorTy() &&
+      !args[1]->getType()->isVectorTy()) {
+    const ElemType& e = op.result()->type.elem;
+    ElemType wide = e.kind == ScalarKind::F64 ? e : ElemType{ScalarKind::F32, ScalarKind::I32};
+    llvm::Value* r = emit_exact_fmod(b, emit_cast(b, args[0], e, wide), emit_cast(b, args[1], e, wide));
+    return emit_cast(b, r, wide, e);
   }
   return emit_elementwise(b, op, args);
 }

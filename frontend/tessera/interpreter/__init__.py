@@ -56,7 +56,11 @@ Decisions where the documents leave room (the compiled paths must agree):
   * Arguments (run_grid): numpy arrays become pointers to their element [0, ...]
     (any strides, also negative; element type from the numpy dtype or `types`);
     int -> i32, i64 or u64 (Triton's specialization), float -> fp32, bool -> i1,
-    numpy scalars keep their type, None stays None. Constexpr parameters are
+    numpy scalars keep their type, None stays None. torch tensors, CuPy /
+    __cuda_array_interface__ / __dlpack__ arrays and tessera.Array are taken too
+    (foreign_arrays.py): host ones as views of the same memory, GPU ones copied to the
+    host before the grid and back after it, layout and aliasing kept (as Triton's
+    interpreter does). Constexpr parameters are
     tl.constexpr values that also have Python's operators (constexprs.py).
   * Block pointers: padding_option "" (undefined in Triton) loads 0.
 """

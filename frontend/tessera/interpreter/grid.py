@@ -15,6 +15,7 @@ from .constexprs import KernelConstexpr
 from .debug import DebugOps
 from .elementwise import ElementwiseOps
 from .errors import innermost_user_frame
+from .foreign_arrays import HostCopies, as_interpretable, is_device_array
 from .loop_carry import with_carried_numbers_as_tensors
 from .memory import Memory, MemoryOps
 from .random import RandomOps
@@ -130,7 +131,8 @@ def _runtime_argument(name: str, value, forced, memory: Memory):
     if isinstance(value, float):
         return convert(value, D.float32)
     raise SemanticError(f"argument '{name}': cannot pass a {type(value).__name__} to a kernel "
-                        f"(expected a numpy array, a Python/numpy scalar or None)")
+                        f"(expected an array (numpy, torch, CuPy, tessera.Array, __dlpack__), "
+                        f"a Python/numpy scalar or None)")
 
 
 def _is_constexpr_annotation(annotation) -> bool:
@@ -198,7 +200,34 @@ def run_grid(fn, grid, args: dict, constexprs: dict, *, types: dict | None = Non
     grid = _normalize_grid(grid)
     memory = Memory()
     impl = Builtins(memory, grid, getattr(fn, "__name__", "kernel"))
-    values = _bind_arguments(fn, args, constexprs, dict(types or {}), memory)
+    types = dict(types or {})
+    args, copies = _host_arguments(args, types)
+    try:
+        values = _bind_arguments(fn, args, constexprs, types, memory)
+        _run_programs(fn, impl, grid, values)
+    finally:
+        if copies is not None:
+            copies.write_back()
+
+
+def _host_arguments(args: dict, types: dict):
+    """args with torch/CuPy/dlpack/tessera.Array arguments replaced by host numpy
+    arrays (foreign_arrays.py), and the HostCopies to write back (None if no GPU
+    array). Fills `types` for arrays whose dtype numpy lacks (bf16)."""
+    host, on_device = {}, {}
+    for name, value in args.items():
+        value, forced = as_interpretable(name, value)
+        if forced is not None:
+            types.setdefault(name, forced)
+        (on_device if is_device_array(value) else host)[name] = value
+    if not on_device:
+        return host, None
+    copies = HostCopies(on_device)
+    host.update(copies.views)
+    return host, copies
+
+
+def _run_programs(fn, impl: Builtins, grid: tuple, values: list) -> None:
     kernel = _with_kernel_range(fn, impl)
     previous = core._interpreter_impl
     core._interpreter_impl = impl
