@@ -47,7 +47,9 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
             b = tl.trans(tl.load(b_ptrs, mask=(rn[:, None] < N) & (rk[None, :] < K - k), other=0.0))
         else:
             b = tl.load(b_ptrs, mask=(rk[:, None] < K - k) & (rn[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc)
+        # fp32 inputs: three tf32 products on tensor cores give fp32 accuracy, as
+        # torch's default (allow_tf32=False) does; 16-bit inputs ignore the option.
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
         a_ptrs += BLOCK_K * s_ak
         b_ptrs += BLOCK_K * s_bk
     if SCALE:
