@@ -62,9 +62,9 @@ void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out
 
 }  // namespace
 
-GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc)
+GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc, int num_stages)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
-      num_threads_(num_warps * 32), debug_(debug), cc_(cc), axis_(k) {
+      num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), axis_(k) {
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();
 }
@@ -490,7 +490,14 @@ void GpuLowering::lower_for(const Op& op) {
     }
   };
   auto in_range = [&](llvm::Value* i) { return ivt.is_unsigned() ? b_.CreateICmpULT(i, ub) : b_.CreateICmpSLT(i, ub); };
-  std::vector<Prefetch> pf = plan_prefetch(body);
+  std::optional<Pipeline> pipe = plan_pipeline(body);
+  std::vector<Prefetch> pf = pipe ? std::vector<Prefetch>{} : plan_prefetch(body);
+  if (pipe) {
+    std::vector<BlockedLayout> layouts;
+    std::vector<std::vector<llvm::Value*>> slots;
+    for (auto& ci : c) layouts.push_back(ci.layout), slots.push_back(ci.slots);
+    pipeline_prologue(body, *pipe, lb, step, layouts, slots, in_range);
+  }
   if (!pf.empty()) {
     std::vector<TileVal> ct;
     std::vector<llvm::Value*> cs;
@@ -518,7 +525,9 @@ void GpuLowering::lower_for(const Op& op) {
     tiles_[p.load->result()] = TileVal{TileVal::Regs, p.layout, regs};
     prefetched_.insert(p.load->result());
   }
+  if (pipe) pipeline_iteration(body, *pipe, step, in_range);
   lower_block(body);
+  if (pipe) pipeline_end_iteration(*pipe);
   for (auto& p : pf) prefetched_.erase(p.load->result());
   std::vector<const Value*> ys(body.terminator()->operands.begin(), body.terminator()->operands.end());
   store_values(ys);
@@ -532,6 +541,7 @@ void GpuLowering::lower_for(const Op& op) {
   iv->addIncoming(next, b_.GetInsertBlock());
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
+  if (pipe) pipeline_epilogue(*pipe);
   std::vector<Value*> results;
   for (auto& r : op.results) results.push_back(r.get());
   load_values(results);

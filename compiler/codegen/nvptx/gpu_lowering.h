@@ -46,7 +46,7 @@ enum class MmaKind { F16, BF16, TF32, TF32x3, I8 };
 class GpuLowering {
  public:
   // cc: the target's compute capability (80 for sm_80, 90 for sm_90a).
-  GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90);
+  GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90, int num_stages = 3);
   // Emits the kernel function (named after the kernel) and returns it.
   llvm::Function* run();
   int shared_bytes() const { return shared_bytes_; }
@@ -151,6 +151,36 @@ class GpuLowering {
                      const std::vector<TileVal>& carried, const std::vector<llvm::Value*>& carried_scalars,
                      llvm::Value* active);
 
+  // --- pipeline_nvptx.cpp: a num_stages ring of cp.async copies for dot operands ---
+  struct PipelinedLoad {
+    const ir::Op* load = nullptr;
+    BlockedLayout layout;        // which thread copies which elements
+    int width = 1;               // elements per cp.async
+    StagedOperand geom;          // the stage's buffer format (buf unset)
+    int64_t stage_bytes = 0;
+    llvm::Value* ring = nullptr;  // stages * stage_bytes of shared memory
+  };
+  struct Pipeline {
+    int stages = 0;
+    std::vector<PipelinedLoad> loads;
+    std::vector<const ir::Op*> ops;  // body ops the addresses, masks and ahead yields need, in order
+    std::vector<size_t> ahead_args;  // carried values the addresses read (indices into the carried list)
+    std::vector<BlockedLayout> ahead_layouts;
+    std::vector<std::vector<llvm::Value*>> ahead_slots;  // their values num_stages-1 iterations ahead
+    llvm::Value* ahead_iv = nullptr;                     // allocas
+    llvm::Value* read_stage = nullptr;
+    llvm::Value* write_stage = nullptr;
+  };
+  std::optional<Pipeline> plan_pipeline(const ir::Block& body);
+  void issue_stage(const ir::Block& body, Pipeline& p, llvm::Value* iv, llvm::Value* stage, llvm::Value* active);
+  void pipeline_prologue(const ir::Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,
+                         const std::vector<BlockedLayout>& layouts, const std::vector<std::vector<llvm::Value*>>& slots,
+                         const std::function<llvm::Value*(llvm::Value*)>& in_range);
+  void pipeline_iteration(const ir::Block& body, Pipeline& p, llvm::Value* step,
+                          const std::function<llvm::Value*(llvm::Value*)>& in_range);
+  void pipeline_end_iteration(Pipeline& p);
+  void pipeline_epilogue(Pipeline& p);
+
   // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
   void lower_atomic(const ir::Op& op);
   bool has_uses(const ir::Value* v);
@@ -167,6 +197,9 @@ class GpuLowering {
   int num_warps_, num_threads_;
   bool debug_;
   int cc_;
+  int num_stages_;
+  // Dot operands read from a pipeline's ring stage this iteration (pipeline_nvptx.cpp).
+  std::unordered_map<const ir::Value*, StagedOperand> pipelined_;
   std::set<const ir::Op*> dot_rows_only_;  // from plan_dots
   std::set<const ir::Value*> prefetched_;  // loads whose value a loop carries in (prefetch)
   llvm::Value* extra_load_pred_ = nullptr; // ANDed into tile loads' masks (prefetch)
