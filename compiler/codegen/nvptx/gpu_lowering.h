@@ -110,6 +110,7 @@ class GpuLowering {
   // --- lower_dot_nvptx.cpp: dot with FMA, operands staged in shared memory ---
   void lower_dot(const ir::Op& op);
   void ensure_dot_smem();  // the staging buffers, sized for the kernel's largest dot
+  int64_t dot_staging_bytes() const;  // what ensure_dot_smem allocates
 
   // --- lower_dot_mma_nvptx.cpp: dot on tensor cores (mma.sync) --------------
   struct StagedOperand {

@@ -73,6 +73,13 @@ void carried_args_read(const Block& body, const std::set<const Op*>& ops, const 
     for (const Value* o : op->operands) note(o);
 }
 
+void collect_dots(const Block& b, std::vector<const Op*>& out) {
+  for (auto& op : b.ops) {
+    if (op->kind == OpKind::Dot) out.push_back(op.get());
+    for (auto& r : op->regions) collect_dots(*r->block, out);
+  }
+}
+
 void emit_asm(llvm::IRBuilderBase& b, const std::string& text) {
   auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
   b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {});
@@ -141,10 +148,22 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   for (auto& op : body.ops)
     if (slice.count(op.get()) || ahead.count(op.get())) p.ops.push_back(op.get());
 
-  // Fewer stages where the ring would crowd out everything else.
+  // Fewer stages where the ring would not fit next to what is already allocated, the
+  // register-staging buffers (unless every dot of the kernel reads only ring stages)
+  // and some room for layout conversions.
   int64_t per_stage = 0;
   for (auto& pl : p.loads) per_stage += pl.stage_bytes;
-  const int64_t budget = max_dynamic_shared_bytes(cc_) - 32 * 1024;
+  std::vector<const Op*> dots;
+  collect_dots(*k_.body(), dots);
+  bool all_from_rings = true;
+  for (const Op* d : dots)
+    for (int i = 0; i < 2; ++i) {
+      bool in_ring = false;
+      for (auto& pl : p.loads) in_ring = in_ring || pl.load->result() == d->operands[i];
+      all_from_rings = all_from_rings && in_ring;
+    }
+  const int64_t staging = dot_smem_[0] || all_from_rings ? 0 : dot_staging_bytes();
+  const int64_t budget = max_dynamic_shared_bytes(cc_) - shared_bytes_ - staging - 16 * 1024;
   while (p.stages > 2 && p.stages * per_stage > budget) --p.stages;
   if (p.stages * per_stage > budget) return std::nullopt;
   return p;
