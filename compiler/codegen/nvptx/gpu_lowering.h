@@ -155,6 +155,7 @@ class GpuLowering {
   // --- pipeline_nvptx.cpp: a num_stages ring of cp.async copies for dot operands ---
   struct PipelinedLoad {
     const ir::Op* load = nullptr;
+    const ir::Value* operand = nullptr;  // the dot operand: the load, or its transpose
     BlockedLayout layout;        // which thread copies which elements
     int width = 1;               // elements per cp.async
     StagedOperand geom;          // the stage's buffer format (buf unset)

@@ -98,12 +98,23 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
     if (!kind) continue;
     const int eb = (*kind == MmaKind::I8) ? 1 : (*kind == MmaKind::F16 || *kind == MmaKind::BF16) ? 2 : 4;
     for (int i = 0; i < 2; ++i) {
-      const Value* v = op->operands[i];
+      // The operand is the load, or its transpose (tl.trans(k) in attention): the ring
+      // keeps the load's rows either way, so the transpose only swaps which operand
+      // dim runs along the buffer's rows.
+      const Value* operand = op->operands[i];
+      const Value* v = operand;
+      bool transposed = false;
+      if (v->def() && v->def()->kind == OpKind::Permute && v->def()->ints_attr("order") == std::vector<int64_t>{1, 0} &&
+          count_uses(*k_.body(), v) == 1) {
+        v = v->def()->operands[0];
+        transposed = true;
+      }
       const Op* load = v->def();
       if (!load || load->kind != OpKind::Load || load->parent != &body || v->type.rank() != 2) continue;
       if (count_uses(*k_.body(), v) != 1) continue;
       // 32- and 8-bit fragments need K-contiguous buffer rows (no ldmatrix transpose).
-      if (eb != 2 && i == 1) continue;
+      const int contig_dim = transposed ? 0 : 1, kdim = i == 0 ? 1 : 0;
+      if (eb != 2 && contig_dim != kdim) continue;
       if (load->operands.size() >= 3 && !is_zero_const(load->operands[2])) continue;
       std::set<const Op*> s;
       bool ok = true;
@@ -116,7 +127,8 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
       pl.layout = make_blocked_layout(v->type.shape, vec, num_threads_);
       pl.width = access_width(*load, pl.layout);
       if (pl.width * eb < 4) continue;  // cp.async copies 4, 8 or 16 bytes
-      pl.geom.contig_dim = 1;
+      pl.operand = operand;
+      pl.geom.contig_dim = contig_dim;
       pl.geom.row_bytes = cols * eb;
       pl.geom.elem_bytes = eb;
       pl.stage_bytes = (v->type.numel() * eb + 127) / 128 * 128;
@@ -159,7 +171,7 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   for (const Op* d : dots)
     for (int i = 0; i < 2; ++i) {
       bool in_ring = false;
-      for (auto& pl : p.loads) in_ring = in_ring || pl.load->result() == d->operands[i];
+      for (auto& pl : p.loads) in_ring = in_ring || pl.operand == d->operands[i];
       all_from_rings = all_from_rings && in_ring;
     }
   const int64_t staging = dot_smem_[0] || all_from_rings ? 0 : dot_staging_bytes();
@@ -293,14 +305,14 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
   for (auto& pl : p.loads) {
     StagedOperand st = pl.geom;
     st.buf = b_.CreateInBoundsGEP(b_.getInt8Ty(), pl.ring, b_.CreateMul(rs, b_.getInt32(static_cast<uint32_t>(pl.stage_bytes))));
-    pipelined_[pl.load->result()] = st;
+    pipelined_[pl.operand] = st;
     prefetched_.insert(pl.load->result());
   }
 }
 
 void GpuLowering::pipeline_end_iteration(Pipeline& p) {
   for (auto& pl : p.loads) {
-    pipelined_.erase(pl.load->result());
+    pipelined_.erase(pl.operand);
     prefetched_.erase(pl.load->result());
   }
 }
