@@ -262,7 +262,7 @@ TEST(NvptxMma, DynamicSharedMemoryBeyond48KB) {
   std::string ptx;
   tessera::CompileResult r = tessera_test::compile_gpu(mma_kernel(128, 128, 256, "f16", "f32", "ieee"), "cuda:90a");
   EXPECT_EQ(r.metadata.at("shared"), std::to_string(2 * 128 * 256 * 2));
-  EXPECT_NE(r.binary.find(".extern .shared .align 16 .b8 tessera_dyn_smem[]"), std::string::npos) << r.binary;
+  EXPECT_NE(r.binary.find(".extern .shared .align 1024 .b8 tessera_dyn_smem[]"), std::string::npos) << r.binary;
   if (tessera_test::have_ptxas()) EXPECT_EQ(tessera_test::ptxas(r.binary, "sm_90a"), "");
   // sm_80 allows 163 KB, sm_90 227 KB: 256x256 f16 operands (256 KB) fit neither.
   try {
@@ -345,13 +345,20 @@ TEST(NvptxPipeline, CpAsyncRingWithWaitGroupStagesMinusTwo) {
     EXPECT_EQ(count(ptx, "cp.async.wait_group 0;"), s == 2 ? 2 : 1) << ptx;
     EXPECT_EQ(count(ptx, "ld.global"), 0) << ptx;   // operands never pass through registers
     EXPECT_EQ(count(ptx, "st.shared"), 0) << ptx;
-    EXPECT_EQ(count(ptx, "mma.sync.aligned.m16n8k16"), 2 * 4 * 2) << ptx;
+    // sm_90a: one warpgroup, M = 64 = 16 x 4 warps: wgmma m64n64k16 from the ring stages (2
+    // k-steps), the copies fenced for the async proxy; sm_80: mma.sync m16n8k16.
+    EXPECT_EQ(count(ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"), 2) << ptx;
+    EXPECT_EQ(count(ptx, "fence.proxy.async.shared::cta;"), 1) << ptx;
+    EXPECT_EQ(count(ptx, "wgmma.wait_group.sync.aligned 0;"), 1) << ptx;
+    std::string ptx80 = tessera_test::compile_gpu(pipelined_kernel(s), "cuda:80").binary;
+    EXPECT_EQ(count(ptx80, "mma.sync.aligned.m16n8k16"), 2 * 4 * 2) << ptx80;
+    EXPECT_EQ(count(ptx80, "wgmma"), 0) << ptx80;
     EXPECT_EQ(shared, std::to_string(s * 8192));
     // The body issues the next stage before its ldmatrix/mma, after the wait and barrier.
     size_t wait = ptx.find("cp.async.wait_group " + std::to_string(s - 2) + ";");
     size_t bar = ptx.find("bar.sync", wait);
     size_t cp = ptx.find("cp.async.cg", bar);
-    size_t ld = ptx.find("ldmatrix", bar);
+    size_t ld = ptx.find("wgmma.mma_async", bar);
     EXPECT_LT(bar, cp);
     EXPECT_LT(cp, ld);
   }

@@ -294,7 +294,7 @@ def test_dynamic_shared_memory_beyond_48kb(tmp_path):
     ck = tessera.compile(matmul_kernel, signature="*fp16:16,*fp16:16,*fp32:16" + ",i32" * 3 + ",i32:16" * 6,
                          constexprs={"BM": 128, "BN": 128, "BK": 128}, target="cuda:90a")
     assert int(ck.metadata["shared"]) == 2 * 128 * 128 * 2  # 64 KB: set at launch as dynamic shared memory
-    assert ".extern .shared .align 16 .b8 tessera_dyn_smem[]" in ck.asm["ptx"]
+    assert ".extern .shared .align 1024 .b8 tessera_dyn_smem[]" in ck.asm["ptx"]
     assemble(ck.asm["ptx"], "sm_90a", tmp_path)
 
 

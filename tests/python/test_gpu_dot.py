@@ -360,3 +360,22 @@ def test_pipelined_addresses_from_k(num_stages, dtype, prec, M, N, K):
         INT=dtype == "i8", num_warps=4, num_stages=num_stages)
     torch.cuda.synchronize()
     check(c, reference(a, b), dtype, prec, K)
+
+
+# --- wgmma (sm_90a): M = 16 * num_warps, f16/bf16 operands from the cp.async ring ------------
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("M,N,K,BM,BN,BK,num_warps,num_stages", [
+    (256, 512, 256, 128, 256, 64, 8, 3),   # m64n256k16, 128-byte swizzle, 2 warpgroups
+    (320, 256, 200, 64, 128, 64, 4, 4),    # one warpgroup, K % BK = 8 (zero-filled stage)
+    (128, 128, 48, 128, 128, 16, 8, 2),    # BK 16: 32-byte swizzle for A, 16-row B blocks
+    (200, 96, 96, 64, 32, 32, 4, 3)])      # m64n32k16, 64-byte swizzle, M/N edges
+def test_wgmma_shapes(dtype, M, N, K, BM, BN, BK, num_warps, num_stages):
+    a, b = inputs(M, N, K, dtype, seed=M * 3 + K)
+    c = torch.full((M, N), float("nan"), device=DEV)
+    grid = (tessera.cdiv(M, BM) * tessera.cdiv(N, BN),)
+    mm_carried_ptrs_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                 c.stride(0), c.stride(1), BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=num_warps,
+                                 num_stages=num_stages)
+    torch.cuda.synchronize()
+    check(c, reference(a, b), dtype, "ieee", K)

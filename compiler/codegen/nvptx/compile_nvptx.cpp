@@ -90,7 +90,7 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   int num_stages = ns != k.attrs.end() && std::holds_alternative<int64_t>(ns->second)
                        ? static_cast<int>(std::get<int64_t>(ns->second))
                        : opts.num_stages;
-  GpuLowering lowering(k, *m, out.num_warps, opts.debug, cc, num_stages);
+  GpuLowering lowering(k, *m, out.num_warps, opts.debug, cc, num_stages, /*wgmma=*/digits == "90a");
   llvm::Function* fn = lowering.run();
   out.entry_symbol = fn->getName().str();
   out.shared_bytes = lowering.shared_bytes();

@@ -46,7 +46,10 @@ enum class MmaKind { F16, BF16, TF32, TF32x3, I8 };
 class GpuLowering {
  public:
   // cc: the target's compute capability (80 for sm_80, 90 for sm_90a).
-  GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90, int num_stages = 3);
+  // wgmma: the target is sm_90a (warpgroup MMA for f16/bf16 dots whose operands a
+  // cp.async ring holds).
+  GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90, int num_stages = 3,
+              bool wgmma = false);
   // Emits the kernel function (named after the kernel) and returns it.
   llvm::Function* run();
   int shared_bytes() const { return shared_bytes_; }
@@ -77,7 +80,7 @@ class GpuLowering {
   llvm::Value* read_through_smem(const ir::Value* v, const SymIndex& s);
   // A region of the kernel's dynamic shared memory (one extern array; the launch
   // passes shared_bytes()). Points at the region's first byte, 16-byte aligned.
-  llvm::Value* new_smem(llvm::Type* elem, int64_t count, const std::string& name);
+  llvm::Value* new_smem(llvm::Type* elem, int64_t count, const std::string& name, int64_t align = 16);
   llvm::Value* runtime_index(const std::vector<IndexBit>& bits);  // i32
   llvm::Value* thread_bit(int b);                                 // i1
   // Threads that hold a replica (unused thread bits set) must not store.
@@ -118,6 +121,9 @@ class GpuLowering {
     int contig_dim = 1;          // the operand dim that runs along the buffer's rows
     int64_t row_bytes = 0;
     int elem_bytes = 2;
+    // wgmma's MN-major layout: the rows split into column blocks of 128 bytes, each
+    // block a [rows][128 B] buffer of its own (block_bytes apart); 0: plain rows.
+    int64_t block_bytes = 0;
   };
   std::optional<MmaKind> mma_kind(const ir::Op& dot) const;  // none: FMA path
   void plan_dots();  // dots that feed another dot's A operand keep warps on whole rows
@@ -133,6 +139,14 @@ class GpuLowering {
   std::vector<llvm::Value*> ldmatrix_x4(const StagedOperand& st, int kdim, llvm::Value* base0, llvm::Value* base1,
                                         const int64_t step0[2], const int64_t step1[2]);
   void lower_dot_mma(const ir::Op& op, MmaKind kind);
+
+  // --- lower_dot_wgmma_nvptx.cpp: warpgroup MMA from ring stages (sm_90a) -----
+  // Whether `dot` can run as wgmma when both its operands come from ring stages of
+  // the given geometries (K-major A; B K-major or N-major), and that geometry.
+  bool wgmma_shape_ok(const ir::Op& dot) const;
+  bool wgmma_operand_ok(const StagedOperand& st, int kdim) const;
+  void plan_wgmma(const ir::Block& b);  // fills wgmma_dots_ (constructor)
+  void lower_dot_wgmma(const ir::Op& op, MmaKind kind, const StagedOperand& sa, const StagedOperand& sb);
 
   // --- lower_scan_nvptx.cpp: inclusive scans through shared memory ---------
   void lower_scan(const ir::Op& op);
@@ -164,6 +178,7 @@ class GpuLowering {
   };
   struct Pipeline {
     int stages = 0;
+    bool async_proxy = false;  // a wgmma reads the ring: fence.proxy.async before the barrier
     std::vector<PipelinedLoad> loads;
     std::vector<const ir::Op*> ops;  // body ops the addresses, masks and ahead yields need, in order
     std::vector<size_t> ahead_args;  // carried values the addresses read (indices into the carried list)
@@ -200,6 +215,8 @@ class GpuLowering {
   bool debug_;
   int cc_;
   int num_stages_;
+  bool wgmma_;
+  std::set<const ir::Op*> wgmma_dots_;  // from plan_wgmma
   // Dot operands read from a pipeline's ring stage this iteration (pipeline_nvptx.cpp).
   std::unordered_map<const ir::Value*, StagedOperand> pipelined_;
   std::set<const ir::Op*> dot_rows_only_;  // from plan_dots

@@ -191,6 +191,16 @@ int contiguous_regs_along(const BlockedLayout& l, int dim) {
 // Byte offset of element (row, col) of a staging buffer (row-major, `row_bytes`
 // per row, swizzled 16-byte chunks; see mma_swizzle_chunk).
 llvm::Value* GpuLowering::staged_offset(const StagedOperand& st, llvm::Value* row, llvm::Value* col) {
+  if (st.block_bytes) {  // column block col / (128 / elem_bytes), 128-byte rows inside it
+    const int64_t per_block = 128 / st.elem_bytes;
+    StagedOperand in = st;
+    in.block_bytes = 0;
+    in.row_bytes = 128;
+    llvm::Value* block = b_.CreateLShr(col, log2_exact(per_block));
+    llvm::Value* c = b_.CreateAnd(col, b_.getInt32(static_cast<uint32_t>(per_block - 1)));
+    return b_.CreateAdd(b_.CreateMul(block, b_.getInt32(static_cast<uint32_t>(st.block_bytes))),
+                        staged_offset(in, row, c));
+  }
   const int64_t cpr = std::max<int64_t>(1, st.row_bytes / 16);
   llvm::Value* byte = b_.CreateMul(col, b_.getInt32(st.elem_bytes));
   llvm::Value* chunk = b_.CreateLShr(byte, 4);
@@ -359,6 +369,7 @@ void GpuLowering::lower_dot_mma(const Op& op, MmaKind kind) {
   StagedOperand sa, sb;
   if (a_ready) sa = pa->second;
   if (b_ready) sb = pb->second;
+  if (a_ready && b_ready && wgmma_dots_.count(&op)) return lower_dot_wgmma(op, kind, sa, sb);
   const bool stage_a = !a_in_regs && !a_ready, stage_b = !b_ready;
   llvm::Value* a_buf = nullptr;
   llvm::Value* b_buf = nullptr;

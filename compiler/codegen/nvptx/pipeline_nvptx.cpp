@@ -137,6 +137,17 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
     }
   }
   if (p.loads.empty()) return std::nullopt;
+  // Operands of wgmma dots (plan_wgmma): N-major B in 64-column blocks, and stages on
+  // 1024-byte boundaries (the swizzle atoms' alignment).
+  for (auto& op : body.ops)
+    if (wgmma_dots_.count(op.get()))
+      for (auto& pl : p.loads) {
+        if (pl.operand != op->operands[0] && pl.operand != op->operands[1]) continue;
+        p.async_proxy = true;
+        pl.stage_bytes = (pl.stage_bytes + 1023) / 1024 * 1024;
+        if (pl.operand == op->operands[1] && pl.geom.contig_dim == 1)
+          pl.geom.block_bytes = pl.load->result()->type.shape[0] * 128;
+      }
 
   // The carried values the addresses read, closed under their yields.
   std::set<size_t> args;
@@ -265,7 +276,7 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
                                     const std::vector<BlockedLayout>& layouts,
                                     const std::vector<std::vector<llvm::Value*>>& slots,
                                     const std::function<llvm::Value*(llvm::Value*)>& in_range) {
-  for (auto& pl : p.loads) pl.ring = new_smem(b_.getInt8Ty(), p.stages * pl.stage_bytes, "ring");
+  for (auto& pl : p.loads) pl.ring = new_smem(b_.getInt8Ty(), p.stages * pl.stage_bytes, "ring", p.async_proxy ? 1024 : 16);
   for (size_t i : p.ahead_args) {
     const Type& t = body.args[1 + i]->type;
     p.ahead_layouts.push_back(layouts[i]);
@@ -290,6 +301,9 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
 void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value* step,
                                      const std::function<llvm::Value*(llvm::Value*)>& in_range) {
   emit_asm(b_, "cp.async.wait_group " + std::to_string(p.stages - 2) + ";");
+  // wgmma reads shared memory through the async proxy: order this thread's copies
+  // (generic proxy) before it.
+  if (p.async_proxy) emit_asm(b_, "fence.proxy.async.shared::cta;");
   barrier();
   llvm::Value* rs = b_.CreateLoad(b_.getInt32Ty(), p.read_stage);
   llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
