@@ -29,12 +29,14 @@ def main():
     TR = bench_gpu.load_triton_kernels()
     dev = torch.cuda.get_device_name()
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
-    # (label, framework module, BK, num_stages, num_warps); the first and the Triton row are the
-    # bench_gpu.py configuration (128x128x32, 8 warps, num_stages 3).
-    variants = [("tessera s3", TK, 32, 3, 8), ("tessera s4 BK64", TK, 64, 4, 8), ("tessera s3 BK64 w4", TK, 64, 3, 4),
-                ("tessera s1 (no ring)", TK, 32, 1, 8)]
+    # (label, framework module, BN, BK, num_stages, num_warps), BM = 128; the first and the Triton
+    # row are the bench_gpu.py configuration (128x128x32, 8 warps, num_stages 3). On sm_90a Tessera
+    # runs these as wgmma (M = 16 x num_warps); num_stages=1 keeps no ring, hence mma.sync with the
+    # one-iteration register prefetch (the state before pipelining).
+    variants = [("tessera s3", TK, 128, 32, 3, 8), ("tessera s4", TK, 128, 32, 4, 8),
+                ("tessera BN256 BK64 s3", TK, 256, 64, 3, 8), ("tessera s1 (no ring)", TK, 128, 32, 1, 8)]
     if TR:
-        variants.append(("triton s3", TR, 32, 3, 8))
+        variants.append(("triton s3", TR, 128, 32, 3, 8))
     rows = []
     for dname in args.dtypes.split(","):
         dt = dtypes[dname]
@@ -45,7 +47,6 @@ def main():
             C = torch.empty(size, size, device="cuda", dtype=dt)
             ref = (A.float() @ B.float())
             tflops = lambda ms: 2 * size ** 3 / (ms * 1e-3) / 1e12
-            grid = (tessera.cdiv(size, 128) * tessera.cdiv(size, 128),)
 
             def check():
                 err = ((C.float() - ref).norm() / ref.norm()).item()
@@ -53,11 +54,12 @@ def main():
 
             row = {"dtype": dname, "size": size}
             row["cublas"] = tflops(bench_gpu.do_bench(lambda: torch.matmul(A, B, out=C)))
-            for label, K, BK, ns, nw in variants:
+            for label, K, BN, BK, ns, nw in variants:
                 C.fill_(float("nan"))
-                fn = (lambda K=K, BK=BK, ns=ns, nw=nw: K.matmul_kernel[grid](
+                grid = (tessera.cdiv(size, 128) * tessera.cdiv(size, BN),)
+                fn = (lambda K=K, BN=BN, BK=BK, ns=ns, nw=nw, grid=grid: K.matmul_kernel[grid](
                     A, B, C, size, size, size, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
-                    C.stride(0), C.stride(1), BM=128, BN=128, BK=BK, GROUP_M=8, num_warps=nw, num_stages=ns))
+                    C.stride(0), C.stride(1), BM=128, BN=BN, BK=BK, GROUP_M=8, num_warps=nw, num_stages=ns))
                 ms, err = bench_gpu.try_bench(fn, check)
                 row[label] = tflops(ms) if ms else None
                 if err:
