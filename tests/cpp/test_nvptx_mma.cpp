@@ -335,32 +335,45 @@ TEST(NvptxPipeline, CpAsyncRingWithWaitGroupStagesMinusTwo) {
   for (int s : {2, 3, 4}) {
     SCOPED_TRACE(s);
     std::string shared;
-    std::string ptx = build(pipelined_kernel(s), 4, &shared);
-    // Per issue: A 64x32 + B 32x64 f16 = 8 KB = 512 copies of 16 bytes over 128 threads; the
-    // prologue issues S-1 stages (unrolled), the loop body one.
-    EXPECT_EQ(count(ptx, "cp.async.cg.shared.global"), 4 * s) << ptx;
-    EXPECT_EQ(count(ptx, "cp.async.commit_group;"), s) << ptx;
-    // In the body, and "wait_group 0" once more where the loop exits (drains the empty groups).
-    EXPECT_EQ(count(ptx, "cp.async.wait_group " + std::to_string(s - 2) + ";"), s == 2 ? 2 : 1) << ptx;
-    EXPECT_EQ(count(ptx, "cp.async.wait_group 0;"), s == 2 ? 2 : 1) << ptx;
-    EXPECT_EQ(count(ptx, "ld.global"), 0) << ptx;   // operands never pass through registers
-    EXPECT_EQ(count(ptx, "st.shared"), 0) << ptx;
-    // sm_90a: one warpgroup, M = 64 = 16 x 4 warps: wgmma m64n64k16 from the ring stages (2
-    // k-steps), the copies fenced for the async proxy; sm_80: mma.sync m16n8k16.
-    EXPECT_EQ(count(ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"), 2) << ptx;
-    EXPECT_EQ(count(ptx, "fence.proxy.async.shared::cta;"), 1) << ptx;
-    EXPECT_EQ(count(ptx, "wgmma.wait_group.sync.aligned 0;"), 1) << ptx;
-    std::string ptx80 = tessera_test::compile_gpu(pipelined_kernel(s), "cuda:80").binary;
-    EXPECT_EQ(count(ptx80, "mma.sync.aligned.m16n8k16"), 2 * 4 * 2) << ptx80;
-    EXPECT_EQ(count(ptx80, "wgmma"), 0) << ptx80;
+    std::string ptx90 = build(pipelined_kernel(s), 4, &shared);
     EXPECT_EQ(shared, std::to_string(s * 8192));
-    // The body issues the next stage before its ldmatrix/mma, after the wait and barrier.
-    size_t wait = ptx.find("cp.async.wait_group " + std::to_string(s - 2) + ";");
-    size_t bar = ptx.find("bar.sync", wait);
-    size_t cp = ptx.find("cp.async.cg", bar);
-    size_t ld = ptx.find("wgmma.mma_async", bar);
-    EXPECT_LT(bar, cp);
-    EXPECT_LT(cp, ld);
+    std::string ptx80 = tessera_test::compile_gpu(pipelined_kernel(s), "cuda:80").binary;
+    // sm_80: mma.sync reads stage j while stages j+1 .. j+S-1 are in flight (S-1 ahead).
+    // sm_90a: one warpgroup (M = 64 = 16 x 4 warps) runs wgmma m64n64k16 from the stages; with
+    // S >= 3 it keeps one wgmma group in flight (wait_group 1), so the ring runs S-2 ahead (the
+    // stage a copy overwrites was read two iterations ago, by a retired group).
+    for (bool wg : {false, true}) {
+      SCOPED_TRACE(wg ? "sm_90a" : "sm_80");
+      const std::string& ptx = wg ? ptx90 : ptx80;
+      const bool in_flight = wg && s >= 3;
+      const int ahead = in_flight ? s - 2 : s - 1;
+      // Per issue: A 64x32 + B 32x64 f16 = 8 KB = 512 copies of 16 bytes over 128 threads; the
+      // prologue issues `ahead` stages (unrolled), the loop body one.
+      EXPECT_EQ(count(ptx, "cp.async.cg.shared.global"), 4 * (ahead + 1)) << ptx;
+      EXPECT_EQ(count(ptx, "cp.async.commit_group;"), ahead + 1) << ptx;
+      // In the body, and "wait_group 0" once more where the loop exits (drains the empty groups).
+      EXPECT_EQ(count(ptx, "cp.async.wait_group " + std::to_string(ahead - 1) + ";"), ahead == 1 ? 2 : 1) << ptx;
+      EXPECT_EQ(count(ptx, "cp.async.wait_group 0;"), ahead == 1 ? 2 : 1) << ptx;
+      EXPECT_EQ(count(ptx, "ld.global"), 0) << ptx;  // operands never pass through registers
+      EXPECT_EQ(count(ptx, "st.shared"), 0) << ptx;
+      if (wg) {
+        EXPECT_EQ(count(ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"), 2) << ptx;
+        EXPECT_EQ(count(ptx, "fence.proxy.async.shared::cta;"), 1) << ptx;
+        EXPECT_EQ(count(ptx, "wgmma.wait_group.sync.aligned 1;"), in_flight ? 1 : 0) << ptx;
+        EXPECT_EQ(count(ptx, "wgmma.wait_group.sync.aligned 0;"), 1) << ptx;  // in the body, or after the loop
+        EXPECT_EQ(count(ptx, "mma.sync"), 0) << ptx;
+      } else {
+        EXPECT_EQ(count(ptx, "mma.sync.aligned.m16n8k16"), 2 * 4 * 2) << ptx;
+        EXPECT_EQ(count(ptx, "wgmma"), 0) << ptx;
+      }
+      // The body issues the next stage before its tensor-core work, after the wait and barrier.
+      size_t wait = ptx.find("cp.async.wait_group " + std::to_string(ahead - 1) + ";");
+      size_t bar = ptx.find("bar.sync", wait);
+      size_t cp = ptx.find("cp.async.cg", bar);
+      size_t mma = ptx.find(wg ? "wgmma.mma_async" : "ldmatrix", bar);
+      EXPECT_LT(bar, cp);
+      EXPECT_LT(cp, mma);
+    }
   }
 }
 

@@ -543,10 +543,10 @@ void GpuLowering::lower_for(const Op& op) {
   iv->addIncoming(next, b_.GetInsertBlock());
   b_.CreateBr(header);
   b_.SetInsertPoint(exit);
-  if (pipe) pipeline_epilogue(*pipe);
   std::vector<Value*> results;
   for (auto& r : op.results) results.push_back(r.get());
   load_values(results);
+  if (pipe) pipeline_epilogue(*pipe, op);
 }
 
 void GpuLowering::lower_while(const Op& op) {

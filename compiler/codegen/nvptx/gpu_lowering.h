@@ -179,6 +179,11 @@ class GpuLowering {
   struct Pipeline {
     int stages = 0;
     bool async_proxy = false;  // a wgmma reads the ring: fence.proxy.async before the barrier
+    // Every wgmma of the body keeps one group in flight across iterations (its result
+    // only feeds the next iteration's wgmma): the ring then runs num_stages-2 ahead, so
+    // the stage a copy overwrites was read two iterations ago, by a finished group.
+    bool wgmma_async = false;
+    std::vector<size_t> async_results;  // carried indices of those accumulators
     std::vector<PipelinedLoad> loads;
     std::vector<const ir::Op*> ops;  // body ops the addresses, masks and ahead yields need, in order
     std::vector<size_t> ahead_args;  // carried values the addresses read (indices into the carried list)
@@ -196,7 +201,7 @@ class GpuLowering {
   void pipeline_iteration(const ir::Block& body, Pipeline& p, llvm::Value* step,
                           const std::function<llvm::Value*(llvm::Value*)>& in_range);
   void pipeline_end_iteration(Pipeline& p);
-  void pipeline_epilogue(Pipeline& p);
+  void pipeline_epilogue(Pipeline& p, const ir::Op& for_op);  // after the loop's results are loaded
 
   // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
   void lower_atomic(const ir::Op& op);
@@ -217,6 +222,7 @@ class GpuLowering {
   int num_stages_;
   bool wgmma_;
   std::set<const ir::Op*> wgmma_dots_;  // from plan_wgmma
+  std::set<const ir::Op*> wgmma_async_dots_;  // wgmma dots that wait_group 1 (pipeline_nvptx.cpp)
   // Dot operands read from a pipeline's ring stage this iteration (pipeline_nvptx.cpp).
   std::unordered_map<const ir::Value*, StagedOperand> pipelined_;
   std::set<const ir::Op*> dot_rows_only_;  // from plan_dots

@@ -138,6 +138,18 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
     for (int i = 0; i < nacc; ++i) c[i] = b_.CreateExtractValue(call, {static_cast<unsigned>(i)});
   }
   emit_asm(b_, "wgmma.commit_group.sync.aligned;");
+  if (wgmma_async_dots_.count(&op)) {
+    // The result only feeds the next iteration's wgmma (and, after the loop, the
+    // pipeline epilogue's wait 0): keep this group in flight, retire the previous one,
+    // whose ring stage the next iteration's copies overwrite after their barrier.
+    emit_asm(b_, "wgmma.wait_group.sync.aligned 1;");
+    TileVal res;
+    res.kind = TileVal::Regs;
+    res.layout = lc;
+    res.regs = std::move(c);
+    tiles_[op.result()] = std::move(res);
+    return;
+  }
   // The accumulators are read next (and the ring stage is rewritten after the next
   // barrier): wait for this group. The results pass through an identity asm tied to
   // the wait so no read of them moves above it.

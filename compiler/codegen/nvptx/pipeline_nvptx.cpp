@@ -189,6 +189,30 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   const int64_t budget = max_dynamic_shared_bytes(cc_) - shared_bytes_ - staging - 16 * 1024;
   while (p.stages > 2 && p.stages * per_stage > budget) --p.stages;
   if (p.stages * per_stage > budget) return std::nullopt;
+  // wgmma dots whose accumulator only goes round the loop keep a group in flight.
+  if (p.async_proxy && p.stages >= 3) {
+    const Op* y = body.terminator();
+    bool all = y && y->kind == OpKind::Yield;
+    std::vector<size_t> idx;
+    for (auto& op : body.ops) {
+      if (!all || !wgmma_dots_.count(op.get())) continue;
+      bool ok = false;
+      for (size_t i = 0; i < y->operands.size(); ++i)
+        if (y->operands[i] == op->result() && op->operands[2] == body.args[1 + i].get() &&
+            count_uses(*k_.body(), op->result()) == 1 && count_uses(*k_.body(), body.args[1 + i].get()) == 1) {
+          ok = true;
+          idx.push_back(i);
+        }
+      all = all && ok;
+    }
+    if (all && !idx.empty()) {
+      p.wgmma_async = true;
+      p.async_results = idx;
+      for (auto& op : body.ops)
+        if (wgmma_dots_.count(op.get())) wgmma_async_dots_.insert(op.get());
+    }
+  }
+
   return p;
 }
 
@@ -289,18 +313,20 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
   p.write_stage = alloca_in_entry(b_.getInt32Ty());
   barrier();  // an earlier run of this loop (an enclosing loop) may still read the ring
   llvm::Value* iv = lb;
-  for (int s = 0; s < p.stages - 1; ++s) {
+  const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
+  for (int s = 0; s < ahead; ++s) {
     issue_stage(body, p, iv, b_.getInt32(s), in_range(iv));
     iv = b_.CreateAdd(iv, step);
   }
   b_.CreateStore(iv, p.ahead_iv);
   b_.CreateStore(b_.getInt32(0), p.read_stage);
-  b_.CreateStore(b_.getInt32(p.stages - 1), p.write_stage);
+  b_.CreateStore(b_.getInt32(ahead), p.write_stage);
 }
 
 void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value* step,
                                      const std::function<llvm::Value*(llvm::Value*)>& in_range) {
-  emit_asm(b_, "cp.async.wait_group " + std::to_string(p.stages - 2) + ";");
+  const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
+  emit_asm(b_, "cp.async.wait_group " + std::to_string(ahead - 1) + ";");
   // wgmma reads shared memory through the async proxy: order this thread's copies
   // (generic proxy) before it.
   if (p.async_proxy) emit_asm(b_, "fence.proxy.async.shared::cta;");
@@ -331,6 +357,25 @@ void GpuLowering::pipeline_end_iteration(Pipeline& p) {
   }
 }
 
-void GpuLowering::pipeline_epilogue(Pipeline&) { emit_asm(b_, "cp.async.wait_group 0;"); }
+void GpuLowering::pipeline_epilogue(Pipeline& p, const Op& for_op) {
+  emit_asm(b_, "cp.async.wait_group 0;");
+  if (!p.wgmma_async) return;
+  // The last wgmma group is still in flight: wait, with the accumulators passed
+  // through the wait (tied), so no read of them is scheduled above it.
+  for (size_t i : p.async_results) {
+    TileVal& t = tile(for_op.result(static_cast<int>(i)));
+    const int n = static_cast<int>(t.regs.size());
+    std::string cons;
+    for (int r = 0; r < n; ++r) cons += "=f,";
+    for (int r = 0; r < n; ++r) cons += std::to_string(r) + ",";
+    cons += "~{memory}";
+    auto* rty = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(n, b_.getFloatTy()));
+    auto* fty = llvm::FunctionType::get(rty, std::vector<llvm::Type*>(n, b_.getFloatTy()), false);
+    llvm::CallInst* w = b_.CreateCall(
+        fty, llvm::InlineAsm::get(fty, "wgmma.wait_group.sync.aligned 0;", cons, /*hasSideEffects=*/true), t.regs);
+    w->addFnAttr(llvm::Attribute::Convergent);
+    for (int r = 0; r < n; ++r) t.regs[r] = b_.CreateExtractValue(w, {static_cast<unsigned>(r)});
+  }
+}
 
 }  // namespace tessera::codegen::nvptx
