@@ -340,12 +340,12 @@ TEST(NvptxPipeline, CpAsyncRingWithWaitGroupStagesMinusTwo) {
     std::string ptx80 = tessera_test::compile_gpu(pipelined_kernel(s), "cuda:80").binary;
     // sm_80: mma.sync reads stage j while stages j+1 .. j+S-1 are in flight (S-1 ahead).
     // sm_90a: one warpgroup (M = 64 = 16 x 4 warps) runs wgmma m64n64k16 from the stages; with
-    // S >= 3 it keeps one wgmma group in flight (wait_group 1), so the ring runs S-2 ahead (the
+    // S >= 4 it keeps one wgmma group in flight (wait_group 1), so the ring runs S-2 ahead (the
     // stage a copy overwrites was read two iterations ago, by a retired group).
     for (bool wg : {false, true}) {
       SCOPED_TRACE(wg ? "sm_90a" : "sm_80");
       const std::string& ptx = wg ? ptx90 : ptx80;
-      const bool in_flight = wg && s >= 3;
+      const bool in_flight = wg && s >= 4;
       const int ahead = in_flight ? s - 2 : s - 1;
       // Per issue: A 64x32 + B 32x64 f16 = 8 KB = 512 copies of 16 bytes over 128 threads; the
       // prologue issues `ahead` stages (unrolled), the loop body one.

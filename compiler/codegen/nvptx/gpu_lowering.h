@@ -180,8 +180,9 @@ class GpuLowering {
     int stages = 0;
     bool async_proxy = false;  // a wgmma reads the ring: fence.proxy.async before the barrier
     // Every wgmma of the body keeps one group in flight across iterations (its result
-    // only feeds the next iteration's wgmma): the ring then runs num_stages-2 ahead, so
-    // the stage a copy overwrites was read two iterations ago, by a finished group.
+    // only feeds the next iteration's wgmma; num_stages >= 4): the ring then runs
+    // num_stages-2 ahead, so the stage a copy overwrites was read two iterations ago,
+    // by a finished group.
     bool wgmma_async = false;
     std::vector<size_t> async_results;  // carried indices of those accumulators
     std::vector<PipelinedLoad> loads;

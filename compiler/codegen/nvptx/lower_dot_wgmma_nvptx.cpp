@@ -20,8 +20,10 @@
 // Worked example, 128x128x64 f16, 8 warps: warpgroup g = warp >> 2 issues 4
 // wgmma.m64n128k16 (A rows 64g.., k-steps at +0, +32, +64, +96 bytes; B at +0,
 // +2048, +4096, +6144 with LBO 8192), after wgmma.fence; commit_group; wait_group 0
-// before the registers are read. The ring's barrier at the top of each iteration
-// follows a fence.proxy.async, so the cp.async data is visible to the async proxy.
+// before the registers are read -- or, in a loop of 4+ stages whose accumulator only
+// goes round the loop, wait_group 1 (the previous group), the last one retired by the
+// pipeline epilogue. The ring's barrier at the top of each iteration follows a
+// fence.proxy.async, so the cp.async data is visible to the async proxy.
 #include <llvm/IR/InlineAsm.h>
 
 #include "codegen/nvptx/gpu_lowering.h"

@@ -189,8 +189,11 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   const int64_t budget = max_dynamic_shared_bytes(cc_) - shared_bytes_ - staging - 16 * 1024;
   while (p.stages > 2 && p.stages * per_stage > budget) --p.stages;
   if (p.stages * per_stage > budget) return std::nullopt;
-  // wgmma dots whose accumulator only goes round the loop keep a group in flight.
-  if (p.async_proxy && p.stages >= 3) {
+  // wgmma dots whose accumulator only goes round the loop keep a group in flight. That
+  // costs a stage of lookahead, so only from 4 stages: on an H100 the 128x128x32 matmul
+  // fell from 432 to 341-362 TFLOP/s with 3 stages in flight (1 stage ahead) and gained
+  // 1-3% with 4 (bench/results/gpu_matmul_notes.md).
+  if (p.async_proxy && p.stages >= 4) {
     const Op* y = body.terminator();
     bool all = y && y->kind == OpKind::Yield;
     std::vector<size_t> idx;
