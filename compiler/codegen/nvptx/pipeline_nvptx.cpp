@@ -20,6 +20,11 @@
 //   after:     cp.async.wait_group 0
 // Every thread commits exactly one group per iteration (empty groups past the end),
 // so "wait until at most S-2 groups are pending" always means "iteration j landed".
+// When the dot runs as wgmma (lower_dot_wgmma_nvptx.cpp) the barrier is preceded by
+// fence.proxy.async (wgmma reads through the async proxy), stages are 1024-byte
+// aligned, and with S >= 4 the wgmma group of iteration j stays in flight until
+// iteration j+1 retires it: the ring then runs S-2 ahead (wait_group S-3), so the
+// stage a copy overwrites was read by iteration j-2, retired before the barrier.
 // Each copy moves 16 bytes (cp.async.cg; 8 or 4 with .ca where contiguity,
 // alignment or mask constancy allow no more); a masked-off run is copied with
 // src-size 0, which reads nothing and zero-fills its 16 bytes, so out-of-range K
