@@ -262,7 +262,7 @@ TEST(NvptxMma, DynamicSharedMemoryBeyond48KB) {
   std::string ptx;
   tessera::CompileResult r = tessera_test::compile_gpu(mma_kernel(128, 128, 256, "f16", "f32", "ieee"), "cuda:90a");
   EXPECT_EQ(r.metadata.at("shared"), std::to_string(2 * 128 * 256 * 2));
-  EXPECT_NE(r.binary.find(".extern .shared .align 16 .b8 tessera_dyn_smem[]"), std::string::npos) << r.binary;
+  EXPECT_NE(r.binary.find(".extern .shared .align 1024 .b8 tessera_dyn_smem[]"), std::string::npos) << r.binary;
   if (tessera_test::have_ptxas()) EXPECT_EQ(tessera_test::ptxas(r.binary, "sm_90a"), "");
   // sm_80 allows 163 KB, sm_90 227 KB: 256x256 f16 operands (256 KB) fit neither.
   try {
@@ -301,6 +301,86 @@ TEST(NvptxMma, ChainedDotTakesAFromRegisters) {
   EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), 2 * 4 + 4 * 4) << ptx;
   EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), 4 * 4) << ptx;
   EXPECT_EQ(count(ptx, "cvt.rn.f16.f32"), 32 * 64 / 32) << ptx;  // each P element of the warp's 32x64, once
+}
+
+// A K loop whose operands come from carried pointer tiles advanced each iteration:
+// with num_stages S the loads become a ring of S shared-memory stages filled by
+// cp.async (16 bytes each), S-1 stages issued before the loop, one per iteration,
+// each iteration waiting for all but S-2 groups; no operand passes through registers.
+std::string pipelined_kernel(int num_stages) {
+  return "kernel @pipe(%a: ptr<f16> {divisibility = 16}, %b: ptr<f16> {divisibility = 16}, %c: ptr<f32> "
+         "{divisibility = 16}, %n: i32) attributes {file = \"/t/pipe.py\", num_warps = 4, num_stages = " +
+         std::to_string(num_stages) + "} {\n" + ptr_tile("pa", "a", 64, 32, "f16") + ptr_tile("pb", "b", 32, 64, "f16") +
+         ptr_tile("pc", "c", 64, 64, "f32") + R"(  %z = const {value = 0.0} : tile<64x64xf32>
+  %lb = const {value = 0} : i32
+  %st = const {value = 1} : i32
+  %da = const {value = 32} : tile<64x32xi32>
+  %db = const {value = 2048} : tile<32x64xi32>
+  %acc, %ea, %eb = for %lb, %n, %st, %z, %pa, %pb : tile<64x64xf32>, tile<64x32xptr<f16>>, tile<32x64xptr<f16>> {
+  ^(%i: i32, %c0: tile<64x64xf32>, %qa: tile<64x32xptr<f16>>, %qb: tile<32x64xptr<f16>>):
+    %x = load %qa : tile<64x32xf16>
+    %y = load %qb : tile<32x64xf16>
+    %d = dot %x, %y, %c0 {input_precision = "ieee"} : tile<64x64xf32>
+    %na = addptr %qa, %da : tile<64x32xptr<f16>>
+    %nb = addptr %qb, %db : tile<32x64xptr<f16>>
+    yield %d, %na, %nb
+  }
+  store %pc, %acc
+  return
+}
+)";
+}
+
+TEST(NvptxPipeline, CpAsyncRingWithWaitGroupStagesMinusTwo) {
+  for (int s : {2, 3, 4}) {
+    SCOPED_TRACE(s);
+    std::string shared;
+    std::string ptx90 = build(pipelined_kernel(s), 4, &shared);
+    EXPECT_EQ(shared, std::to_string(s * 8192));
+    std::string ptx80 = tessera_test::compile_gpu(pipelined_kernel(s), "cuda:80").binary;
+    // sm_80: mma.sync reads stage j while stages j+1 .. j+S-1 are in flight (S-1 ahead).
+    // sm_90a: one warpgroup (M = 64 = 16 x 4 warps) runs wgmma m64n64k16 from the stages; with
+    // S >= 4 it keeps one wgmma group in flight (wait_group 1), so the ring runs S-2 ahead (the
+    // stage a copy overwrites was read two iterations ago, by a retired group).
+    for (bool wg : {false, true}) {
+      SCOPED_TRACE(wg ? "sm_90a" : "sm_80");
+      const std::string& ptx = wg ? ptx90 : ptx80;
+      const bool in_flight = wg && s >= 4;
+      const int ahead = in_flight ? s - 2 : s - 1;
+      // Per issue: A 64x32 + B 32x64 f16 = 8 KB = 512 copies of 16 bytes over 128 threads; the
+      // prologue issues `ahead` stages (unrolled), the loop body one.
+      EXPECT_EQ(count(ptx, "cp.async.cg.shared.global"), 4 * (ahead + 1)) << ptx;
+      EXPECT_EQ(count(ptx, "cp.async.commit_group;"), ahead + 1) << ptx;
+      // In the body, and "wait_group 0" once more where the loop exits (drains the empty groups).
+      EXPECT_EQ(count(ptx, "cp.async.wait_group " + std::to_string(ahead - 1) + ";"), ahead == 1 ? 2 : 1) << ptx;
+      EXPECT_EQ(count(ptx, "cp.async.wait_group 0;"), ahead == 1 ? 2 : 1) << ptx;
+      EXPECT_EQ(count(ptx, "ld.global"), 0) << ptx;  // operands never pass through registers
+      EXPECT_EQ(count(ptx, "st.shared"), 0) << ptx;
+      if (wg) {
+        EXPECT_EQ(count(ptx, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"), 2) << ptx;
+        EXPECT_EQ(count(ptx, "fence.proxy.async.shared::cta;"), 1) << ptx;
+        EXPECT_EQ(count(ptx, "wgmma.wait_group.sync.aligned 1;"), in_flight ? 1 : 0) << ptx;
+        EXPECT_EQ(count(ptx, "wgmma.wait_group.sync.aligned 0;"), 1) << ptx;  // in the body, or after the loop
+        EXPECT_EQ(count(ptx, "mma.sync"), 0) << ptx;
+      } else {
+        EXPECT_EQ(count(ptx, "mma.sync.aligned.m16n8k16"), 2 * 4 * 2) << ptx;
+        EXPECT_EQ(count(ptx, "wgmma"), 0) << ptx;
+      }
+      // The body issues the next stage before its tensor-core work, after the wait and barrier.
+      size_t wait = ptx.find("cp.async.wait_group " + std::to_string(ahead - 1) + ";");
+      size_t bar = ptx.find("bar.sync", wait);
+      size_t cp = ptx.find("cp.async.cg", bar);
+      size_t mma = ptx.find(wg ? "wgmma.mma_async" : "ldmatrix", bar);
+      EXPECT_LT(bar, cp);
+      EXPECT_LT(cp, mma);
+    }
+  }
+}
+
+TEST(NvptxPipeline, NumStagesOneKeepsTheRegisterPrefetch) {
+  std::string ptx = build(pipelined_kernel(1));
+  EXPECT_EQ(count(ptx, "cp.async"), 0) << ptx;
+  EXPECT_GE(count(ptx, "ld.global"), 1) << ptx;
 }
 
 }  // namespace

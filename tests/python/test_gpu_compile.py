@@ -168,10 +168,20 @@ def test_matmul_uses_tensor_cores_on_ldmatrix_operands(dtype, target, arch, tmp_
     assert "ldmatrix.sync.aligned.m8n8.x4" in ptx
     assert ("cvt.rna.tf32.f32" in ptx) == (dtype == "fp32")
     assert "fma.rn.f32" not in ptx
+    if dtype == "fp32":
+        # Unknown strides: 4-byte elements still fit cp.async (.ca, 4 bytes), so A (K-contiguous in
+        # the buffer) goes through the num_stages ring; B (N-contiguous, but tf32 fragments need
+        # K-contiguous rows) is staged by registers. Barriers: the ring's prologue and per-iteration
+        # one, and B's staging.
+        assert "cp.async.ca.shared.global" in ptx and "cp.async.cg" not in ptx
+        assert ptx.count("bar.sync") == 3
+        return assemble(ptx, arch, tmp_path)
+    # 16-bit elements with unknown strides: 2-byte runs are below cp.async's 4 bytes, so no ring.
     # One barrier per iteration: staging alternates two copies of the buffers (so no barrier before
     # the stores), and the accumulator is never converted.
+    assert "cp.async" not in ptx
     assert ptx.count("bar.sync") == 1
-    assert ck.metadata["shared"] == str(2 * 2 * 64 * 32 * (4 if dtype == "fp32" else 2))
+    assert ck.metadata["shared"] == str(2 * 2 * 64 * 32 * 2)
     assemble(ptx, arch, tmp_path)
 
 
@@ -269,8 +279,12 @@ def test_attention_feeds_p_to_the_second_dot_in_registers(arch, tmp_path):
     # ldmatrix for K^T (4 pairs x 4 k) and V (4 pairs x 4 k) only: P comes from Q.K^T's registers,
     # and Q (loop-invariant) is loaded once, straight into A-fragment registers.
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4") == 16 + 16
-    # One barrier per dot and iteration (double-buffered staging): the running max and sum stay in
-    # the accumulator's row layout (no conversion through shared memory).
+    # K (read transposed by ldmatrix) and V go through the num_stages cp.async ring (16-byte copies,
+    # 3 issue sites: 2 in the prologue, 1 in the body). Barriers: the ring's prologue and
+    # per-iteration one only; the running max and sum stay in the accumulator's row layout (no
+    # conversion through shared memory).
+    assert ptx.count("cp.async.cg.shared.global") == 2 * 3 * 64 * 64 * 2 // 16 // 256
+    assert ptx.count("cp.async.wait_group 1;") == 1
     assert ptx.count("bar.sync") == 2
     log = ptxas_verbose(ptx, arch, tmp_path)
     assert "0 bytes spill stores" in log, log
@@ -280,7 +294,7 @@ def test_dynamic_shared_memory_beyond_48kb(tmp_path):
     ck = tessera.compile(matmul_kernel, signature="*fp16:16,*fp16:16,*fp32:16" + ",i32" * 3 + ",i32:16" * 6,
                          constexprs={"BM": 128, "BN": 128, "BK": 128}, target="cuda:90a")
     assert int(ck.metadata["shared"]) == 2 * 128 * 128 * 2  # 64 KB: set at launch as dynamic shared memory
-    assert ".extern .shared .align 16 .b8 tessera_dyn_smem[]" in ck.asm["ptx"]
+    assert ".extern .shared .align 1024 .b8 tessera_dyn_smem[]" in ck.asm["ptx"]
     assemble(ck.asm["ptx"], "sm_90a", tmp_path)
 
 

@@ -320,3 +320,62 @@ def test_k_loop_with_carried_pointers(dtype, M, N, K, BM, BN, BK, num_warps):
                                  c.stride(0), c.stride(1), BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=num_warps)
     torch.cuda.synchronize()
     check(c, reference(a, b), dtype, "tf32", max(K, 1))  # K = 0: a zero loop, C = 0
+
+
+# --- Multi-stage cp.async pipelining (num_stages ring, pipeline_nvptx.cpp) ---------------
+
+@pytest.mark.parametrize("num_stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("M,N,K,BM,BN,BK,num_warps", [
+    (512, 384, 256, 128, 128, 32, 8),   # K a multiple of BK
+    (300, 200, 70, 64, 64, 32, 4),      # K % BK = 6: the last stage zero-filled by src-size 0
+    (256, 256, 40, 64, 64, 32, 4),      # fewer iterations (2) than stages - 1 copies in flight
+    (1000, 520, 1000, 128, 64, 64, 4),  # M/N edges masked
+    (64, 64, 16, 64, 64, 32, 4)])       # one iteration
+def test_pipelined_k_loop_num_stages(num_stages, dtype, M, N, K, BM, BN, BK, num_warps):
+    # Carried pointer tiles advanced each iteration: the ring's addresses run num_stages-1
+    # iterations ahead of the dot; masks on K (k-dependent) and on M, N.
+    a, b = inputs(M, N, K, dtype, seed=M + K + num_stages)
+    c = torch.full((M, N), float("nan"), device=DEV)
+    grid = (tessera.cdiv(M, BM) * tessera.cdiv(N, BN),)
+    mm_carried_ptrs_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                 c.stride(0), c.stride(1), BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=num_warps,
+                                 num_stages=num_stages)
+    torch.cuda.synchronize()
+    check(c, reference(a, b), dtype, "tf32", max(K, 1))
+
+
+@pytest.mark.parametrize("num_stages", [2, 3, 4])
+@pytest.mark.parametrize("dtype,prec", CASES)
+@pytest.mark.parametrize("M,N,K", [(97, 130, 75), (256, 192, 320)])
+def test_pipelined_addresses_from_k(num_stages, dtype, prec, M, N, K):
+    # Addresses recomputed from the induction variable (mm_kernel); f32 and i8 pipeline A only.
+    a, b = inputs(M, N, K, dtype, seed=7 * num_stages + K)
+    c = torch.full((M, N), float("nan"), device=DEV) if dtype != "i8" else \
+        torch.full((M, N), -12345, device=DEV, dtype=torch.int32)
+    bias = torch.zeros(N, device=DEV)
+    mm_kernel[(tessera.cdiv(M, 64), tessera.cdiv(N, 64))](
+        a, b, c, bias, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BM=64, BN=64, BK=32 if dtype != "i8" else 64, PREC=prec, ACC_FROM_C=False, EPILOGUE=False, OUT_F16=False,
+        INT=dtype == "i8", num_warps=4, num_stages=num_stages)
+    torch.cuda.synchronize()
+    check(c, reference(a, b), dtype, prec, K)
+
+
+# --- wgmma (sm_90a): M = 16 * num_warps, f16/bf16 operands from the cp.async ring ------------
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("M,N,K,BM,BN,BK,num_warps,num_stages", [
+    (256, 512, 256, 128, 256, 64, 8, 3),   # m64n256k16, 128-byte swizzle, 2 warpgroups
+    (320, 256, 200, 64, 128, 64, 4, 4),    # one warpgroup, K % BK = 8 (zero-filled stage)
+    (128, 128, 48, 128, 128, 16, 8, 2),    # BK 16: 32-byte swizzle for A, 16-row B blocks
+    (200, 96, 96, 64, 32, 32, 4, 3)])      # m64n32k16, 64-byte swizzle, M/N edges
+def test_wgmma_shapes(dtype, M, N, K, BM, BN, BK, num_warps, num_stages):
+    a, b = inputs(M, N, K, dtype, seed=M * 3 + K)
+    c = torch.full((M, N), float("nan"), device=DEV)
+    grid = (tessera.cdiv(M, BM) * tessera.cdiv(N, BN),)
+    mm_carried_ptrs_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                 c.stride(0), c.stride(1), BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=num_warps,
+                                 num_stages=num_stages)
+    torch.cuda.synchronize()
+    check(c, reference(a, b), dtype, "ieee", K)

@@ -86,7 +86,11 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   auto m = std::make_unique<llvm::Module>("tessera_" + k.name, ctx);
   m->setTargetTriple(kTriple);
   m->setDataLayout(tm->createDataLayout());
-  GpuLowering lowering(k, *m, out.num_warps, opts.debug, cc);
+  auto ns = k.attrs.find("num_stages");
+  int num_stages = ns != k.attrs.end() && std::holds_alternative<int64_t>(ns->second)
+                       ? static_cast<int>(std::get<int64_t>(ns->second))
+                       : opts.num_stages;
+  GpuLowering lowering(k, *m, out.num_warps, opts.debug, cc, num_stages, /*wgmma=*/digits == "90a");
   llvm::Function* fn = lowering.run();
   out.entry_symbol = fn->getName().str();
   out.shared_bytes = lowering.shared_bytes();

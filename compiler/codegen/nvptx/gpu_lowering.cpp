@@ -72,11 +72,13 @@ void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out
 
 }  // namespace
 
-GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc)
+GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc, int num_stages,
+                         bool wgmma)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
-      num_threads_(num_warps * 32), debug_(debug), cc_(cc), axis_(k) {
+      num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma), axis_(k) {
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();
+  if (wgmma_) plan_wgmma(*k.body());
 }
 
 int max_dynamic_shared_bytes(int cc) {
@@ -389,17 +391,17 @@ void GpuLowering::barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0,
 // shared memory stops at 48 KB, dynamic goes to the device's opt-in maximum
 // (the runtime sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES from the
 // kernel's metadata and passes shared_bytes() at launch).
-llvm::Value* GpuLowering::new_smem(llvm::Type* elem, int64_t count, const std::string& name) {
+llvm::Value* GpuLowering::new_smem(llvm::Type* elem, int64_t count, const std::string& name, int64_t align) {
   if (!dyn_smem_) {
     auto* ty = llvm::ArrayType::get(b_.getInt8Ty(), 0);
     dyn_smem_ = new llvm::GlobalVariable(m_, ty, false, llvm::GlobalValue::ExternalLinkage, nullptr,
                                          "tessera_dyn_smem", nullptr, llvm::GlobalValue::NotThreadLocal, kSharedAS);
-    dyn_smem_->setAlignment(llvm::Align(16));
+    dyn_smem_->setAlignment(llvm::Align(1024));  // wgmma's swizzle atoms are 1024-byte aligned
   }
   (void)name;
   auto* ty = llvm::ArrayType::get(elem, count);
   int64_t bytes = static_cast<int64_t>(m_.getDataLayout().getTypeAllocSize(ty));
-  int64_t offset = ((shared_bytes_ + 15) / 16) * 16;
+  int64_t offset = ((shared_bytes_ + align - 1) / align) * align;
   shared_bytes_ = static_cast<int>(offset + bytes);
   ++smem_count_;
   return llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_,
@@ -500,7 +502,14 @@ void GpuLowering::lower_for(const Op& op) {
     }
   };
   auto in_range = [&](llvm::Value* i) { return ivt.is_unsigned() ? b_.CreateICmpULT(i, ub) : b_.CreateICmpSLT(i, ub); };
-  std::vector<Prefetch> pf = plan_prefetch(body);
+  std::optional<Pipeline> pipe = plan_pipeline(body);
+  std::vector<Prefetch> pf = pipe ? std::vector<Prefetch>{} : plan_prefetch(body);
+  if (pipe) {
+    std::vector<BlockedLayout> layouts;
+    std::vector<std::vector<llvm::Value*>> slots;
+    for (auto& ci : c) layouts.push_back(ci.layout), slots.push_back(ci.slots);
+    pipeline_prologue(body, *pipe, lb, step, layouts, slots, in_range);
+  }
   if (!pf.empty()) {
     std::vector<TileVal> ct;
     std::vector<llvm::Value*> cs;
@@ -528,7 +537,9 @@ void GpuLowering::lower_for(const Op& op) {
     tiles_[p.load->result()] = TileVal{TileVal::Regs, p.layout, regs};
     prefetched_.insert(p.load->result());
   }
+  if (pipe) pipeline_iteration(body, *pipe, step, in_range);
   lower_block(body);
+  if (pipe) pipeline_end_iteration(*pipe);
   for (auto& p : pf) prefetched_.erase(p.load->result());
   std::vector<const Value*> ys(body.terminator()->operands.begin(), body.terminator()->operands.end());
   store_values(ys);
@@ -545,6 +556,7 @@ void GpuLowering::lower_for(const Op& op) {
   std::vector<Value*> results;
   for (auto& r : op.results) results.push_back(r.get());
   load_values(results);
+  if (pipe) pipeline_epilogue(*pipe, op);
 }
 
 void GpuLowering::lower_while(const Op& op) {

@@ -46,7 +46,10 @@ enum class MmaKind { F16, BF16, TF32, TF32x3, I8 };
 class GpuLowering {
  public:
   // cc: the target's compute capability (80 for sm_80, 90 for sm_90a).
-  GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90);
+  // wgmma: the target is sm_90a (warpgroup MMA for f16/bf16 dots whose operands a
+  // cp.async ring holds).
+  GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90, int num_stages = 3,
+              bool wgmma = false);
   // Emits the kernel function (named after the kernel) and returns it.
   llvm::Function* run();
   int shared_bytes() const { return shared_bytes_; }
@@ -77,7 +80,7 @@ class GpuLowering {
   llvm::Value* read_through_smem(const ir::Value* v, const SymIndex& s);
   // A region of the kernel's dynamic shared memory (one extern array; the launch
   // passes shared_bytes()). Points at the region's first byte, 16-byte aligned.
-  llvm::Value* new_smem(llvm::Type* elem, int64_t count, const std::string& name);
+  llvm::Value* new_smem(llvm::Type* elem, int64_t count, const std::string& name, int64_t align = 16);
   llvm::Value* runtime_index(const std::vector<IndexBit>& bits);  // i32
   llvm::Value* thread_bit(int b);                                 // i1
   // Threads that hold a replica (unused thread bits set) must not store.
@@ -110,6 +113,7 @@ class GpuLowering {
   // --- lower_dot_nvptx.cpp: dot with FMA, operands staged in shared memory ---
   void lower_dot(const ir::Op& op);
   void ensure_dot_smem();  // the staging buffers, sized for the kernel's largest dot
+  int64_t dot_staging_bytes() const;  // what ensure_dot_smem allocates
 
   // --- lower_dot_mma_nvptx.cpp: dot on tensor cores (mma.sync) --------------
   struct StagedOperand {
@@ -117,6 +121,9 @@ class GpuLowering {
     int contig_dim = 1;          // the operand dim that runs along the buffer's rows
     int64_t row_bytes = 0;
     int elem_bytes = 2;
+    // wgmma's MN-major layout: the rows split into column blocks of 128 bytes, each
+    // block a [rows][128 B] buffer of its own (block_bytes apart); 0: plain rows.
+    int64_t block_bytes = 0;
   };
   std::optional<MmaKind> mma_kind(const ir::Op& dot) const;  // none: FMA path
   void plan_dots();  // dots that feed another dot's A operand keep warps on whole rows
@@ -132,6 +139,14 @@ class GpuLowering {
   std::vector<llvm::Value*> ldmatrix_x4(const StagedOperand& st, int kdim, llvm::Value* base0, llvm::Value* base1,
                                         const int64_t step0[2], const int64_t step1[2]);
   void lower_dot_mma(const ir::Op& op, MmaKind kind);
+
+  // --- lower_dot_wgmma_nvptx.cpp: warpgroup MMA from ring stages (sm_90a) -----
+  // Whether `dot` can run as wgmma when both its operands come from ring stages of
+  // the given geometries (K-major A; B K-major or N-major), and that geometry.
+  bool wgmma_shape_ok(const ir::Op& dot) const;
+  bool wgmma_operand_ok(const StagedOperand& st, int kdim) const;
+  void plan_wgmma(const ir::Block& b);  // fills wgmma_dots_ (constructor)
+  void lower_dot_wgmma(const ir::Op& op, MmaKind kind, const StagedOperand& sa, const StagedOperand& sb);
 
   // --- lower_scan_nvptx.cpp: inclusive scans through shared memory ---------
   void lower_scan(const ir::Op& op);
@@ -151,6 +166,44 @@ class GpuLowering {
                      const std::vector<TileVal>& carried, const std::vector<llvm::Value*>& carried_scalars,
                      llvm::Value* active);
 
+  // --- pipeline_nvptx.cpp: a num_stages ring of cp.async copies for dot operands ---
+  struct PipelinedLoad {
+    const ir::Op* load = nullptr;
+    const ir::Value* operand = nullptr;  // the dot operand: the load, or its transpose
+    BlockedLayout layout;        // which thread copies which elements
+    int width = 1;               // elements per cp.async
+    StagedOperand geom;          // the stage's buffer format (buf unset)
+    int64_t stage_bytes = 0;
+    llvm::Value* ring = nullptr;  // stages * stage_bytes of shared memory
+  };
+  struct Pipeline {
+    int stages = 0;
+    bool async_proxy = false;  // a wgmma reads the ring: fence.proxy.async before the barrier
+    // Every wgmma of the body keeps one group in flight across iterations (its result
+    // only feeds the next iteration's wgmma; num_stages >= 4): the ring then runs
+    // num_stages-2 ahead, so the stage a copy overwrites was read two iterations ago,
+    // by a finished group.
+    bool wgmma_async = false;
+    std::vector<size_t> async_results;  // carried indices of those accumulators
+    std::vector<PipelinedLoad> loads;
+    std::vector<const ir::Op*> ops;  // body ops the addresses, masks and ahead yields need, in order
+    std::vector<size_t> ahead_args;  // carried values the addresses read (indices into the carried list)
+    std::vector<BlockedLayout> ahead_layouts;
+    std::vector<std::vector<llvm::Value*>> ahead_slots;  // their values num_stages-1 iterations ahead
+    llvm::Value* ahead_iv = nullptr;                     // allocas
+    llvm::Value* read_stage = nullptr;
+    llvm::Value* write_stage = nullptr;
+  };
+  std::optional<Pipeline> plan_pipeline(const ir::Block& body);
+  void issue_stage(const ir::Block& body, Pipeline& p, llvm::Value* iv, llvm::Value* stage, llvm::Value* active);
+  void pipeline_prologue(const ir::Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,
+                         const std::vector<BlockedLayout>& layouts, const std::vector<std::vector<llvm::Value*>>& slots,
+                         const std::function<llvm::Value*(llvm::Value*)>& in_range);
+  void pipeline_iteration(const ir::Block& body, Pipeline& p, llvm::Value* step,
+                          const std::function<llvm::Value*(llvm::Value*)>& in_range);
+  void pipeline_end_iteration(Pipeline& p);
+  void pipeline_epilogue(Pipeline& p, const ir::Op& for_op);  // after the loop's results are loaded
+
   // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
   void lower_atomic(const ir::Op& op);
   bool has_uses(const ir::Value* v);
@@ -167,6 +220,12 @@ class GpuLowering {
   int num_warps_, num_threads_;
   bool debug_;
   int cc_;
+  int num_stages_;
+  bool wgmma_;
+  std::set<const ir::Op*> wgmma_dots_;  // from plan_wgmma
+  std::set<const ir::Op*> wgmma_async_dots_;  // wgmma dots that wait_group 1 (pipeline_nvptx.cpp)
+  // Dot operands read from a pipeline's ring stage this iteration (pipeline_nvptx.cpp).
+  std::unordered_map<const ir::Value*, StagedOperand> pipelined_;
   std::set<const ir::Op*> dot_rows_only_;  // from plan_dots
   std::set<const ir::Value*> prefetched_;  // loads whose value a loop carries in (prefetch)
   llvm::Value* extra_load_pred_ = nullptr; // ANDed into tile loads' masks (prefetch)

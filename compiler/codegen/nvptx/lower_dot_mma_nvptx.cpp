@@ -191,6 +191,16 @@ int contiguous_regs_along(const BlockedLayout& l, int dim) {
 // Byte offset of element (row, col) of a staging buffer (row-major, `row_bytes`
 // per row, swizzled 16-byte chunks; see mma_swizzle_chunk).
 llvm::Value* GpuLowering::staged_offset(const StagedOperand& st, llvm::Value* row, llvm::Value* col) {
+  if (st.block_bytes) {  // column block col / (128 / elem_bytes), 128-byte rows inside it
+    const int64_t per_block = 128 / st.elem_bytes;
+    StagedOperand in = st;
+    in.block_bytes = 0;
+    in.row_bytes = 128;
+    llvm::Value* block = b_.CreateLShr(col, log2_exact(per_block));
+    llvm::Value* c = b_.CreateAnd(col, b_.getInt32(static_cast<uint32_t>(per_block - 1)));
+    return b_.CreateAdd(b_.CreateMul(block, b_.getInt32(static_cast<uint32_t>(st.block_bytes))),
+                        staged_offset(in, row, c));
+  }
   const int64_t cpr = std::max<int64_t>(1, st.row_bytes / 16);
   llvm::Value* byte = b_.CreateMul(col, b_.getInt32(st.elem_bytes));
   llvm::Value* chunk = b_.CreateLShr(byte, 4);
@@ -352,10 +362,25 @@ void GpuLowering::lower_dot_mma(const Op& op, MmaKind kind) {
     a_in_regs = reachable_in_regs(a, la);
   }
 
-  ensure_dot_smem();
-  llvm::Value* a_buf = dot_smem_[0];
-  llvm::Value* b_buf = dot_smem_[1];
-  if (dot_double_buffered_) {
+  // Operands a cp.async pipeline already put into a ring stage (pipeline_nvptx.cpp),
+  // made visible by the pipeline's barrier at the top of the iteration.
+  auto pa = pipelined_.find(a), pb = pipelined_.find(bm);
+  const bool a_ready = pa != pipelined_.end(), b_ready = pb != pipelined_.end();
+  StagedOperand sa, sb;
+  if (a_ready) sa = pa->second;
+  if (b_ready) sb = pb->second;
+  if (a_ready && b_ready && wgmma_dots_.count(&op)) return lower_dot_wgmma(op, kind, sa, sb);
+  const bool stage_a = !a_in_regs && !a_ready, stage_b = !b_ready;
+  llvm::Value* a_buf = nullptr;
+  llvm::Value* b_buf = nullptr;
+  if (stage_a || stage_b) {
+    ensure_dot_smem();
+    a_buf = dot_smem_[0];
+    b_buf = dot_smem_[1];
+  }
+  if (!stage_a && !stage_b) {
+    // nothing to stage
+  } else if (dot_double_buffered_) {
     // Execution j writes copy j%2. Before execution j+2 overwrites a copy, every
     // thread has passed execution j+1's barrier, so it is done reading execution j.
     llvm::Value* phase = b_.CreateLoad(b_.getInt32Ty(), dot_phase_);
@@ -367,10 +392,9 @@ void GpuLowering::lower_dot_mma(const Op& op, MmaKind kind) {
   } else {
     barrier();  // an earlier dot (or the previous iteration) may still read the buffers
   }
-  StagedOperand sa, sb;
-  if (!a_in_regs) sa = stage_operand(a, a_buf, /*kdim=*/1, eb);
-  sb = stage_operand(bm, b_buf, /*kdim=*/0, eb);
-  barrier();
+  if (stage_a) sa = stage_operand(a, a_buf, /*kdim=*/1, eb);
+  if (stage_b) sb = stage_operand(bm, b_buf, /*kdim=*/0, eb);
+  if (stage_a || stage_b) barrier();
   if (a_in_regs) a_regs = materialize(a, la);
 
   std::vector<llvm::Value*> c(lc.num_regs());

@@ -49,6 +49,20 @@ ElemType compute_type(const ElemType& acc) {
 
 }  // namespace
 
+int64_t GpuLowering::dot_staging_bytes() const {
+  std::vector<const Op*> dots;
+  collect_dot_ops(*k_.body(), dots);
+  int64_t a_bytes = 0, b_bytes = 0;
+  bool all_mma = true;
+  for (const Op* d : dots) {
+    a_bytes = std::max(a_bytes, (operand_bytes(d->operands[0]) + 15) / 16 * 16);
+    b_bytes = std::max(b_bytes, (operand_bytes(d->operands[1]) + 15) / 16 * 16);
+    all_mma = all_mma && mma_kind(*d).has_value();
+  }
+  bool twice = all_mma && 2 * (a_bytes + b_bytes) <= kMaxDoubleBufferedBytes;
+  return (twice ? 2 : 1) * (a_bytes + b_bytes);
+}
+
 void GpuLowering::ensure_dot_smem() {
   if (dot_smem_[0]) return;
   std::vector<const Op*> dots;

@@ -1,0 +1,91 @@
+"""Matmul-only GPU benchmark (TFLOP/s), side by side in one run on one card: Tessera
+vs torch.matmul (cuBLAS) vs Triton, the same kernel source (gpu_kernels.matmul_kernel,
+128x128 tiles, 8 warps, grouped program order) for both JITs, fp16 and bf16, at
+1024^3 .. 8192^3. Tessera also runs with num_stages=1 (no cp.async ring: the one-
+iteration register prefetch) so the pipelining's gain is measured in the same run.
+Writes bench/results/gpu_matmul.{md,json} (or --out DIR); prints the table last."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_gpu  # noqa: E402  (do_bench, load_triton_kernels, try_bench; the frontend path)
+import gpu_kernels as TK  # noqa: E402
+import tessera  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--sizes", default="1024,2048,4096,8192")
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    args = ap.parse_args()
+    TR = bench_gpu.load_triton_kernels()
+    dev = torch.cuda.get_device_name()
+    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    # (label, framework module, BN, BK, num_stages, num_warps), BM = 128; the first and the Triton
+    # row are the bench_gpu.py configuration (128x128x32, 8 warps, num_stages 3). On sm_90a Tessera
+    # runs these as wgmma (M = 16 x num_warps); num_stages=1 keeps no ring, hence mma.sync with the
+    # one-iteration register prefetch (the state before pipelining).
+    variants = [("tessera s3", TK, 128, 32, 3, 8), ("tessera s4", TK, 128, 32, 4, 8),
+                ("tessera BN256 BK64 s3", TK, 256, 64, 3, 8), ("tessera s1 (no ring)", TK, 128, 32, 1, 8)]
+    if TR:
+        variants.append(("triton s3", TR, 128, 32, 3, 8))
+    rows = []
+    for dname in args.dtypes.split(","):
+        dt = dtypes[dname]
+        for size in (int(s) for s in args.sizes.split(",")):
+            g = torch.Generator(device="cuda").manual_seed(size)
+            A = torch.randn(size, size, device="cuda", dtype=dt, generator=g)
+            B = torch.randn(size, size, device="cuda", dtype=dt, generator=g)
+            C = torch.empty(size, size, device="cuda", dtype=dt)
+            ref = (A.float() @ B.float())
+            tflops = lambda ms: 2 * size ** 3 / (ms * 1e-3) / 1e12
+
+            def check():
+                err = ((C.float() - ref).norm() / ref.norm()).item()
+                assert err < 1e-2, f"relative error {err}"
+
+            row = {"dtype": dname, "size": size}
+            row["cublas"] = tflops(bench_gpu.do_bench(lambda: torch.matmul(A, B, out=C)))
+            for label, K, BN, BK, ns, nw in variants:
+                C.fill_(float("nan"))
+                grid = (tessera.cdiv(size, 128) * tessera.cdiv(size, BN),)
+                fn = (lambda K=K, BN=BN, BK=BK, ns=ns, nw=nw, grid=grid: K.matmul_kernel[grid](
+                    A, B, C, size, size, size, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
+                    C.stride(0), C.stride(1), BM=128, BN=BN, BK=BK, GROUP_M=8, num_warps=nw, num_stages=ns))
+                ms, err = bench_gpu.try_bench(fn, check)
+                row[label] = tflops(ms) if ms else None
+                if err:
+                    row[label + " error"] = err
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    labels = [v[0] for v in variants]
+    lines = [f"Device: {dev}. TFLOP/s (2 M N K / median time, triton.testing.do_bench); torch.matmul is cuBLAS.", "",
+             "| matmul | " + " | ".join(labels) + " | cuBLAS | best tessera / cuBLAS | best tessera / triton |",
+             "|---|" + "---|" * (len(labels) + 3)]
+    fmt = lambda v: f"{v:.1f}" if v else "-"
+    for r in rows:
+        best = max((r[l] for l in labels if l.startswith("tessera") and r.get(l)), default=None)
+        tri = r.get("triton s3")
+        lines.append(f"| {r['dtype']} {r['size']}^3 | " + " | ".join(fmt(r.get(l)) for l in labels) +
+                     f" | {fmt(r['cublas'])} | {best / r['cublas']:.2f} | " +
+                     (f"{best / tri:.2f}" if best and tri else "-") + " |")
+    errs = [f"{r['dtype']} {r['size']} {k}: {v}" for r in rows for k, v in r.items() if k.endswith("error")]
+    lines += [""] + errs
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "gpu_matmul.md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    with open(os.path.join(args.out, "gpu_matmul.json"), "w") as fh:
+        json.dump({"device": dev, "rows": rows}, fh, indent=1)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+// NVPTX lowering, part 4c: `dot` as Hopper warpgroup MMA (wgmma.mma_async, sm_90a)
+// for f16/bf16 operands that a cp.async ring (pipeline_nvptx.cpp) holds.
+//
+// Each warpgroup (4 consecutive warps) computes 64 rows of C with
+//   wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16|bf16}.{f16|bf16}
+// reading A and B straight from shared memory through 64-bit matrix descriptors:
+//   bits 0-13 start address >> 4, 16-29 leading byte offset >> 4 (LBO), 32-45
+//   stride byte offset >> 4 (SBO), 62-63 swizzle (1: 128 B, 2: 64 B, 3: 32 B).
+// The ring's staging format already is wgmma's swizzled canonical layout: a
+// K-major operand with R-byte rows (R = 32, 64, 128) stores 16-byte chunk c of row r
+// at chunk c ^ f(r) (mma_swizzle_chunk), exactly the R-byte swizzle applied to
+// address bits, given 1024-byte aligned stages; SBO = 8 R (the next 8 rows), and
+// k-step kk starts 32 kk bytes into the rows. An N-major B (row-major K x N in
+// memory) is stored as N/64 column blocks of [K][128 B], 128-byte swizzled; there
+// LBO = the block size (the next 64 columns), SBO = 1024 (the next 8 rows of K) and
+// k-step kk starts 16 kk rows = 2048 kk bytes in (imm-trans-b = 1).
+// The accumulator layout is the mma.sync one with warps on whole rows (16 rows per
+// warp; register 4j + i is n8-chunk j of the m16n8 fragment): mma_acc_layout of a
+// rows-only tiling, so epilogues, loop carries and stores read it unchanged.
+// Worked example, 128x128x64 f16, 8 warps: warpgroup g = warp >> 2 issues 4
+// wgmma.m64n128k16 (A rows 64g.., k-steps at +0, +32, +64, +96 bytes; B at +0,
+// +2048, +4096, +6144 with LBO 8192), after wgmma.fence; commit_group; wait_group 0
+// before the registers are read -- or, in a loop of 4+ stages whose accumulator only
+// goes round the loop, wait_group 1 (the previous group), the last one retired by the
+// pipeline epilogue. The ring's barrier at the top of each iteration follows a
+// fence.proxy.async, so the cp.async data is visible to the async proxy.
+#include <llvm/IR/InlineAsm.h>
+
+#include "codegen/nvptx/gpu_lowering.h"
+
+namespace tessera::codegen::nvptx {
+
+using namespace ir;
+
+bool GpuLowering::wgmma_shape_ok(const Op& dot) const {
+  if (!wgmma_ || num_warps_ % 4 != 0) return false;
+  auto kind = mma_kind(dot);
+  if (!kind || (*kind != MmaKind::F16 && *kind != MmaKind::BF16)) return false;
+  if (dot.result()->type.elem.kind != ScalarKind::F32) return false;
+  const int64_t M = dot.operands[0]->type.shape[0], K = dot.operands[0]->type.shape[1];
+  const int64_t N = dot.operands[1]->type.shape[1];
+  return M == 16 * num_warps_ && N >= 16 && N <= 256 && K % 16 == 0;
+}
+
+bool GpuLowering::wgmma_operand_ok(const StagedOperand& st, int kdim) const {
+  if (st.elem_bytes != 2) return false;
+  if (st.contig_dim == kdim) return st.row_bytes == 32 || st.row_bytes == 64 || st.row_bytes == 128;
+  return kdim == 0 && st.row_bytes % 128 == 0;  // N-major B, in 64-column blocks
+}
+
+void GpuLowering::plan_wgmma(const Block& b) {
+  for (auto& op : b.ops) {
+    for (auto& r : op->regions) plan_wgmma(*r->block);
+    if (op->kind != OpKind::For) continue;
+    const Block& body = *op->regions[0]->block;
+    auto p = plan_pipeline(body);
+    if (!p) continue;
+    for (auto& d : body.ops) {
+      if (d->kind != OpKind::Dot || !wgmma_shape_ok(*d)) continue;
+      const StagedOperand* g[2] = {nullptr, nullptr};
+      for (auto& pl : p->loads)
+        for (int i = 0; i < 2; ++i)
+          if (pl.operand == d->operands[i]) g[i] = &pl.geom;
+      if (g[0] && g[1] && wgmma_operand_ok(*g[0], 1) && wgmma_operand_ok(*g[1], 0)) {
+        wgmma_dots_.insert(d.get());
+        dot_rows_only_.insert(d.get());
+      }
+    }
+  }
+}
+
+namespace {
+
+uint64_t swizzle_mode(int64_t row_bytes) { return row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3; }
+
+void emit_asm(llvm::IRBuilderBase& b, const std::string& text) {
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
+  b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {})
+      ->addFnAttr(llvm::Attribute::Convergent);
+}
+
+}  // namespace
+
+void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperand& sa, const StagedOperand& sb) {
+  const Value* acc = op.operands[2];
+  const int64_t K = op.operands[0]->type.shape[1], N = op.operands[1]->type.shape[1];
+  const MmaTiling t = mma_tiling(op);
+  const BlockedLayout lc = mma_acc_layout(t);
+  const int nacc = static_cast<int>(N / 2);  // f32 accumulators per thread
+  std::vector<llvm::Value*> c(lc.num_regs());
+  for (int r = 0; r < lc.num_regs(); ++r) c[r] = at(acc, lc.index_of(r));
+
+  auto* i64 = b_.getInt64Ty();
+  auto smem_addr = [&](llvm::Value* p) { return b_.CreateAnd(b_.CreatePtrToInt(p, i64), b_.getInt64(0x3FFFF)); };
+  // Descriptor bits other than the start address.
+  auto fixed_bits = [&](uint64_t lbo, uint64_t sbo, uint64_t mode) {
+    return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | mode << 62;
+  };
+  // A: K-major, warpgroup g's 64 rows.
+  llvm::Value* warpgroup = b_.CreateLShr(tid_, 7);
+  llvm::Value* a_base = b_.CreateInBoundsGEP(
+      b_.getInt8Ty(), sa.buf, b_.CreateMul(warpgroup, b_.getInt32(static_cast<uint32_t>(64 * sa.row_bytes))));
+  const uint64_t a_bits = fixed_bits(16, 8 * sa.row_bytes, swizzle_mode(sa.row_bytes));
+  const bool b_n_major = sb.contig_dim != 0;
+  const uint64_t b_bits = b_n_major ? fixed_bits(static_cast<uint64_t>(sb.block_bytes), 1024, 1)
+                                    : fixed_bits(16, 8 * sb.row_bytes, swizzle_mode(sb.row_bytes));
+  llvm::Value* a_start = smem_addr(a_base);
+  llvm::Value* b_start = smem_addr(sb.buf);
+
+  const char* ty = kind == MmaKind::BF16 ? "bf16" : "f16";
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nacc + 2) + ", 0;\n" +
+                     "wgmma.mma_async.sync.aligned.m64n" + std::to_string(N) + "k16.f32." + ty + "." + ty + " {";
+  for (int i = 0; i < nacc; ++i) text += (i ? ", $" : "$") + std::to_string(i);
+  text += "}, $" + std::to_string(2 * nacc) + ", $" + std::to_string(2 * nacc + 1) + ", p, 1, 1, 0, " +
+          (b_n_major ? "1" : "0") + ";\n}";
+  std::string cons;
+  for (int i = 0; i < nacc; ++i) cons += "=f,";
+  for (int i = 0; i < nacc; ++i) cons += std::to_string(i) + ",";
+  cons += "l,l,r";
+  std::vector<llvm::Type*> params(nacc, b_.getFloatTy());
+  params.push_back(i64);
+  params.push_back(i64);
+  params.push_back(b_.getInt32Ty());
+  auto* rty = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(nacc, b_.getFloatTy()));
+  auto* fty = llvm::FunctionType::get(rty, params, false);
+  auto* wgmma = llvm::InlineAsm::get(fty, text, cons, /*hasSideEffects=*/true);
+
+  emit_asm(b_, "wgmma.fence.sync.aligned;");
+  for (int64_t kk = 0; kk < K / 16; ++kk) {
+    uint64_t a_off = static_cast<uint64_t>(32 * kk);
+    uint64_t b_off = b_n_major ? static_cast<uint64_t>(16 * kk * 128) : static_cast<uint64_t>(32 * kk);
+    llvm::Value* da = b_.CreateOr(b_.CreateLShr(b_.CreateAdd(a_start, b_.getInt64(a_off)), 4), b_.getInt64(a_bits));
+    llvm::Value* db = b_.CreateOr(b_.CreateLShr(b_.CreateAdd(b_start, b_.getInt64(b_off)), 4), b_.getInt64(b_bits));
+    std::vector<llvm::Value*> args(c.begin(), c.end());
+    args.push_back(da);
+    args.push_back(db);
+    args.push_back(b_.getInt32(1));  // scale-d: accumulate into d
+    llvm::CallInst* call = b_.CreateCall(fty, wgmma, args);
+    call->addFnAttr(llvm::Attribute::Convergent);
+    for (int i = 0; i < nacc; ++i) c[i] = b_.CreateExtractValue(call, {static_cast<unsigned>(i)});
+  }
+  emit_asm(b_, "wgmma.commit_group.sync.aligned;");
+  if (wgmma_async_dots_.count(&op)) {
+    // The result only feeds the next iteration's wgmma (and, after the loop, the
+    // pipeline epilogue's wait 0): keep this group in flight, retire the previous one,
+    // whose ring stage the next iteration's copies overwrite after their barrier.
+    emit_asm(b_, "wgmma.wait_group.sync.aligned 1;");
+    TileVal res;
+    res.kind = TileVal::Regs;
+    res.layout = lc;
+    res.regs = std::move(c);
+    tiles_[op.result()] = std::move(res);
+    return;
+  }
+  // The accumulators are read next (and the ring stage is rewritten after the next
+  // barrier): wait for this group. The results pass through an identity asm tied to
+  // the wait so no read of them moves above it.
+  std::string wtext = "wgmma.wait_group.sync.aligned 0;";
+  std::string wcons;
+  for (int i = 0; i < nacc; ++i) wcons += "=f,";
+  for (int i = 0; i < nacc; ++i) wcons += std::to_string(i) + (i + 1 < nacc ? "," : "");
+  wcons += ",~{memory}";
+  auto* wfty = llvm::FunctionType::get(rty, std::vector<llvm::Type*>(nacc, b_.getFloatTy()), false);
+  llvm::CallInst* w = b_.CreateCall(wfty, llvm::InlineAsm::get(wfty, wtext, wcons, /*hasSideEffects=*/true), c);
+  w->addFnAttr(llvm::Attribute::Convergent);
+  for (int i = 0; i < nacc; ++i) c[i] = b_.CreateExtractValue(w, {static_cast<unsigned>(i)});
+
+  TileVal res;
+  res.kind = TileVal::Regs;
+  res.layout = lc;
+  res.regs = std::move(c);
+  tiles_[op.result()] = std::move(res);
+}
+
+}  // namespace tessera::codegen::nvptx

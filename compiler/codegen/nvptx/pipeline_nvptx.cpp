@@ -1,0 +1,389 @@
+// NVPTX lowering: multi-stage software pipelining of a K loop's dot operands
+// through a ring of shared-memory stages filled with cp.async (sm_80+), used by
+// lower_for in place of the one-iteration register prefetch when it applies.
+//
+// A loop whose body loads the A and/or B tile of a tensor-core dot (the load used
+// by that dot alone, its addresses and mask a pure function of the induction
+// variable and of carried values that themselves advance purely, e.g. pointer
+// tiles `p += BK*stride` or block pointers) keeps `num_stages` (S) copies of each
+// such tile in shared memory, already in the dot's swizzled staging format, so the
+// dot reads them with ldmatrix directly and no thread ever holds them in registers.
+// Worked example, the tutorial matmul (128x128x32 f16 tiles, S = 3):
+//   prologue:  barrier                              (a previous run may still read)
+//              for s in 0, 1:  cp.async stage s <- tiles of iteration s; commit_group
+//   iteration j (stage j%3 is read, stage (j+2)%3 written):
+//              cp.async.wait_group 1                (group j, this thread's copies, done)
+//              barrier                              (everyone's copies visible; everyone
+//                                                    has finished reading stage (j-1)%3)
+//              cp.async stage (j+2)%3 <- tiles of iteration j+2; commit_group
+//              ldmatrix from stage j%3, mma.sync    (overlaps the copies in flight)
+//   after:     cp.async.wait_group 0
+// Every thread commits exactly one group per iteration (empty groups past the end),
+// so "wait until at most S-2 groups are pending" always means "iteration j landed".
+// When the dot runs as wgmma (lower_dot_wgmma_nvptx.cpp) the barrier is preceded by
+// fence.proxy.async (wgmma reads through the async proxy), stages are 1024-byte
+// aligned, and with S >= 4 the wgmma group of iteration j stays in flight until
+// iteration j+1 retires it: the ring then runs S-2 ahead (wait_group S-3), so the
+// stage a copy overwrites was read by iteration j-2, retired before the barrier.
+// Each copy moves 16 bytes (cp.async.cg; 8 or 4 with .ca where contiguity,
+// alignment or mask constancy allow no more); a masked-off run is copied with
+// src-size 0, which reads nothing and zero-fills its 16 bytes, so out-of-range K
+// (K not a multiple of BK) and M/N edges read as the zeros `other=0` asks for.
+// The addresses of iteration j+S-1 come from "ahead" copies of the carried values
+// they depend on: the prologue starts them at the loop's inits and every issue
+// advances them through the carried values' yields, re-lowered with the body's
+// block arguments bound to the ahead values.
+#include <llvm/IR/InlineAsm.h>
+
+#include <cmath>
+
+#include "codegen/common/elementwise.h"
+#include "codegen/nvptx/gpu_lowering.h"
+
+namespace tessera::codegen::nvptx {
+
+using namespace ir;
+
+namespace {
+
+int count_uses(const Block& b, const Value* v) {
+  int n = 0;
+  for (auto& op : b.ops) {
+    for (const Value* o : op->operands) n += o == v;
+    for (auto& r : op->regions) n += count_uses(*r->block, v);
+  }
+  return n;
+}
+
+bool is_zero_const(const Value* v) {
+  const Op* op = v->def();
+  if (!op) return false;
+  if (op->kind == OpKind::Splat || op->kind == OpKind::Broadcast) return is_zero_const(op->operands[0]);
+  if (op->kind != OpKind::Const) return false;
+  const Attr& a = op->attrs.at("value");
+  if (auto* d = std::get_if<double>(&a)) return *d == 0.0 && !std::signbit(*d);
+  if (auto* i = std::get_if<int64_t>(&a)) return *i == 0;
+  if (auto* b = std::get_if<bool>(&a)) return !*b;
+  return false;
+}
+
+// Carried-value indices (block argument k >= 1 -> k-1) that `v` or `ops` read.
+void carried_args_read(const Block& body, const std::set<const Op*>& ops, const Value* v, std::set<size_t>& out) {
+  auto note = [&](const Value* x) {
+    for (size_t k = 1; k < body.args.size(); ++k)
+      if (body.args[k].get() == x) out.insert(k - 1);
+  };
+  if (v) note(v);
+  for (const Op* op : ops)
+    for (const Value* o : op->operands) note(o);
+}
+
+void collect_dots(const Block& b, std::vector<const Op*>& out) {
+  for (auto& op : b.ops) {
+    if (op->kind == OpKind::Dot) out.push_back(op.get());
+    for (auto& r : op->regions) collect_dots(*r->block, out);
+  }
+}
+
+void emit_asm(llvm::IRBuilderBase& b, const std::string& text) {
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
+  b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {});
+}
+
+}  // namespace
+
+std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& body) {
+  if (cc_ < 80 || num_stages_ < 2) return std::nullopt;
+  Pipeline p;
+  p.stages = num_stages_;
+  std::set<const Op*> slice;
+  for (auto& op : body.ops) {
+    if (op->kind != OpKind::Dot) continue;
+    auto kind = mma_kind(*op);
+    if (!kind) continue;
+    const int eb = (*kind == MmaKind::I8) ? 1 : (*kind == MmaKind::F16 || *kind == MmaKind::BF16) ? 2 : 4;
+    for (int i = 0; i < 2; ++i) {
+      // The operand is the load, or its transpose (tl.trans(k) in attention): the ring
+      // keeps the load's rows either way, so the transpose only swaps which operand
+      // dim runs along the buffer's rows.
+      const Value* operand = op->operands[i];
+      const Value* v = operand;
+      bool transposed = false;
+      if (v->def() && v->def()->kind == OpKind::Permute && v->def()->ints_attr("order") == std::vector<int64_t>{1, 0} &&
+          count_uses(*k_.body(), v) == 1) {
+        v = v->def()->operands[0];
+        transposed = true;
+      }
+      const Op* load = v->def();
+      if (!load || load->kind != OpKind::Load || load->parent != &body || v->type.rank() != 2) continue;
+      if (count_uses(*k_.body(), v) != 1) continue;
+      // 32- and 8-bit fragments need K-contiguous buffer rows (no ldmatrix transpose).
+      const int contig_dim = transposed ? 0 : 1, kdim = i == 0 ? 1 : 0;
+      if (eb != 2 && contig_dim != kdim) continue;
+      if (load->operands.size() >= 3 && !is_zero_const(load->operands[2])) continue;
+      std::set<const Op*> s;
+      bool ok = true;
+      for (const Value* a : load->operands) ok = ok && collect_slice(body, a, s);
+      if (!ok) continue;
+      PipelinedLoad pl;
+      pl.load = load;
+      const int64_t cols = v->type.shape[1];
+      const int vec = static_cast<int>(std::min<int64_t>(16 / eb, cols));
+      pl.layout = make_blocked_layout(v->type.shape, vec, num_threads_);
+      pl.width = access_width(*load, pl.layout);
+      if (pl.width * eb < 4) continue;  // cp.async copies 4, 8 or 16 bytes
+      pl.operand = operand;
+      pl.geom.contig_dim = contig_dim;
+      pl.geom.row_bytes = cols * eb;
+      pl.geom.elem_bytes = eb;
+      pl.stage_bytes = (v->type.numel() * eb + 127) / 128 * 128;
+      slice.insert(s.begin(), s.end());
+      p.loads.push_back(std::move(pl));
+    }
+  }
+  if (p.loads.empty()) return std::nullopt;
+  // Operands of wgmma dots (plan_wgmma): N-major B in 64-column blocks, and stages on
+  // 1024-byte boundaries (the swizzle atoms' alignment).
+  for (auto& op : body.ops)
+    if (wgmma_dots_.count(op.get()))
+      for (auto& pl : p.loads) {
+        if (pl.operand != op->operands[0] && pl.operand != op->operands[1]) continue;
+        p.async_proxy = true;
+        pl.stage_bytes = (pl.stage_bytes + 1023) / 1024 * 1024;
+        if (pl.operand == op->operands[1] && pl.geom.contig_dim == 1)
+          pl.geom.block_bytes = pl.load->result()->type.shape[0] * 128;
+      }
+
+  // The carried values the addresses read, closed under their yields.
+  std::set<size_t> args;
+  for (auto& pl : p.loads)
+    for (const Value* a : pl.load->operands) carried_args_read(body, slice, a, args);
+  std::set<size_t> done;
+  std::set<const Op*> ahead;
+  const Op* yield = body.terminator();
+  while (done.size() < args.size()) {
+    for (size_t i : std::set<size_t>(args)) {
+      if (!done.insert(i).second) continue;
+      if (!yield || yield->kind != OpKind::Yield || i >= yield->operands.size()) return std::nullopt;
+      const Value* y = yield->operands[i];
+      std::set<const Op*> s;
+      if (!collect_slice(body, y, s)) return std::nullopt;
+      carried_args_read(body, s, y, args);
+      ahead.insert(s.begin(), s.end());
+    }
+  }
+  p.ahead_args.assign(args.begin(), args.end());
+  for (auto& op : body.ops)
+    if (slice.count(op.get()) || ahead.count(op.get())) p.ops.push_back(op.get());
+
+  // Fewer stages where the ring would not fit next to what is already allocated, the
+  // register-staging buffers (unless every dot of the kernel reads only ring stages)
+  // and some room for layout conversions.
+  int64_t per_stage = 0;
+  for (auto& pl : p.loads) per_stage += pl.stage_bytes;
+  std::vector<const Op*> dots;
+  collect_dots(*k_.body(), dots);
+  bool all_from_rings = true;
+  for (const Op* d : dots)
+    for (int i = 0; i < 2; ++i) {
+      bool in_ring = false;
+      for (auto& pl : p.loads) in_ring = in_ring || pl.operand == d->operands[i];
+      all_from_rings = all_from_rings && in_ring;
+    }
+  const int64_t staging = dot_smem_[0] || all_from_rings ? 0 : dot_staging_bytes();
+  const int64_t budget = max_dynamic_shared_bytes(cc_) - shared_bytes_ - staging - 16 * 1024;
+  while (p.stages > 2 && p.stages * per_stage > budget) --p.stages;
+  if (p.stages * per_stage > budget) return std::nullopt;
+  // wgmma dots whose accumulator only goes round the loop keep a group in flight. That
+  // costs a stage of lookahead, so only from 4 stages: on an H100 the 128x128x32 matmul
+  // fell from 432 to 341-362 TFLOP/s with 3 stages in flight (1 stage ahead) and gained
+  // 1-3% with 4 (bench/results/gpu_matmul_notes.md).
+  if (p.async_proxy && p.stages >= 4) {
+    const Op* y = body.terminator();
+    bool all = y && y->kind == OpKind::Yield;
+    std::vector<size_t> idx;
+    for (auto& op : body.ops) {
+      if (!all || !wgmma_dots_.count(op.get())) continue;
+      bool ok = false;
+      for (size_t i = 0; i < y->operands.size(); ++i)
+        if (y->operands[i] == op->result() && op->operands[2] == body.args[1 + i].get() &&
+            count_uses(*k_.body(), op->result()) == 1 && count_uses(*k_.body(), body.args[1 + i].get()) == 1) {
+          ok = true;
+          idx.push_back(i);
+        }
+      all = all && ok;
+    }
+    if (all && !idx.empty()) {
+      p.wgmma_async = true;
+      p.async_results = idx;
+      for (auto& op : body.ops)
+        if (wgmma_dots_.count(op.get())) wgmma_async_dots_.insert(op.get());
+    }
+  }
+
+  return p;
+}
+
+// Issues the copies of the iteration whose induction variable is `iv` (carried
+// values: the ahead copies) into ring stage `stage`, commits them as one group and
+// advances the ahead values by one iteration. `active`: the iteration exists.
+void GpuLowering::issue_stage(const Block& body, Pipeline& p, llvm::Value* iv, llvm::Value* stage, llvm::Value* active) {
+  // Bind the block arguments to the ahead values; forget everything computed after.
+  std::vector<const Value*> bound;
+  for (auto& a : body.args) bound.push_back(a.get());
+  for (const Op* o : p.ops)
+    for (auto& r : o->results) bound.push_back(r.get());
+  std::unordered_map<const Value*, TileVal> saved_tiles;
+  std::unordered_map<const Value*, llvm::Value*> saved_scalars;
+  for (const Value* v : bound) {
+    if (auto it = tiles_.find(v); it != tiles_.end()) saved_tiles[v] = it->second;
+    if (auto it = scalars_.find(v); it != scalars_.end()) saved_scalars[v] = it->second;
+    tiles_.erase(v);
+    scalars_.erase(v);
+  }
+  memo_.clear();
+  smem_written_.clear();
+  scalars_[body.args[0].get()] = iv;
+  for (size_t j = 0; j < p.ahead_args.size(); ++j) {
+    const Value* a = body.args[1 + p.ahead_args[j]].get();
+    std::vector<llvm::Value*> regs;
+    for (llvm::Value* s : p.ahead_slots[j]) regs.push_back(b_.CreateLoad(llvm_elem_type(ctx_, a->type.elem), s));
+    if (a->type.is_tile()) tiles_[a] = TileVal{TileVal::Regs, p.ahead_layouts[j], regs};
+    else scalars_[a] = regs[0];
+  }
+  for (const Op* o : p.ops) lower_op(*o);
+
+  auto* i32 = b_.getInt32Ty();
+  for (auto& pl : p.loads) {
+    const Op& load = *pl.load;
+    const ElemType& e = load.result()->type.elem;
+    const int bytes = pl.width * e.bytes();
+    const Value* mask = load.operands.size() >= 2 ? load.operands[1] : nullptr;
+    llvm::Value* buf = b_.CreateInBoundsGEP(b_.getInt8Ty(), pl.ring, b_.CreateMul(stage, b_.getInt32(static_cast<uint32_t>(pl.stage_bytes))));
+    StagedOperand st = pl.geom;
+    st.buf = buf;
+    llvm::Value* first = is_first_replica(pl.layout);
+    llvm::Value* issue = first ? first : b_.getTrue();
+    // @issue cp.async.{cg|ca}.shared.global [dst], [src], bytes, src_size;
+    std::string text = std::string("@$3 cp.async.") + (bytes == 16 ? "cg" : "ca") + ".shared.global [$0], [$1], " +
+                       std::to_string(bytes) + ", $2;";
+    auto* gptr_ty = llvm::PointerType::get(ctx_, 1);
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32, gptr_ty, i32, b_.getInt1Ty()}, false);
+    auto* cp = llvm::InlineAsm::get(fty, text, "r,l,r,b,~{memory}", /*hasSideEffects=*/true);
+    for (int r0 = 0; r0 < pl.layout.num_regs(); r0 += pl.width) {
+      SymIndex s0 = pl.layout.index_of(r0);
+      llvm::Value* src = b_.CreateAddrSpaceCast(at(load.operands[0], s0), gptr_ty);
+      llvm::Value* pred = active;
+      if (mask) pred = b_.CreateAnd(pred, at(mask, s0));
+      llvm::Value* src_size = b_.CreateSelect(pred, b_.getInt32(bytes), b_.getInt32(0));
+      llvm::Value* dst = b_.CreateInBoundsGEP(b_.getInt8Ty(), buf,
+                                              staged_offset(st, runtime_index(s0[0]), runtime_index(s0[1])));
+      llvm::Value* dst32 = b_.CreateTrunc(b_.CreatePtrToInt(dst, b_.getInt64Ty()), i32);
+      b_.CreateCall(fty, cp, {dst32, src, src_size, issue});
+    }
+  }
+  emit_asm(b_, "cp.async.commit_group;");
+
+  // Advance the ahead values through their yields (computed before any is stored).
+  const Op* yield = body.terminator();
+  std::vector<std::vector<llvm::Value*>> next(p.ahead_args.size());
+  for (size_t j = 0; j < p.ahead_args.size(); ++j) {
+    const Value* y = yield->operands[p.ahead_args[j]];
+    next[j] = y->type.is_tile() ? materialize(y, p.ahead_layouts[j]) : std::vector<llvm::Value*>{scalar(y)};
+  }
+  for (size_t j = 0; j < next.size(); ++j)
+    for (size_t r = 0; r < next[j].size(); ++r) b_.CreateStore(next[j][r], p.ahead_slots[j][r]);
+
+  for (const Value* v : bound) {
+    tiles_.erase(v);
+    scalars_.erase(v);
+  }
+  for (auto& [v, t] : saved_tiles) tiles_[v] = t;
+  for (auto& [v, s] : saved_scalars) scalars_[v] = s;
+  memo_.clear();
+  smem_written_.clear();
+}
+
+void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,
+                                    const std::vector<BlockedLayout>& layouts,
+                                    const std::vector<std::vector<llvm::Value*>>& slots,
+                                    const std::function<llvm::Value*(llvm::Value*)>& in_range) {
+  for (auto& pl : p.loads) pl.ring = new_smem(b_.getInt8Ty(), p.stages * pl.stage_bytes, "ring", p.async_proxy ? 1024 : 16);
+  for (size_t i : p.ahead_args) {
+    const Type& t = body.args[1 + i]->type;
+    p.ahead_layouts.push_back(layouts[i]);
+    p.ahead_slots.push_back(carry_slots(t, layouts[i]));
+    for (size_t r = 0; r < slots[i].size(); ++r)
+      b_.CreateStore(b_.CreateLoad(llvm_elem_type(ctx_, t.elem), slots[i][r]), p.ahead_slots.back()[r]);
+  }
+  p.ahead_iv = alloca_in_entry(lb->getType());
+  p.read_stage = alloca_in_entry(b_.getInt32Ty());
+  p.write_stage = alloca_in_entry(b_.getInt32Ty());
+  barrier();  // an earlier run of this loop (an enclosing loop) may still read the ring
+  llvm::Value* iv = lb;
+  const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
+  for (int s = 0; s < ahead; ++s) {
+    issue_stage(body, p, iv, b_.getInt32(s), in_range(iv));
+    iv = b_.CreateAdd(iv, step);
+  }
+  b_.CreateStore(iv, p.ahead_iv);
+  b_.CreateStore(b_.getInt32(0), p.read_stage);
+  b_.CreateStore(b_.getInt32(ahead), p.write_stage);
+}
+
+void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value* step,
+                                     const std::function<llvm::Value*(llvm::Value*)>& in_range) {
+  const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
+  emit_asm(b_, "cp.async.wait_group " + std::to_string(ahead - 1) + ";");
+  // wgmma reads shared memory through the async proxy: order this thread's copies
+  // (generic proxy) before it.
+  if (p.async_proxy) emit_asm(b_, "fence.proxy.async.shared::cta;");
+  barrier();
+  llvm::Value* rs = b_.CreateLoad(b_.getInt32Ty(), p.read_stage);
+  llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
+  llvm::Value* iv = b_.CreateLoad(step->getType(), p.ahead_iv);
+  issue_stage(body, p, iv, ws, in_range(iv));
+  b_.CreateStore(b_.CreateAdd(iv, step), p.ahead_iv);
+  auto next = [&](llvm::Value* s) {
+    llvm::Value* n = b_.CreateAdd(s, b_.getInt32(1));
+    return b_.CreateSelect(b_.CreateICmpEQ(n, b_.getInt32(p.stages)), b_.getInt32(0), n);
+  };
+  b_.CreateStore(next(rs), p.read_stage);
+  b_.CreateStore(next(ws), p.write_stage);
+  for (auto& pl : p.loads) {
+    StagedOperand st = pl.geom;
+    st.buf = b_.CreateInBoundsGEP(b_.getInt8Ty(), pl.ring, b_.CreateMul(rs, b_.getInt32(static_cast<uint32_t>(pl.stage_bytes))));
+    pipelined_[pl.operand] = st;
+    prefetched_.insert(pl.load->result());
+  }
+}
+
+void GpuLowering::pipeline_end_iteration(Pipeline& p) {
+  for (auto& pl : p.loads) {
+    pipelined_.erase(pl.operand);
+    prefetched_.erase(pl.load->result());
+  }
+}
+
+void GpuLowering::pipeline_epilogue(Pipeline& p, const Op& for_op) {
+  emit_asm(b_, "cp.async.wait_group 0;");
+  if (!p.wgmma_async) return;
+  // The last wgmma group is still in flight: wait, with the accumulators passed
+  // through the wait (tied), so no read of them is scheduled above it.
+  for (size_t i : p.async_results) {
+    TileVal& t = tile(for_op.result(static_cast<int>(i)));
+    const int n = static_cast<int>(t.regs.size());
+    std::string cons;
+    for (int r = 0; r < n; ++r) cons += "=f,";
+    for (int r = 0; r < n; ++r) cons += std::to_string(r) + ",";
+    cons += "~{memory}";
+    auto* rty = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(n, b_.getFloatTy()));
+    auto* fty = llvm::FunctionType::get(rty, std::vector<llvm::Type*>(n, b_.getFloatTy()), false);
+    llvm::CallInst* w = b_.CreateCall(
+        fty, llvm::InlineAsm::get(fty, "wgmma.wait_group.sync.aligned 0;", cons, /*hasSideEffects=*/true), t.regs);
+    w->addFnAttr(llvm::Attribute::Convergent);
+    for (int r = 0; r < n; ++r) t.regs[r] = b_.CreateExtractValue(w, {static_cast<unsigned>(r)});
+  }
+}
+
+}  // namespace tessera::codegen::nvptx
