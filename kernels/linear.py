@@ -76,13 +76,24 @@ def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_
     c = H.empty(like, (batch, m, n))
     z = H.empty(like, (batch, m, n)) if store_z else None
     if batch and m and n:
-        grid = (tessera.cdiv(m, BM), tessera.cdiv(n, BN), batch)
+        bm, bn, bk, opts = _tiles(like)
+        grid = (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
         _matmul_kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, m, n, k,
                              *a_strides, *b_strides, m * n, H.scalar(like, scale or 1.0),
                              B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
                              STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like),
-                             BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK)
+                             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
     return c, z
+
+
+def _tiles(like):
+    """(BLOCK_M, BLOCK_N, BLOCK_K, launch options): on a GPU, tensor-core tiles with a
+    3-stage cp.async ring (as bench/gpu_kernels.py's matmul); 64x64x32 on the CPU and for
+    fp64 (which has no tensor-core path)."""
+    name = H.dtype_name(like)
+    if H.on_gpu(like) and name in ("float16", "bfloat16", "float32"):
+        return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}
+    return BM, BN, BK, {}
 
 
 # --------------------------------------------------------------------------- attention scores
