@@ -76,7 +76,7 @@ def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_
     c = H.empty(like, (batch, m, n))
     z = H.empty(like, (batch, m, n)) if store_z else None
     if batch and m and n:
-        bm, bn, bk, opts = _tiles(like)
+        bm, bn, bk, opts = _tiles(like, m, n, k)
         grid = (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
         _matmul_kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, m, n, k,
                              *a_strides, *b_strides, m * n, H.scalar(like, scale or 1.0),
@@ -86,13 +86,16 @@ def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_
     return c, z
 
 
-def _tiles(like):
+def _tiles(like, m, n, k):
     """(BLOCK_M, BLOCK_N, BLOCK_K, launch options): on a GPU, tensor-core tiles with a
-    3-stage cp.async ring (as bench/gpu_kernels.py's matmul); 64x64x32 on the CPU and for
-    fp64 (which has no tensor-core path)."""
+    3-stage cp.async ring (as bench/gpu_kernels.py's matmul); on the CPU the tile the x86
+    micro-kernel runs fastest (128x256x64) when the output is at least that large;
+    64x64x32 otherwise."""
     name = H.dtype_name(like)
     if H.on_gpu(like) and name in ("float16", "bfloat16", "float32"):
         return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}
+    if not H.on_gpu(like) and name != "float64" and m >= 128 and n >= 256 and k >= 256:
+        return 128, 256, 64, {}  # the CPU micro-kernel's best tile (bench/results/matmul.md)
     return BM, BN, BK, {}
 
 
