@@ -173,7 +173,7 @@ HUGE = textwrap.dedent('''
 # 4000 unrolled steps take ~1 s of Python code generation then ~1.5 s of LLVM on an
 # idle 2-core machine: the kills land in each phase (or later on a slower machine).
 @pytest.mark.parametrize("kill_after_s", [0.3, 1.5])
-def test_killed_compile_leaves_no_entry(tmp_path, kill_after_s):
+def test_killed_compile_leaves_no_partial_entry(tmp_path, kill_after_s):
     cache = tmp_path / "cache"
     script = tmp_path / "huge.py"
     script.write_text(HUGE)
@@ -188,13 +188,16 @@ def test_killed_compile_leaves_no_entry(tmp_path, kill_after_s):
     if p.returncode == 0:  # it finished between poll() and the kill
         pytest.skip("the compile finished before the kill landed")
     assert p.returncode == -signal.SIGKILL
-    assert entries(cache) == []
+    # The kill may land before the entry is written (no entry) or, on a fast machine,
+    # just after its atomic rename (a complete entry). Never a partial one: only
+    # temporaries, which are never read.
+    killed_after_write = entries(cache) != []
     for t in temporaries(cache):  # a write cut short: never read, removed by `cache clear`
         assert t.endswith(".tmp")
     done = subprocess.run([sys.executable, str(script), "4000"], env=child_env(cache),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["compiling", "done", "False"]
+    assert done.stdout.split() == ["compiling", "done", str(killed_after_write)]
     assert len(entries(cache)) == 1
 
 
