@@ -14,6 +14,8 @@ namespace {
 
 using namespace tessera::codegen::nvptx;
 using tessera_test::count;
+using tessera_test::ptr_tile;
+using tessera_test::subst;
 
 // Evaluates an index bit string for one thread id.
 int64_t eval_bits(const std::vector<IndexBit>& bits, int tid) {
@@ -142,29 +144,6 @@ TEST(MmaLayout, SwizzleMakesLdmatrixPhasesConflictFree) {
 }
 
 // --- PTX ----------------------------------------------------------------------
-
-std::string subst(std::string text, const std::vector<std::pair<std::string, std::string>>& vars) {
-  for (auto& [k, v] : vars)
-    for (size_t p = text.find(k); p != std::string::npos; p = text.find(k, p + v.size())) text.replace(p, k.size(), v);
-  return text;
-}
-
-// A row-major R x C pointer tile %NAME = BASE + r*C + c.
-std::string ptr_tile(const std::string& name, const std::string& base, int R, int C, const std::string& t) {
-  return subst(R"(  %NAME_r = arange {end = $R, start = 0} : tile<$Rxi32>
-  %NAME_re = expand_dims %NAME_r {axis = 1} : tile<$Rx1xi32>
-  %NAME_rs = const {value = $C} : tile<$Rx1xi32>
-  %NAME_rm = mul %NAME_re, %NAME_rs : tile<$Rx1xi32>
-  %NAME_rb = broadcast %NAME_rm : tile<$Rx$Cxi32>
-  %NAME_c = arange {end = $C, start = 0} : tile<$Cxi32>
-  %NAME_ce = expand_dims %NAME_c {axis = 0} : tile<1x$Cxi32>
-  %NAME_cb = broadcast %NAME_ce : tile<$Rx$Cxi32>
-  %NAME_off = add %NAME_rb, %NAME_cb : tile<$Rx$Cxi32>
-  %NAME_s = splat %BASE : tile<$Rx$Cxptr<$T>>
-  %NAME = addptr %NAME_s, %NAME_off : tile<$Rx$Cxptr<$T>>
-)",
-               {{"NAME", name}, {"BASE", base}, {"$R", std::to_string(R)}, {"$C", std::to_string(C)}, {"$T", t}});
-}
 
 // C = A @ B (+ C loaded when `acc_from_memory`), with B stored K x N (N-contiguous)
 // or, when `b_transposed`, loaded N x K and permuted (K-contiguous).

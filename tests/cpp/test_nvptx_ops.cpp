@@ -17,6 +17,8 @@
 namespace {
 
 using tessera_test::count;
+using tessera_test::ptr_tile;
+using tessera_test::subst;
 using tessera_test::have_ptxas;
 
 tessera::CompileResult compile_for(const std::string& ir, const std::string& target, bool debug = false) {
@@ -37,29 +39,6 @@ tessera::CompileResult build(const std::string& ir, bool debug = false) {
     if (arch == "sm_90a") r90 = r;
   }
   return r90;
-}
-
-std::string subst(std::string text, const std::map<std::string, std::string>& vars) {
-  for (auto& [k, v] : vars)
-    for (size_t p = text.find(k); p != std::string::npos; p = text.find(k, p + v.size())) text.replace(p, k.size(), v);
-  return text;
-}
-
-// IR lines defining %NAME: tile<RxCxptr<T>> = BASE + r*C + c (a row-major R x C tile).
-std::string ptr_tile(const std::string& name, const std::string& base, int R, int C, const std::string& t) {
-  return subst(R"(  %NAME_r = arange {end = $R, start = 0} : tile<$Rxi32>
-  %NAME_re = expand_dims %NAME_r {axis = 1} : tile<$Rx1xi32>
-  %NAME_rs = const {value = $C} : tile<$Rx1xi32>
-  %NAME_rm = mul %NAME_re, %NAME_rs : tile<$Rx1xi32>
-  %NAME_rb = broadcast %NAME_rm : tile<$Rx$Cxi32>
-  %NAME_c = arange {end = $C, start = 0} : tile<$Cxi32>
-  %NAME_ce = expand_dims %NAME_c {axis = 0} : tile<1x$Cxi32>
-  %NAME_cb = broadcast %NAME_ce : tile<$Rx$Cxi32>
-  %NAME_off = add %NAME_rb, %NAME_cb : tile<$Rx$Cxi32>
-  %NAME_s = splat %BASE : tile<$Rx$Cxptr<$T>>
-  %NAME = addptr %NAME_s, %NAME_off : tile<$Rx$Cxptr<$T>>
-)",
-               {{"NAME", name}, {"BASE", base}, {"$R", std::to_string(R)}, {"$C", std::to_string(C)}, {"$T", t}});
 }
 
 // c = a @ b for one tile: a, b of type `in`, accumulator `acc` from zero.
