@@ -25,74 +25,15 @@
 #include <vector>
 
 #include "codegen/x86/dot_microkernel.h"
+#include "cpu_jit_test_util.h"
 
 namespace {
 
 using tessera::codegen::x86::DotShape;
 using tessera::codegen::x86::emit_dot;
 
-// A JIT for one CPU ("" = the host); modules get the O2 pipeline before codegen.
-class DotJit {
- public:
-  explicit DotJit(const std::string& cpu) {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-    auto jtmb =
-        cpu.empty()
-            ? llvm::cantFail(llvm::orc::JITTargetMachineBuilder::detectHost())
-            : llvm::orc::JITTargetMachineBuilder(llvm::Triple(llvm::sys::getProcessTriple()));
-    if (!cpu.empty()) jtmb.setCPU(cpu);
-    jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    tm_ = llvm::cantFail(jtmb.createTargetMachine());
-    jit_ = llvm::cantFail(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create());
-  }
-
-  std::unique_ptr<llvm::Module> new_module(llvm::LLVMContext& ctx) {
-    auto m = std::make_unique<llvm::Module>("dot_test", ctx);
-    m->setDataLayout(tm_->createDataLayout());
-    m->setTargetTriple(tm_->getTargetTriple().str());
-    return m;
-  }
-
-  void optimize(llvm::Module& m) {
-    EXPECT_FALSE(llvm::verifyModule(m, &llvm::errs()));
-    llvm::PassBuilder pb(tm_.get());
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(m, mam);
-  }
-
-  void add(std::unique_ptr<llvm::Module> m, std::unique_ptr<llvm::LLVMContext> ctx) {
-    optimize(*m);
-    llvm::cantFail(jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))));
-  }
-
-  using Kernel = void(const void* a, const void* b, void* c);
-  Kernel* lookup(const std::string& name) {
-    return llvm::cantFail(jit_->lookup(name)).toPtr<Kernel*>();
-  }
-
-  std::string assembly(llvm::Module& m) {
-    optimize(m);
-    llvm::SmallString<0> text;
-    llvm::raw_svector_ostream os(text);
-    llvm::legacy::PassManager pm;
-    EXPECT_FALSE(tm_->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile));
-    pm.run(m);
-    return std::string(text.str());
-  }
-
- private:
-  std::unique_ptr<llvm::TargetMachine> tm_;
-  std::unique_ptr<llvm::orc::LLJIT> jit_;
-};
+using tessera_test::CpuJit;
+using Kernel = void(const void* a, const void* b, void* c);
 
 enum class DType { F32, F16, BF16, F64, I8 };
 const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I8};
@@ -242,9 +183,9 @@ const Target kTargets[] = {{"", 512}, {"haswell", 256}};
 
 bool host_has_avx512() { return llvm::sys::getHostCPUFeatures().lookup("avx512f"); }
 
-DotJit& dot_jit(const std::string& cpu) {
+CpuJit& dot_jit(const std::string& cpu) {
   auto build = [](const std::string& cpu) {
-    auto jit = std::make_unique<DotJit>(cpu);
+    auto jit = std::make_unique<CpuJit>(cpu);
     auto ctx = std::make_unique<llvm::LLVMContext>();
     auto m = jit->new_module(*ctx);
     int count = 0;
@@ -259,10 +200,10 @@ DotJit& dot_jit(const std::string& cpu) {
     return jit;
   };
   // Both compiled at once, each on its own thread and LLVMContext.
-  static std::future<std::unique_ptr<DotJit>> haswell_future =
+  static std::future<std::unique_ptr<CpuJit>> haswell_future =
       std::async(std::launch::async, build, "haswell");
-  static std::unique_ptr<DotJit> host = build("");
-  static std::unique_ptr<DotJit> haswell = haswell_future.get();
+  static std::unique_ptr<CpuJit> host = build("");
+  static std::unique_ptr<CpuJit> haswell = haswell_future.get();
   return cpu.empty() ? *host : *haswell;
 }
 
@@ -272,7 +213,7 @@ TEST_P(DotMatchesReference, AllShapesAndBlockings) {
   DType t = GetParam();
   for (const Target& target : kTargets) {
     if (target.vector_bits == 512 && !host_has_avx512()) continue;  // still correct, but slow
-    DotJit& jit = dot_jit(target.cpu);
+    CpuJit& jit = dot_jit(target.cpu);
     for (int shape = 0; shape < shapes_for(t); ++shape) {
       DotShape s = kShapes[shape];
       std::mt19937 rng(s.M * 10007 + s.N * 101 + s.K);
@@ -280,7 +221,7 @@ TEST_P(DotMatchesReference, AllShapesAndBlockings) {
       Buffer b = make_buffer(t, size_t(s.K) * s.N, false, rng);
       Buffer c = make_buffer(t, size_t(s.M) * s.N, true, rng);
       std::string name = kernel_name(s, t, target.vector_bits);
-      jit.lookup(name)(a.bytes.data(), b.bytes.data(), c.bytes.data());
+      jit.lookup<Kernel>(name)(a.bytes.data(), b.bytes.data(), c.bytes.data());
       int mismatches = 0;
       for (int i = 0; i < s.M; ++i)
         for (int j = 0; j < s.N; ++j) {
@@ -302,7 +243,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, DotMatchesReference, ::testing::ValuesIn(kTyp
 // The micro-kernel must be FMA vector code with no calls: zmm with the AVX-512 blocking,
 // ymm with the AVX2 one. TESSERA_PRINT_ASM=1 prints the assembly.
 void expect_fma_vector_code(const char* cpu, int vector_bits, const char* reg) {
-  DotJit jit(cpu);
+  CpuJit jit(cpu);
   llvm::LLVMContext ctx;
   auto m = jit.new_module(ctx);
   add_dot_kernel(*m, "dot64x64x32", {64, 64, 32}, DType::F32, vector_bits, false);
@@ -363,7 +304,7 @@ TEST(DotPacking, WideningOperandsAreCopiedWhenReused) {
 // happens in the packing loops only: no block that issues FMAs converts anything.
 void expect_conversion_outside_fma_blocks(const char* cpu, int vector_bits, DType t,
                                           const char* convert) {
-  DotJit jit(cpu);
+  CpuJit jit(cpu);
   llvm::LLVMContext ctx;
   auto m = jit.new_module(ctx);
   add_dot_kernel(*m, "dot128x128x64", {128, 128, 64}, t, vector_bits, false);

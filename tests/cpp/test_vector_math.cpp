@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "codegen/common/vector_math.h"
+#include "cpu_jit_test_util.h"
 
 namespace {
 
@@ -39,71 +40,7 @@ using tessera::codegen::MathFn;
 // ---- JIT for one CPU ---------------------------------------------------------------
 // Modules go through the O2 pipeline (vectorizers off, so width 1 stays scalar code)
 // before codegen, so the test sees what optimization does to the compensated arithmetic.
-class CpuJit {
- public:
-  // cpu "" is the host (all its features); otherwise a named CPU with its default features.
-  explicit CpuJit(const std::string& cpu) {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-    auto jtmb =
-        cpu.empty()
-            ? llvm::cantFail(llvm::orc::JITTargetMachineBuilder::detectHost())
-            : llvm::orc::JITTargetMachineBuilder(llvm::Triple(llvm::sys::getProcessTriple()));
-    if (!cpu.empty()) jtmb.setCPU(cpu);
-    jtmb.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    tm_ = llvm::cantFail(jtmb.createTargetMachine());
-    jit_ = llvm::cantFail(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create());
-  }
-
-  std::unique_ptr<llvm::Module> new_module(llvm::LLVMContext& ctx) {
-    auto m = std::make_unique<llvm::Module>("test", ctx);
-    m->setDataLayout(tm_->createDataLayout());
-    m->setTargetTriple(tm_->getTargetTriple().str());
-    return m;
-  }
-
-  void optimize(llvm::Module& m) {
-    EXPECT_FALSE(llvm::verifyModule(m, &llvm::errs()));
-    llvm::PipelineTuningOptions pto;
-    pto.LoopVectorization = false;
-    pto.SLPVectorization = false;
-    llvm::PassBuilder pb(tm_.get(), pto);
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(m, mam);
-  }
-
-  void add(std::unique_ptr<llvm::Module> m, std::unique_ptr<llvm::LLVMContext> ctx) {
-    optimize(*m);
-    llvm::cantFail(jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))));
-  }
-
-  template <class Fn>
-  Fn* lookup(const std::string& name) {
-    return llvm::cantFail(jit_->lookup(name)).toPtr<Fn*>();
-  }
-
-  std::string assembly(llvm::Module& m) {
-    optimize(m);
-    llvm::SmallString<0> text;
-    llvm::raw_svector_ostream os(text);
-    llvm::legacy::PassManager pm;
-    EXPECT_FALSE(tm_->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile));
-    pm.run(m);
-    return std::string(text.str());
-  }
-
- private:
-  std::unique_ptr<llvm::TargetMachine> tm_;
-  std::unique_ptr<llvm::orc::LLJIT> jit_;
-};
+using tessera_test::CpuJit;
 
 // ---- the functions under test --------------------------------------------------------
 long double sigmoid_ref(long double x) {
@@ -171,7 +108,7 @@ void add_kernel(llvm::Module& m, const std::string& name, MathFn fn, llvm::Type*
 // One JIT per CPU holding every (function, type, width) kernel, built on first use.
 CpuJit& math_jit(const std::string& cpu) {
   auto build = [](const std::string& cpu) {
-    auto jit = std::make_unique<CpuJit>(cpu);
+    auto jit = std::make_unique<CpuJit>(cpu, /*vectorize=*/false);
     auto ctx = std::make_unique<llvm::LLVMContext>();
     auto m = jit->new_module(*ctx);
     for (const MathCase& c : kCases)
@@ -485,7 +422,7 @@ TEST(VectorMath, SinCosStayBoundedBeyondAccurateRange) {
 
 // The point of emitting polynomials: 8-wide f32 exp must be call-free vector FMA code.
 TEST(VectorMath, Exp8xF32IsCallFreeVectorCode) {
-  CpuJit jit("haswell");
+  CpuJit jit("haswell", /*vectorize=*/false);
   llvm::LLVMContext ctx;
   auto m = jit.new_module(ctx);
   add_kernel(*m, "exp8", MathFn::Exp, llvm::Type::getFloatTy(ctx), 8);
@@ -499,7 +436,7 @@ TEST(VectorMath, Exp8xF32IsCallFreeVectorCode) {
 TEST(VectorMath, HalfAndBFloatAreComputedInF32) {
   for (llvm::Type* (*get)(llvm::LLVMContext&) :
        {&llvm::Type::getHalfTy, &llvm::Type::getBFloatTy}) {
-    CpuJit jit("");
+    CpuJit jit("", /*vectorize=*/false);
     auto ctx = std::make_unique<llvm::LLVMContext>();
     auto m = jit.new_module(*ctx);
     add_kernel(*m, "exp_half", MathFn::Exp, get(*ctx), 8);
