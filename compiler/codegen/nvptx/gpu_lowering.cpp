@@ -454,6 +454,31 @@ struct Carried {
 };
 }  // namespace
 
+GpuLowering::SavedBindings GpuLowering::forget_bindings(std::vector<const Value*> values) {
+  SavedBindings saved;
+  saved.values = std::move(values);
+  for (const Value* v : saved.values) {
+    if (auto it = tiles_.find(v); it != tiles_.end()) saved.tiles[v] = it->second;
+    if (auto it = scalars_.find(v); it != scalars_.end()) saved.scalars[v] = it->second;
+    tiles_.erase(v);
+    scalars_.erase(v);
+  }
+  memo_.clear();
+  smem_written_.clear();
+  return saved;
+}
+
+void GpuLowering::restore_bindings(const SavedBindings& saved) {
+  for (const Value* v : saved.values) {
+    tiles_.erase(v);
+    scalars_.erase(v);
+  }
+  for (auto& [v, t] : saved.tiles) tiles_[v] = t;
+  for (auto& [v, x] : saved.scalars) scalars_[v] = x;
+  memo_.clear();
+  smem_written_.clear();
+}
+
 void GpuLowering::lower_for(const Op& op) {
   const Block& body = *op.regions[0]->block;
   size_t n = op.operands.size() - 3;

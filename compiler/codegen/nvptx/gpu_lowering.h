@@ -194,6 +194,17 @@ class GpuLowering {
     llvm::Value* read_stage = nullptr;
     llvm::Value* write_stage = nullptr;
   };
+  // Re-lowering part of a loop body with other bindings (the values of a later
+  // iteration: prefetch_nvptx.cpp, pipeline_nvptx.cpp): forget_bindings saves and
+  // drops what `values` are bound to (and the memoized addresses and staging
+  // state); restore_bindings drops what the re-lowering bound and puts them back.
+  struct SavedBindings {
+    std::vector<const ir::Value*> values;
+    std::unordered_map<const ir::Value*, TileVal> tiles;
+    std::unordered_map<const ir::Value*, llvm::Value*> scalars;
+  };
+  SavedBindings forget_bindings(std::vector<const ir::Value*> values);
+  void restore_bindings(const SavedBindings& saved);
   std::optional<Pipeline> plan_pipeline(const ir::Block& body);
   void issue_stage(const ir::Block& body, Pipeline& p, llvm::Value* iv, llvm::Value* stage, llvm::Value* active);
   void pipeline_prologue(const ir::Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,

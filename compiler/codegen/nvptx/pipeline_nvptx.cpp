@@ -233,16 +233,7 @@ void GpuLowering::issue_stage(const Block& body, Pipeline& p, llvm::Value* iv, l
   for (auto& a : body.args) bound.push_back(a.get());
   for (const Op* o : p.ops)
     for (auto& r : o->results) bound.push_back(r.get());
-  std::unordered_map<const Value*, TileVal> saved_tiles;
-  std::unordered_map<const Value*, llvm::Value*> saved_scalars;
-  for (const Value* v : bound) {
-    if (auto it = tiles_.find(v); it != tiles_.end()) saved_tiles[v] = it->second;
-    if (auto it = scalars_.find(v); it != scalars_.end()) saved_scalars[v] = it->second;
-    tiles_.erase(v);
-    scalars_.erase(v);
-  }
-  memo_.clear();
-  smem_written_.clear();
+  SavedBindings saved = forget_bindings(std::move(bound));
   scalars_[body.args[0].get()] = iv;
   for (size_t j = 0; j < p.ahead_args.size(); ++j) {
     const Value* a = body.args[1 + p.ahead_args[j]].get();
@@ -294,14 +285,7 @@ void GpuLowering::issue_stage(const Block& body, Pipeline& p, llvm::Value* iv, l
   for (size_t j = 0; j < next.size(); ++j)
     for (size_t r = 0; r < next[j].size(); ++r) b_.CreateStore(next[j][r], p.ahead_slots[j][r]);
 
-  for (const Value* v : bound) {
-    tiles_.erase(v);
-    scalars_.erase(v);
-  }
-  for (auto& [v, t] : saved_tiles) tiles_[v] = t;
-  for (auto& [v, s] : saved_scalars) scalars_[v] = s;
-  memo_.clear();
-  smem_written_.clear();
+  restore_bindings(saved);
 }
 
 void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,

@@ -117,16 +117,7 @@ void GpuLowering::emit_prefetch(const Block& body, std::vector<Prefetch>& pf, ll
       for (auto& r : o->results) bound.push_back(r.get());
     bound.push_back(p.load->result());
   }
-  std::unordered_map<const Value*, TileVal> saved_tiles;
-  std::unordered_map<const Value*, llvm::Value*> saved_scalars;
-  for (const Value* v : bound) {
-    if (auto it = tiles_.find(v); it != tiles_.end()) saved_tiles[v] = it->second;
-    if (auto it = scalars_.find(v); it != scalars_.end()) saved_scalars[v] = it->second;
-    tiles_.erase(v);
-    scalars_.erase(v);
-  }
-  memo_.clear();
-  smem_written_.clear();
+  SavedBindings saved = forget_bindings(std::move(bound));
   scalars_[body.args[0].get()] = iv;
   for (size_t i = 1; i < body.args.size(); ++i) {
     if (body.args[i]->type.is_tile()) tiles_[body.args[i].get()] = carried[i - 1];
@@ -146,14 +137,7 @@ void GpuLowering::emit_prefetch(const Block& body, std::vector<Prefetch>& pf, ll
     for (size_t r = 0; r < t.regs.size(); ++r) b_.CreateStore(t.regs[r], p.slots[r]);
   }
   extra_load_pred_ = nullptr;
-  for (const Value* v : bound) {
-    tiles_.erase(v);
-    scalars_.erase(v);
-  }
-  for (auto& [v, t] : saved_tiles) tiles_[v] = t;
-  for (auto& [v, s] : saved_scalars) scalars_[v] = s;
-  memo_.clear();
-  smem_written_.clear();
+  restore_bindings(saved);
 }
 
 }  // namespace tessera::codegen::nvptx
