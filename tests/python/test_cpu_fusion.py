@@ -215,6 +215,39 @@ def test_layernorm_keeps_arange_lazy():
     assert "alloca i32" not in llir
 
 
+def test_rows_are_reloaded_not_buffered():
+    # x feeds the max and the exp (softmax), the mean, the variance and the output
+    # (layernorm): each pass loads it again from the row (still in L1/L2) instead of
+    # writing a 16 KB copy on the stack. Softmax keeps one buffer: exp(x), which the
+    # division reads after the sum. Layernorm keeps none: its mask `cols < n_cols`
+    # stays lazy however often it is used, so the all-true loop copies exist.
+    sm = tessera.compile(softmax_kernel, signature="*fp32,*fp32,i32",
+                         constexprs={"BLOCK": 4096}).asm["llir"]
+    assert sm.count("alloca float, i64 4096") == 1, sm
+    ln = tessera.compile(layernorm_kernel, signature="*fp32,*fp32,*fp32,*fp32,i32,fp32",
+                         constexprs={"BLOCK": 4096}).asm["llir"]
+    assert "alloca float" not in ln and "alloca i8" not in ln and "alloca i1" not in ln
+    assert "mask.all_true" in ln
+
+
+@tessera.kernel
+def reload_after_store_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    # The second use of x comes after a store that may overwrite it (out_ptr may alias
+    # x_ptr): x must be buffered, not reloaded.
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + cols)
+    tl.store(out_ptr + cols, x * 2.0)
+    tl.store(out_ptr + BLOCK + cols, x + tl.sum(x, axis=0))
+
+
+def test_no_reload_across_a_store_to_the_same_memory():
+    x = np.arange(64, dtype=np.float32)
+    buf = np.concatenate([x, np.zeros(64, np.float32)])
+    reload_after_store_kernel[(1,)](buf, buf, BLOCK=64)  # out aliases x
+    np.testing.assert_array_equal(buf[:64], x * 2)
+    np.testing.assert_array_equal(buf[64:], x + x.sum())
+
+
 # --- streaming (non-temporal) stores --------------------------------------------------------
 @tessera.kernel
 def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):

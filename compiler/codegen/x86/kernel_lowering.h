@@ -107,6 +107,7 @@ class KernelLowering {
   void counted_loop(int64_t n, int64_t step, const std::function<void(llvm::Value*)>& body, bool reverse = false);
   llvm::Value* emit_load_chunk(const ir::Op& op, const Chunk& c);
   void prefetch_ahead(const ir::Type& t, llvm::Value* p0, const Chunk& c);
+  bool reloadable(const ir::Op& load) const;
   void lower_store(const ir::Op& op);
   void lower_atomic(const ir::Op& op);
   llvm::Value* contiguous_pointer(const ir::Value* ptrs, const Chunk& c);
@@ -182,6 +183,8 @@ class KernelLowering {
   // writes their buffer as it reads them (one pass instead of two).
   std::unordered_map<const ir::Op*, const ir::Op*> deferred_;  // value's op -> reduce
   std::unordered_map<const ir::Value*, TileRef> pending_;       // buffer to fill
+  int nest_id_ = 0;  // counts versioned loop nests (one per consumer of lazy tiles)
+  std::unordered_map<const ir::Op*, int> prefetch_nest_;  // load -> the nest that prefetches it
   std::unordered_map<const ir::Value*, std::vector<const ir::Op*>> uses_;
   bool uses_built_ = false;
   // Adds computed by a dot's store (fusable_dot_add): their value is this buffer.

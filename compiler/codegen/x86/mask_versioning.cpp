@@ -133,6 +133,7 @@ void KernelLowering::collect_masks(const Value* v, std::unordered_set<const Valu
 void KernelLowering::versioned_loop_nest(const std::vector<const Value*>& roots, const std::vector<int64_t>& shape,
                                          int width, int skip_dim, const std::function<void(Chunk&)>& body,
                                          llvm::Value* stream) {
+  ++nest_id_;
   // The loop without masks, itself split on `stream` (see streaming_stores.cpp).
   auto unmasked_loop = [&] {
     if (!stream) return loop_nest(shape, width, skip_dim, body);

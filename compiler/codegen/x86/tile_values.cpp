@@ -7,6 +7,8 @@
 // and stores e — one loop, no temporary for x - max or exp(x - max).
 #include <llvm/IR/Intrinsics.h>
 
+#include <algorithm>
+
 #include "codegen/common/elementwise.h"
 #include "codegen/x86/kernel_lowering.h"
 
@@ -44,6 +46,8 @@ const Op* ancestor_in(const Op* user, const Block* b) {
   return user;
 }
 
+constexpr int kMaxReloads = 4;
+
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> s(shape.size(), 1);
   for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
@@ -67,6 +71,16 @@ TileRef& KernelLowering::tile(const Value* v) {
   auto it = tiles_.find(v);
   if (it == tiles_.end()) throw CompileError("tile value used before it was lowered (this is a Tessera bug)", false);
   return it->second;
+}
+
+// Small enough to stay in the core's caches between a program's passes over it, and
+// contiguous along the minor dimension (a reload is a plain vector load, not a gather).
+bool KernelLowering::reloadable(const Op& load) const {
+  constexpr int64_t kMaxReloadBytes = 32 * 1024;
+  const Type& t = load.result()->type;
+  if (t.numel() * std::max(1, t.elem.bits() / 8) > kMaxReloadBytes) return false;
+  const auto& ai = axis_.get(load.operands[0]);
+  return !ai.contiguity.empty() && ai.contiguity.back() >= chunk_width(t);
 }
 
 void KernelLowering::plan_fusion(const Block& b) {
@@ -110,12 +124,23 @@ void KernelLowering::plan_fusion(const Block& b) {
       }
     }
     bool expensive = op.kind == OpKind::Load || op_has_trait(op.kind, 'X');
+    // A contiguous load used a few times is loaded again by each use rather than
+    // buffered: it is still in L1/L2 the second time, and a reload costs one vector
+    // load where the buffer costs a store and a load (and 16 KB more of L1 for a row
+    // of 4096 floats). Softmax: x feeds the max and, again, the exp.
+    if (op.kind == OpKind::Load && reloadable(op) && count <= kMaxReloads && !in_nested) expensive = false;
     // Leaves (no tile operands) cost an instruction or two per copy, and copies in
     // one chunk body are CSE'd: always lazy. A materialized arange would cost a
     // buffer write per program and turn contiguous addresses into loaded offsets.
     bool leaf = op.kind == OpKind::Const || op.kind == OpKind::Splat || op.kind == OpKind::Arange;
+    // So is an op of leaves only (the mask `arange < n`): materializing it would also
+    // hide it from mask versioning, which tests such masks once before a loop.
+    bool of_leaves = std::all_of(op.operands.begin(), op.operands.end(), [](const Value* o) {
+      const Op* d = o->def();
+      return d && (d->kind == OpKind::Const || d->kind == OpKind::Splat || d->kind == OpKind::Arange);
+    });
     if (expensive && (count > 1 || in_nested)) continue;
-    if (!expensive && !leaf && count > 8) continue;
+    if (!expensive && !leaf && !of_leaves && count > 8) continue;
     if (op.kind == OpKind::Load && root >= 0 && se[root] - se[i + 1] > 0) continue;
     lazy_.insert(&op);
     eval_count[v] = count;
@@ -304,7 +329,8 @@ llvm::Value* KernelLowering::emit_load_chunk(const Op& op, const Chunk& c) {
   auto* vt = llvm::FixedVectorType::get(mt, c.width);
   llvm::Value* v;
   if (llvm::Value* p0 = contiguous_pointer(op.operands[0], c)) {
-    prefetch_ahead(op.result()->type, p0, c);
+    // A reloaded tile (see reloadable) prefetches in its first loop nest only.
+    if (prefetch_nest_.emplace(&op, nest_id_).first->second == nest_id_) prefetch_ahead(op.result()->type, p0, c);
     v = mask ? masked_load(vt, p0, align, mask, other)
              : static_cast<llvm::Value*>(b_.CreateAlignedLoad(vt, p0, align));
   } else {
