@@ -185,25 +185,42 @@ void make_current(int device) {
     CUcontext cur = nullptr;
     if (d.cuCtxGetCurrent(&cur) == 0 && cur == t_context) return;
   }
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = g_contexts.find(device);
-  if (it == g_contexts.end()) {
-    CUdevice dev;
-    check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
-    CUcontext ctx;
-    CUresult r = d.cuDevicePrimaryCtxRetain(&ctx, dev);
-    auto refused = g_refused.find(device);
-    if (r != 0 && refused != g_refused.end())  // not check(): that could reset again, under g_mutex
-      throw CudaError("cuda:" + std::to_string(device) + " cannot be used again in this process: after an earlier "
-                      "sticky error the CUDA driver refuses to recreate its context (" + refused->second +
-                      "); restart the process to use the GPU again", r, true);
-    check(r, "cuDevicePrimaryCtxRetain");
-    if (refused != g_refused.end()) g_refused.erase(refused);
-    it = g_contexts.emplace(device, ctx).first;
+  // Driver errors are checked after the lock is released: check() of a sticky error
+  // resets the context, which takes g_mutex itself.
+  CUresult r = 0;
+  const char* call = "";
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_contexts.find(device);
+    if (it != g_contexts.end()) {
+      ctx = it->second;
+    } else {
+      CUdevice dev;
+      call = "cuDeviceGet";
+      r = d.cuDeviceGet(&dev, device);
+      if (r == 0) {
+        call = "cuDevicePrimaryCtxRetain";
+        r = d.cuDevicePrimaryCtxRetain(&ctx, dev);
+        auto refused = g_refused.find(device);
+        if (r != 0 && refused != g_refused.end())  // not a reset again: say what the driver answered
+          throw CudaError("cuda:" + std::to_string(device) + " cannot be used again in this process: after an "
+                          "earlier sticky error the CUDA driver refuses to recreate its context (" +
+                          refused->second + "); restart the process to use the GPU again", r, true);
+        if (r == 0) {
+          if (refused != g_refused.end()) g_refused.erase(refused);
+          g_contexts.emplace(device, ctx);
+        }
+      }
+    }
+    if (r == 0) {  // under the lock: a reset on another thread cannot destroy ctx in between
+      call = "cuCtxSetCurrent";
+      r = d.cuCtxSetCurrent(ctx);
+    }
   }
-  check(d.cuCtxSetCurrent(it->second), "cuCtxSetCurrent");
+  check(r, call);
   t_device = device;
-  t_context = it->second;
+  t_context = ctx;
   t_generation = generation_of(device);
 }
 
