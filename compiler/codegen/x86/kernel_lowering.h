@@ -10,9 +10,12 @@
 //     elementwise ops becomes one loop nest over vector registers.
 // plan_fusion decides per block which ops stay lazy: cheap ops always (they are
 // recomputed per use), expensive ones (loads, math) only when evaluated once and,
-// for loads, when no store or atomic runs between the load and its consumer.
+// for loads, when no store or atomic runs between the load and its consumer —
+// except small contiguous loads, which are loaded again by each of a few uses (the
+// row is still in L1/L2; a buffer would cost a store and a load).
 // A value used several times whose first use is a reduce over all of it is written
-// to its buffer by that reduce's loop (softmax: load+max in one pass, exp+sum in one).
+// to its buffer by that reduce's loop (softmax: max over the loaded row in one pass,
+// exp of the row reloaded + sum + the exp buffer written in the next, divide in a third).
 //
 // Each consumer's loop is specialized (mask_versioning.cpp): masks such as
 // `pid*BLOCK + arange < n` are tested whole before the loop, and a copy of the loop
