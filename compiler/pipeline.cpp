@@ -1,5 +1,5 @@
 // The compilation pipeline as one readable list of named stages:
-//   tir (parsed) -> verify -> canonicalize -> licm -> cse -> canonicalize -> dce
+//   tir (parsed) -> verify -> canonicalize -> licm -> cse -> canonicalize -> dce -> early-loads
 //   -> tir-opt (the verifier runs after every pass)
 //   -> llir (lowered) -> llir-opt (LLVM O3) -> asm + object        [cpu]
 //   -> llir (NVVM) -> llir-opt (LLVM O3) -> ptx                     [cuda:XX / sm_XX]

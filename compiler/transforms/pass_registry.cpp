@@ -14,6 +14,7 @@ const std::map<std::string, std::function<void(ir::Kernel&)>>& registry() {
       {"cse", eliminate_common_subexpressions},
       {"licm", hoist_loop_invariants},
       {"dce", eliminate_dead_code},
+      {"early-loads", issue_loads_early},
   };
   return r;
 }
@@ -21,8 +22,9 @@ const std::map<std::string, std::function<void(ir::Kernel&)>>& registry() {
 
 // Fold first so that cse compares canonical ops; licm then moves what is left;
 // the second canonicalize catches identities cse exposed (select(c, x, y) with x
-// and y merged into one value); dce sweeps every op the others orphaned.
-const char* const kDefaultPipeline[] = {"canonicalize", "licm", "cse", "canonicalize", "dce", nullptr};
+// and y merged into one value); dce sweeps every op the others orphaned; early-loads
+// runs last, on the final op order.
+const char* const kDefaultPipeline[] = {"canonicalize", "licm", "cse", "canonicalize", "dce", "early-loads", nullptr};
 
 void run_pass(ir::Kernel& k, const std::string& name) {
   auto it = registry().find(name);

@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 using ir::ElemType;
 using ir::ScalarKind;
 
-const std::vector<std::string> kPasses = {"canonicalize", "cse", "licm", "dce"};
+const std::vector<std::string> kPasses = {"canonicalize", "cse", "licm", "dce", "early-loads"};
 
 TEST(PassRegistry, RunsKnownPassesAndNamesThemForUnknownOnes) {
   auto k = ir::parse_kernel("kernel @k() {\n}\n");
@@ -33,7 +33,7 @@ TEST(PassRegistry, RunsKnownPassesAndNamesThemForUnknownOnes) {
     run_pass(*k, "licm2");
     ADD_FAILURE() << "no error";
   } catch (const CompileError& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown pass 'licm2' (known passes: canonicalize, cse, dce, licm)"),
+    EXPECT_NE(std::string(e.what()).find("unknown pass 'licm2' (known passes: canonicalize, cse, dce, early-loads, licm)"),
               std::string::npos)
         << e.what();
   }
@@ -42,7 +42,7 @@ TEST(PassRegistry, RunsKnownPassesAndNamesThemForUnknownOnes) {
 TEST(PassRegistry, DefaultPipeline) {
   std::vector<std::string> names;
   for (const char* const* p = kDefaultPipeline; *p; ++p) names.push_back(*p);
-  EXPECT_EQ(names, (std::vector<std::string>{"canonicalize", "licm", "cse", "canonicalize", "dce"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"canonicalize", "licm", "cse", "canonicalize", "dce", "early-loads"}));
 }
 
 // ------------------------------------------------------- float rounding helpers

@@ -93,6 +93,38 @@ def test_vector_add_unspecialized_stays_correct_with_scalar_accesses():
     assert ck.asm["ptx"].count("ld.global.f32") == 16
 
 
+@tessera.kernel
+def layernorm_fp16_kernel(x_ptr, y_ptr, w_ptr, b_ptr, stride, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    m = cols < n_cols
+    x = tl.load(x_ptr + row * stride + cols, mask=m, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / n_cols
+    xc = tl.where(m, x - mean, 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=m, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=m, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * stride + cols, (xc * rstd * w + b).to(tl.float16), mask=m)
+
+
+def test_loads_written_after_reductions_are_issued_before_their_barriers(tmp_path):
+    # The early-loads pass: w and b load before the first bar.sync of the mean's block
+    # reduction (no LLVM or ptxas pass moves a global load above a barrier), 16 bytes
+    # per thread each; the store still comes last.
+    ck = tessera.compile(layernorm_fp16_kernel, signature="*fp16:16,*fp16:16,*fp16:16,*fp16:16,i32:16,i32:16,fp32",
+                         constexprs={"BLOCK": 4096}, target="cuda:90a", num_warps=8)
+    ptx = ck.asm["ptx"]
+    first_barrier = ptx.index("bar.sync")
+    assert ptx[:first_barrier].count("ld.global.v4.b32") == 6  # x, w, b: two 16-byte loads each
+    assert "ld.global" not in ptx[first_barrier:]
+    assert ptx.index("st.global.v4.b32") > ptx.rindex("bar.sync")
+    tir = ck.asm["tir-opt"]
+    loads = [i for i, line in enumerate(tir.splitlines()) if " = load " in line]
+    first_reduce = next(i for i, line in enumerate(tir.splitlines()) if " = reduce " in line)
+    assert len(loads) == 3 and max(loads) < first_reduce
+    assemble(ptx, "sm_90a", tmp_path)
+
+
 @pytest.mark.parametrize("num_warps", [1, 4, 8])
 def test_softmax_reduces_with_warp_shuffles(num_warps, tmp_path):
     ck = tessera.compile(softmax_kernel, signature="*fp32,*fp32,i32,i32,i32", constexprs={"BLOCK_SIZE": 1024},
