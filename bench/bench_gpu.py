@@ -142,6 +142,10 @@ def main():
     copy_ms = do_bench(lambda: o.copy_(a))
     copy_bw = gbps(2 * a.numel() * 4, copy_ms)
     rows.append(("device copy fp32 2^27 (torch)", copy_bw, None, None, ""))
+    # The read-only ceiling a row reduction can reach (it writes almost nothing):
+    # torch's own sum of the same bytes, for reading the row-sum ratio.
+    read_bw = gbps(a.numel() * 4, do_bench(lambda: a.sum()))
+    rows.append(("device read fp32 2^27 (torch sum)", read_bw, None, None, "read-only ceiling for row sum"))
 
     def bw_row(name, nbytes, t_fn, torch_fn, tr_fn, check):
         t_ms, err = try_bench(t_fn, check)
