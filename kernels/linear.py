@@ -25,7 +25,7 @@ BM, BN, BK = 64, 64, 32
 
 @tessera.kernel
 def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, scale,
-                   B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr,
+                   A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr,
                    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -33,7 +33,12 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    a_ptrs = A + batch * s_ab + rm[:, None] * s_am + rk[None, :] * s_ak
+    if A_MMAJOR:
+        # A[m, k] contiguous along m (dz^T in dW = dz^T @ x): load the [BLOCK_K, BLOCK_M]
+        # tile along its rows and transpose it in registers, as B below.
+        a_ptrs = A + batch * s_ab + rk[:, None] * s_ak + rm[None, :] * s_am
+    else:
+        a_ptrs = A + batch * s_ab + rm[:, None] * s_am + rk[None, :] * s_ak
     if B_KMAJOR:
         # B[k, n] contiguous along k (a row-major W read as W^T): load the [BLOCK_N,
         # BLOCK_K] tile along its rows, then transpose it in registers.
@@ -42,7 +47,10 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
         b_ptrs = B + batch * s_bb + rk[:, None] * s_bk + rn[None, :] * s_bn
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in range(0, K, BLOCK_K):
-        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k), other=0.0)
+        if A_MMAJOR:
+            a = tl.trans(tl.load(a_ptrs, mask=(rk[:, None] < K - k) & (rm[None, :] < M), other=0.0))
+        else:
+            a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k), other=0.0)
         if B_KMAJOR:
             b = tl.trans(tl.load(b_ptrs, mask=(rn[:, None] < N) & (rk[None, :] < K - k), other=0.0))
         else:
@@ -70,30 +78,42 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
 
 
 def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_NONE, scale=None,
-           store_z=False):
+           store_z=False, tiles=None):
     """(C, Z): C (batch, m, n) contiguous = act(scale * A @ B + bias), A and B given by
-    their pointers and (batch, row, col) element strides; Z the pre-activation or None."""
+    their pointers and (batch, row, col) element strides; Z the pre-activation or None.
+    tiles: (BLOCK_M, BLOCK_N, BLOCK_K, launch options) instead of the heuristic's
+    choice (bench/linear_gpu.py --sweep compares them)."""
     c = H.empty(like, (batch, m, n))
     z = H.empty(like, (batch, m, n)) if store_z else None
     if batch and m and n:
-        bm, bn, bk, opts = _tiles(like, m, n, k)
+        gpu = H.on_gpu(like)
+        if tiles is None:
+            tiles = _gpu_tiles(H.dtype_name(like), m, n, k, batch) if gpu else _tiles(like, m, n, k)
+        bm, bn, bk, opts = tiles
         grid = (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
         _matmul_kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, m, n, k,
                              *a_strides, *b_strides, m * n, H.scalar(like, scale or 1.0),
-                             B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
+                             A_MMAJOR=gpu and a_strides[2] != 1 and a_strides[1] == 1, B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
                              STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like),
                              BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
     return c, z
 
 
+def _gpu_tiles(name, m, n, k, batch):
+    """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) on a GPU: 128x128 tensor-core tiles
+    over 8 warps (two warpgroups of wgmma on sm_90a, mma.sync elsewhere) fed by a
+    3-stage cp.async ring, as bench/gpu_kernels.py's matmul; float64 has no tensor-core
+    path and keeps the small tile."""
+    if name not in ("float16", "bfloat16", "float32"):
+        return BM, BN, BK, {}
+    return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}
+
+
 def _tiles(like, m, n, k):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, launch options): on a GPU, tensor-core tiles with a
-    3-stage cp.async ring (as bench/gpu_kernels.py's matmul); on the CPU the tile the x86
+    """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) on the CPU: the tile the x86
     micro-kernel runs fastest (128x256x64) when the output is at least that large;
     64x64x32 otherwise."""
     name = H.dtype_name(like)
-    if H.on_gpu(like) and name in ("float16", "bfloat16", "float32"):
-        return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}
     if not H.on_gpu(like) and name != "float64" and m >= 128 and n >= 256 and k >= 256:
         return 128, 256, 64, {}  # the CPU micro-kernel's best tile (bench/results/matmul.md)
     return BM, BN, BK, {}
