@@ -103,7 +103,10 @@ def _gpu_tiles(name, m, n, k, batch):
     """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) on a GPU: 128x128 tensor-core tiles
     over 8 warps (two warpgroups of wgmma on sm_90a, mma.sync elsewhere) fed by a
     3-stage cp.async ring, as bench/gpu_kernels.py's matmul; float64 has no tensor-core
-    path and keeps the small tile."""
+    path and keeps the small tile. Chosen by bench/linear_gpu.py --sweep on an H100
+    (bench/results/kernels_cuda_float16_linear.md): 128x256, 4 stages (one CTA per SM
+    instead of two), 64-wide tiles and BLOCK_K 32 were slower or even on every product
+    of the linear and attention_score ops."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
     return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}

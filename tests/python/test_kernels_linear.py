@@ -164,12 +164,16 @@ def _k_loop(ptx):
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize("case", ["fwd", "dx", "score"])
+@pytest.mark.parametrize("case", ["fwd", "dx", "dw", "score"])
 def test_ptx_16bit_products_run_wgmma_from_a_cp_async_ring(case, dtype):
     ptx = _ptx(case, dtype)
     # 128x128x64 over two warpgroups: 4 wgmma m64n128k16 per K step, operands in shared memory.
     t = {"fp16": "f16", "bf16": "bf16"}[dtype]
-    assert len(re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.{t}\.{t}", ptx)) == 4, ptx
+    steps = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.{t}\.{t} .*, p, 1, 1, (\d), (\d);", ptx)
+    # imm-trans-a / imm-trans-b: A is M-major only in dW = dz^T x; B is N-major (dz @ W, dz^T @ x).
+    want = ("1" if case == "dw" else "0", "1" if case in ("dx", "dw") else "0")
+    assert steps == [want] * 4, ptx
+    assert "mma.sync" not in ptx
     body = _k_loop(ptx)
     assert "cp.async.cg.shared.global" in body and "ld.global" not in body, body
     # The 16-bit output leaves through shared memory: 8 stores of 16 bytes per thread.
@@ -177,13 +181,8 @@ def test_ptx_16bit_products_run_wgmma_from_a_cp_async_ring(case, dtype):
     assert not re.search(r"st\.global\.b32", ptx)
 
 
-def test_ptx_dw_and_fp32_run_mma_sync_from_a_cp_async_ring():
-    # dW = dz^T @ x: A is M-major, loaded as a transposed tile (ldmatrix .trans from the ring).
-    dw = _ptx("dw")
-    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32", dw)) == 64, dw
-    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in dw
-    assert "ld.global" not in _k_loop(dw)
-    # fp32: tf32x3 (three m16n8k8 tf32 products per fragment pair).
+def test_ptx_fp32_runs_tf32x3_mma_sync_from_a_cp_async_ring():
+    # fp32: tf32x3 (three m16n8k8 tf32 products per fragment pair); no wgmma for 32-bit operands.
     f32 = _ptx("fwd", "fp32")
     assert len(re.findall(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32", f32)) == 192, f32
     assert "ld.global" not in _k_loop(f32)
