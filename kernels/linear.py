@@ -92,7 +92,7 @@ def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_
         bm, bn, bk, opts = tiles
         grid = (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
         _matmul_kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, m, n, k,
-                             *a_strides, *b_strides, m * n, H.scalar(like, scale or 1.0),
+                             *a_strides, *b_strides, m * n, H.scalar(like, 1.0 if scale is None else scale),
                              A_MMAJOR=gpu and a_strides[2] != 1 and a_strides[1] == 1, B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
                              STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like),
                              BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
@@ -169,7 +169,35 @@ def attention_score(q, k, scale=None):
     from . import autograd as AG
     if AG.wants_grad(q, k):
         return AG.AttentionScore.apply(q, k, float(scale))
-    return attention_score_forward(q, k, float(scale))
+    s = _attention_score_fast(q, k, float(scale)) if getattr(q, "is_cuda", False) else None
+    return s if s is not None else attention_score_forward(q, k, float(scale))
+
+
+def _attention_score_fast(q, k, scale):
+    """attention_score_forward for contiguous torch q (..., M, D) and k (..., N, D) of one
+    float16/bfloat16/float32 dtype on one device, with the GPU tiles; None otherwise
+    (the general path then checks and reports). Called for CUDA tensors (the product is
+    tens of microseconds, the general path's checks a good part of that in host time);
+    tests call it on the CPU too."""
+    T = H.torch
+    if T is None or not isinstance(q, T.Tensor) or not isinstance(k, T.Tensor) or q.dim() < 2 or q.dim() != k.dim():
+        return None
+    name = _fast_dtype_name(T, q, k)
+    qs, ks = q.shape, k.shape
+    if name is None or qs[:-2] != ks[:-2] or qs[-1] != ks[-1]:
+        return None
+    m, d, n = qs[-2], qs[-1], ks[-2]
+    if m == 0 or d == 0 or n == 0 or q.numel() == 0:
+        return None
+    bt = q.numel() // (m * d)
+    s = T.empty(qs[:-1] + (n,), dtype=q.dtype, device=q.device)
+    bm, bn, bk, opts = _gpu_tiles(name, m, n, d, bt)
+    # A = q (bt, m, d) row-major; B = k^T: B[b, d, n] at k + b * n * d + n * d + d.
+    _matmul_kernel[(tessera.cdiv(m, bm), tessera.cdiv(n, bn), bt)](
+        q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale,
+        A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
+        ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+    return s
 
 
 # --------------------------------------------------------------------------- linear + activation
@@ -215,39 +243,48 @@ def linear_backward(x, weight, z_or_y, dy, act, has_bias):
     return dx.reshape(tuple(x.shape)), dw.reshape(n, k), db
 
 
-_FAST_NAMES = {}  # torch dtype -> its name, for the dtypes the CUDA fast path takes
+_FAST_NAMES = {}  # torch dtype -> its name, for the dtypes the fast paths take
 
 
-def _linear_cuda_fast(x, weight, bias, act):
-    """linear_forward's common case with its checks folded into a few attribute reads:
-    contiguous CUDA torch tensors of one float16/bfloat16/float32 dtype on one device.
-    None for anything else, which then takes the general path (its checks, copies and
-    error messages). Host time is what small products wait on: a 17x1024 @ 1024x2048
-    linear_relu is a few microseconds of GPU work."""
-    T = H.torch
-    if T is None or not isinstance(x, T.Tensor) or not isinstance(weight, T.Tensor) or not x.is_cuda:
-        return None
-    dt = x.dtype
+def _fast_dtype_name(T, *ts):
+    """The dtype name when every tensor in ts is a contiguous torch tensor of one
+    float16/bfloat16/float32 dtype on one device; None otherwise."""
+    t0 = ts[0]
+    dt = t0.dtype
     name = _FAST_NAMES.get(dt)
     if name is None:
         if dt not in (T.float16, T.bfloat16, T.float32):
             return None
         name = _FAST_NAMES[dt] = str(dt).replace("torch.", "")
-    if (weight.dtype != dt or weight.dim() != 2 or x.dim() < 2 or weight.device != x.device or
-            not x.is_contiguous() or not weight.is_contiguous()):
+    for t in ts:
+        if not isinstance(t, T.Tensor) or t.dtype != dt or t.device != t0.device or not t.is_contiguous():
+            return None
+    return name
+
+
+def _linear_fast(x, weight, bias, act):
+    """linear_forward's common case with its checks folded into a few attribute reads:
+    contiguous torch tensors of one float16/bfloat16/float32 dtype on one device, the
+    GPU tiles. None for anything else, which then takes the general path (its checks,
+    copies and error messages). _linear calls it for CUDA tensors only: host time is
+    what small products wait on there (a 17x1024 @ 1024x2048 linear_relu is a few
+    microseconds of GPU work); tests call it on the CPU too, which checks its launch
+    arguments against the general path's."""
+    T = H.torch
+    if T is None or not isinstance(x, T.Tensor) or not isinstance(weight, T.Tensor):
+        return None
+    name = _fast_dtype_name(T, x, weight) if bias is None else _fast_dtype_name(T, x, weight, bias)
+    if name is None or weight.dim() != 2 or x.dim() < 2:
         return None
     n, k = weight.shape
-    if k == 0 or n == 0 or x.shape[-1] != k:
-        return None
-    if bias is not None and (not isinstance(bias, T.Tensor) or bias.dtype != dt or bias.device != x.device or
-                             tuple(bias.shape) != (n,) or not bias.is_contiguous()):
+    if k == 0 or n == 0 or x.shape[-1] != k or (bias is not None and tuple(bias.shape) != (n,)):
         return None
     m = x.numel() // k
-    y = T.empty(x.shape[:-1] + (n,), dtype=dt, device=x.device)
+    y = T.empty(x.shape[:-1] + (n,), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
     bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1)
-    # B = W^T: B[k, n] at W + n * k + k, K-major (B_KMAJOR) unless W has one column.
+    # A = x (m, k) row-major; B = W^T: B[k, n] at W + n * k + k, K-major unless k == 1.
     _matmul_kernel[(tessera.cdiv(m, bm), tessera.cdiv(n, bn), 1)](
         x, weight, bias if bias is not None else x, y, y, m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0,
         A_MMAJOR=False, B_KMAJOR=k != 1, ACT=act, HAS_BIAS=bias is not None, STORE_Z=False, SCALE=False,
@@ -259,7 +296,7 @@ def _linear(x, weight, bias, act):
     from . import autograd as AG
     if AG.wants_grad(x, weight, bias):
         return AG.Linear.apply(x, weight, bias, act)
-    y = _linear_cuda_fast(x, weight, bias, act)
+    y = _linear_fast(x, weight, bias, act) if getattr(x, "is_cuda", False) else None
     return y if y is not None else linear_forward(x, weight, bias, act)[0]
 
 

@@ -134,6 +134,43 @@ def test_attention_score_forward_backward(shapes, device, dtype):
            _score_inputs(*shapes), dtype, device)
 
 
+@pytest.mark.parametrize("device,dtype", _devices_and_dtypes())
+def test_attention_score_scale_zero_and_one(device, dtype):
+    _skip_without(device)
+    q, k = (t.to(device=device, dtype=dtype) for t in _score_inputs((2, 17, 40), (2, 33, 40)))
+    assert torch.count_nonzero(tk.attention_score(q, k, 0.0)) == 0
+    _close(tk.attention_score(q, k, 1.0), q.double() @ k.double().transpose(-1, -2), TOL[dtype], "scale 1")
+
+
+def test_fast_paths_match_the_general_path():
+    """The host fast paths (taken for contiguous CUDA tensors) run here on CPU tensors:
+    their launch arguments give the general path's numbers (within fp32 accumulation
+    order: the fast paths use the GPU tiles), and anything unusual is left to the
+    general path (None)."""
+    for (m, k, n) in LINEAR_SHAPES:
+        x, w, b = (t.float() for t in _linear_inputs(m, k, n))
+        for act in (L.ACT_RELU, L.ACT_GELU, L.ACT_GELU_TANH):
+            for bias in (b, None):
+                want = L.linear_forward(x, w, bias, act)[0]
+                _close(L._linear_fast(x, w, bias, act), want, TOL[torch.float32], f"linear {m}x{k}x{n} act {act}")
+        x3 = x.reshape(1, m, k)
+        _close(L._linear_fast(x3, w, b, L.ACT_RELU), L.linear_forward(x3, w, b, L.ACT_RELU)[0], 1e-5, "3-d x")
+    for qs, ks in SCORE_SHAPES:
+        q, k = (t.float() for t in _score_inputs(qs, ks))
+        _close(L._attention_score_fast(q, k, 0.3), L.attention_score_forward(q, k, 0.3), TOL[torch.float32],
+               f"attention_score {qs} {ks}")
+    x, w, b = (t.float() for t in _linear_inputs(17, 40, 19))
+    assert L._linear_fast(x.t().contiguous().t(), w, b, L.ACT_RELU) is None  # strided
+    assert L._linear_fast(x, w.double(), b, L.ACT_RELU) is None  # mixed dtypes
+    assert L._linear_fast(x.double(), w.double(), b.double(), L.ACT_RELU) is None  # fp64: small tiles
+    assert L._linear_fast(x, w, b[:5], L.ACT_RELU) is None  # bad bias: the general path reports it
+    assert L._linear_fast(x, w[:, :7], b, L.ACT_RELU) is None
+    q, k = (t.float() for t in _score_inputs((2, 17, 40), (2, 33, 40)))
+    assert L._attention_score_fast(q, k[:, :, :8].contiguous(), 1.0) is None  # D mismatch
+    assert L._attention_score_fast(q, k[:1], 1.0) is None  # batch mismatch
+    assert L._attention_score_fast(q.transpose(1, 2), k, 1.0) is None
+
+
 # --------------------------------------------------------------------------- PTX (no GPU needed)
 
 def _ptx(case, dtype="fp16", act=L.ACT_RELU):
