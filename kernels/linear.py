@@ -25,7 +25,7 @@ BM, BN, BK = 64, 64, 32
 
 @tessera.kernel
 def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, scale,
-                   B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr,
+                   A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr,
                    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -33,7 +33,12 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    a_ptrs = A + batch * s_ab + rm[:, None] * s_am + rk[None, :] * s_ak
+    if A_MMAJOR:
+        # A[m, k] contiguous along m (dz^T in dW = dz^T @ x): load the [BLOCK_K, BLOCK_M]
+        # tile along its rows and transpose it in registers, as B below.
+        a_ptrs = A + batch * s_ab + rk[:, None] * s_ak + rm[None, :] * s_am
+    else:
+        a_ptrs = A + batch * s_ab + rm[:, None] * s_am + rk[None, :] * s_ak
     if B_KMAJOR:
         # B[k, n] contiguous along k (a row-major W read as W^T): load the [BLOCK_N,
         # BLOCK_K] tile along its rows, then transpose it in registers.
@@ -42,7 +47,10 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
         b_ptrs = B + batch * s_bb + rk[:, None] * s_bk + rn[None, :] * s_bn
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in range(0, K, BLOCK_K):
-        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k), other=0.0)
+        if A_MMAJOR:
+            a = tl.trans(tl.load(a_ptrs, mask=(rk[:, None] < K - k) & (rm[None, :] < M), other=0.0))
+        else:
+            a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k), other=0.0)
         if B_KMAJOR:
             b = tl.trans(tl.load(b_ptrs, mask=(rn[:, None] < N) & (rk[None, :] < K - k), other=0.0))
         else:
@@ -70,30 +78,45 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
 
 
 def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_NONE, scale=None,
-           store_z=False):
+           store_z=False, tiles=None):
     """(C, Z): C (batch, m, n) contiguous = act(scale * A @ B + bias), A and B given by
-    their pointers and (batch, row, col) element strides; Z the pre-activation or None."""
+    their pointers and (batch, row, col) element strides; Z the pre-activation or None.
+    tiles: (BLOCK_M, BLOCK_N, BLOCK_K, launch options) instead of the heuristic's
+    choice (bench/linear_gpu.py --sweep compares them)."""
     c = H.empty(like, (batch, m, n))
     z = H.empty(like, (batch, m, n)) if store_z else None
     if batch and m and n:
-        bm, bn, bk, opts = _tiles(like, m, n, k)
+        gpu = H.on_gpu(like)
+        if tiles is None:
+            tiles = _gpu_tiles(H.dtype_name(like), m, n, k, batch) if gpu else _tiles(like, m, n, k)
+        bm, bn, bk, opts = tiles
         grid = (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
         _matmul_kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, m, n, k,
-                             *a_strides, *b_strides, m * n, H.scalar(like, scale or 1.0),
-                             B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
+                             *a_strides, *b_strides, m * n, H.scalar(like, 1.0 if scale is None else scale),
+                             A_MMAJOR=gpu and a_strides[2] != 1 and a_strides[1] == 1, B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
                              STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like),
                              BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
     return c, z
 
 
+def _gpu_tiles(name, m, n, k, batch):
+    """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) on a GPU: 128x128 tensor-core tiles
+    over 8 warps (two warpgroups of wgmma on sm_90a, mma.sync elsewhere) fed by a
+    3-stage cp.async ring, as bench/gpu_kernels.py's matmul; float64 has no tensor-core
+    path and keeps the small tile. Chosen by bench/linear_gpu.py --sweep on an H100
+    (bench/results/kernels_cuda_float16_linear.md): 128x256, 4 stages (one CTA per SM
+    instead of two), 64-wide tiles and BLOCK_K 32 were slower or even on every product
+    of the linear and attention_score ops."""
+    if name not in ("float16", "bfloat16", "float32"):
+        return BM, BN, BK, {}
+    return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}
+
+
 def _tiles(like, m, n, k):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, launch options): on a GPU, tensor-core tiles with a
-    3-stage cp.async ring (as bench/gpu_kernels.py's matmul); on the CPU the tile the x86
+    """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) on the CPU: the tile the x86
     micro-kernel runs fastest (128x256x64) when the output is at least that large;
     64x64x32 otherwise."""
     name = H.dtype_name(like)
-    if H.on_gpu(like) and name in ("float16", "bfloat16", "float32"):
-        return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}
     if not H.on_gpu(like) and name != "float64" and m >= 128 and n >= 256 and k >= 256:
         return 128, 256, 64, {}  # the CPU micro-kernel's best tile (bench/results/matmul.md)
     return BM, BN, BK, {}
@@ -146,7 +169,35 @@ def attention_score(q, k, scale=None):
     from . import autograd as AG
     if AG.wants_grad(q, k):
         return AG.AttentionScore.apply(q, k, float(scale))
-    return attention_score_forward(q, k, float(scale))
+    s = _attention_score_fast(q, k, float(scale)) if getattr(q, "is_cuda", False) else None
+    return s if s is not None else attention_score_forward(q, k, float(scale))
+
+
+def _attention_score_fast(q, k, scale):
+    """attention_score_forward for contiguous torch q (..., M, D) and k (..., N, D) of one
+    float16/bfloat16/float32 dtype on one device, with the GPU tiles; None otherwise
+    (the general path then checks and reports). Called for CUDA tensors (the product is
+    tens of microseconds, the general path's checks a good part of that in host time);
+    tests call it on the CPU too."""
+    T = H.torch
+    if T is None or not isinstance(q, T.Tensor) or not isinstance(k, T.Tensor) or q.dim() < 2 or q.dim() != k.dim():
+        return None
+    name = _fast_dtype_name(T, q, k)
+    qs, ks = q.shape, k.shape
+    if name is None or qs[:-2] != ks[:-2] or qs[-1] != ks[-1]:
+        return None
+    m, d, n = qs[-2], qs[-1], ks[-2]
+    if m == 0 or d == 0 or n == 0 or q.numel() == 0:
+        return None
+    bt = q.numel() // (m * d)
+    s = T.empty(qs[:-1] + (n,), dtype=q.dtype, device=q.device)
+    bm, bn, bk, opts = _gpu_tiles(name, m, n, d, bt)
+    # A = q (bt, m, d) row-major; B = k^T: B[b, d, n] at k + b * n * d + n * d + d.
+    _matmul_kernel[(tessera.cdiv(m, bm), tessera.cdiv(n, bn), bt)](
+        q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale,
+        A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
+        ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+    return s
 
 
 # --------------------------------------------------------------------------- linear + activation
@@ -192,11 +243,61 @@ def linear_backward(x, weight, z_or_y, dy, act, has_bias):
     return dx.reshape(tuple(x.shape)), dw.reshape(n, k), db
 
 
+_FAST_NAMES = {}  # torch dtype -> its name, for the dtypes the fast paths take
+
+
+def _fast_dtype_name(T, *ts):
+    """The dtype name when every tensor in ts is a contiguous torch tensor of one
+    float16/bfloat16/float32 dtype on one device; None otherwise."""
+    t0 = ts[0]
+    dt = t0.dtype
+    name = _FAST_NAMES.get(dt)
+    if name is None:
+        if dt not in (T.float16, T.bfloat16, T.float32):
+            return None
+        name = _FAST_NAMES[dt] = str(dt).replace("torch.", "")
+    for t in ts:
+        if not isinstance(t, T.Tensor) or t.dtype != dt or t.device != t0.device or not t.is_contiguous():
+            return None
+    return name
+
+
+def _linear_fast(x, weight, bias, act):
+    """linear_forward's common case with its checks folded into a few attribute reads:
+    contiguous torch tensors of one float16/bfloat16/float32 dtype on one device, the
+    GPU tiles. None for anything else, which then takes the general path (its checks,
+    copies and error messages). _linear calls it for CUDA tensors only: host time is
+    what small products wait on there (a 17x1024 @ 1024x2048 linear_relu is a few
+    microseconds of GPU work); tests call it on the CPU too, which checks its launch
+    arguments against the general path's."""
+    T = H.torch
+    if T is None or not isinstance(x, T.Tensor) or not isinstance(weight, T.Tensor):
+        return None
+    name = _fast_dtype_name(T, x, weight) if bias is None else _fast_dtype_name(T, x, weight, bias)
+    if name is None or weight.dim() != 2 or x.dim() < 2:
+        return None
+    n, k = weight.shape
+    if k == 0 or n == 0 or x.shape[-1] != k or (bias is not None and tuple(bias.shape) != (n,)):
+        return None
+    m = x.numel() // k
+    y = T.empty(x.shape[:-1] + (n,), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return y
+    bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1)
+    # A = x (m, k) row-major; B = W^T: B[k, n] at W + n * k + k, K-major unless k == 1.
+    _matmul_kernel[(tessera.cdiv(m, bm), tessera.cdiv(n, bn), 1)](
+        x, weight, bias if bias is not None else x, y, y, m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0,
+        A_MMAJOR=False, B_KMAJOR=k != 1, ACT=act, HAS_BIAS=bias is not None, STORE_Z=False, SCALE=False,
+        ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+    return y
+
+
 def _linear(x, weight, bias, act):
     from . import autograd as AG
     if AG.wants_grad(x, weight, bias):
         return AG.Linear.apply(x, weight, bias, act)
-    return linear_forward(x, weight, bias, act)[0]
+    y = _linear_fast(x, weight, bias, act) if getattr(x, "is_cuda", False) else None
+    return y if y is not None else linear_forward(x, weight, bias, act)[0]
 
 
 def linear_relu(x, weight, bias=None):

@@ -180,7 +180,10 @@ void AxisAnalysis::visit_op(const Op& op) {
     }
     case OpKind::For: {
       const Block& body = *op.regions[0]->block;
-      info_[body.args[0].get()] = make(0, 1, 1, 1);
+      // The induction variable is lb + j * step: divisible by what divides both (a
+      // K loop `range(0, K, 64)` gives 64, which makes a mask `rk < K - k` constant
+      // over 16-byte runs when K is divisible by 16).
+      info_[body.args[0].get()] = make(0, 1, gcd2(get(op.operands[0]).divisibility[0], get(op.operands[2]).divisibility[0]), 1);
       std::vector<AxisInfo> carried;
       for (size_t i = 3; i < op.operands.size(); ++i) carried.push_back(get(op.operands[i]));
       for (int iter = 0; iter < 4; ++iter) {

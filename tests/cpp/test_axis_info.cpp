@@ -179,7 +179,40 @@ TEST(AxisInfo, LoopCarriedPointerTiles) {
   expect_info(a.at(12, 0), {16}, {16}, {1});
   expect_info(a.axis->get(body.args[2].get()), {16}, {1}, {1});
   expect_info(a.at(12, 1), {16}, {1}, {1});
-  EXPECT_EQ(a.axis->get(body.args[0].get()).divisibility, V{1});  // the induction variable
+  EXPECT_EQ(a.axis->get(body.args[0].get()).divisibility, V{16});  // the induction variable: 0 + 16 j
+}
+
+// The induction variable is divisible by gcd(div(lb), div(step)), so K - k keeps K's
+// divisibility: the GPU lowering's mask_constancy then sees a K-edge mask written
+// against the loop variable (`rk < K - k`) constant over 16-byte runs, which the
+// cp.async ring needs (without it kernels/linear.py fell back to plain loads).
+TEST(AxisInfo, InductionVariableDivisibility) {
+  Analyzed a(R"(kernel @k(%K: i32 {divisibility = 16}, %lb: i32 {divisibility = 8}, %n: i32) {
+  %0 = arange {start = 0, end = 64} : tile<64xi32> loc(1:1)
+  %1 = const {value = 0} : i32 loc(2:1)
+  %2 = const {value = 64} : i32 loc(3:1)
+  for %1, %K, %2 {
+  ^(%k: i32):
+    %3 = sub %K, %k : i32 loc(4:1)
+    %4 = splat %3 : tile<64xi32> loc(5:1)
+    %5 = cmp %0, %4 {pred = "lt"} : tile<64xi1> loc(6:1)
+    yield loc(7:1)
+  } loc(8:1)
+  for %lb, %K, %2 {
+  ^(%j: i32):
+    yield loc(9:1)
+  } loc(10:1)
+  for %1, %K, %n {
+  ^(%i: i32):
+    yield loc(11:1)
+  } loc(12:1)
+  return
+})");
+  auto iv_div = [&](int line) { return a.axis->get(a.op_at(line)->regions[0]->block->args[0].get()).divisibility; };
+  EXPECT_EQ(iv_div(8), V{64});
+  EXPECT_EQ(iv_div(10), V{8});
+  EXPECT_EQ(iv_div(12), V{1});  // a step of unknown divisibility
+  expect_info(a.at(4), {1}, {16}, {1});
 }
 
 // A loop-carried value that changes shape of its facts every trip: the analysis

@@ -404,8 +404,10 @@ llvm::Value* GpuLowering::new_smem(llvm::Type* elem, int64_t count, const std::s
   int64_t offset = ((shared_bytes_ + align - 1) / align) * align;
   shared_bytes_ = static_cast<int>(offset + bytes);
   ++smem_count_;
-  return llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_,
-                                                      llvm::ConstantInt::get(b_.getInt64Ty(), offset));
+  llvm::Value* p = llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_,
+                                                                llvm::ConstantInt::get(b_.getInt64Ty(), offset));
+  smem_offset_[p] = offset;
+  return p;
 }
 
 // A layout conversion through shared memory: the value's owners store every
@@ -581,7 +583,11 @@ void GpuLowering::lower_for(const Op& op) {
   std::vector<Value*> results;
   for (auto& r : op.results) results.push_back(r.get());
   load_values(results);
-  if (pipe) pipeline_epilogue(*pipe, op);
+  if (pipe) {
+    pipeline_epilogue(*pipe, op);
+    // Past the loop its ring is scratch memory (store_through_smem_nvptx.cpp).
+    for (auto& pl : pipe->loads) dead_smem_.emplace_back(smem_offset_.at(pl.ring), pipe->stages * pl.stage_bytes);
+  }
 }
 
 void GpuLowering::lower_while(const Op& op) {

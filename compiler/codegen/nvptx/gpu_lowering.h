@@ -103,6 +103,11 @@ class GpuLowering {
   void emit_global_store(llvm::Value* ptr, const ir::ElemType& e, const std::vector<llvm::Value*>& vals,
                          llvm::Value* pred);
 
+  // --- store_through_smem_nvptx.cpp: wide stores of narrow-run layouts -------
+  // A 2-D tile store whose value's layout gives short runs (an MMA accumulator)
+  // converted through shared memory to 16-byte stores; false: not worth it.
+  bool store_through_smem(const ir::Op& op);
+
   // --- lower_reduce_nvptx.cpp ------------------------------------------------
   void lower_reduce(const ir::Op& op);
   std::vector<llvm::Value*> emit_combine(const ir::Op& op, const std::vector<llvm::Value*>& lhs,
@@ -258,6 +263,10 @@ class GpuLowering {
   std::unordered_map<const ir::Value*, llvm::Value*> smem_of_;
   std::set<std::pair<const ir::Value*, llvm::BasicBlock*>> smem_written_;
   int shared_bytes_ = 0;
+  std::unordered_map<const llvm::Value*, int64_t> smem_offset_;  // new_smem's regions: byte offsets
+  // (offset, bytes) of pipelined loops' rings once their loop is done: scratch for
+  // store_through_smem (every use of that memory is fenced by barriers).
+  std::vector<std::pair<int64_t, int64_t>> dead_smem_;
   int smem_count_ = 0;
   // Staging buffers for dot operands, shared by every dot (lower_dot_nvptx.cpp).
   llvm::Value* dot_smem_[2] = {};

@@ -45,7 +45,7 @@ bool GpuLowering::wgmma_shape_ok(const Op& dot) const {
 bool GpuLowering::wgmma_operand_ok(const StagedOperand& st, int kdim) const {
   if (st.elem_bytes != 2) return false;
   if (st.contig_dim == kdim) return st.row_bytes == 32 || st.row_bytes == 64 || st.row_bytes == 128;
-  return kdim == 0 && st.row_bytes % 128 == 0;  // N-major B, in 64-column blocks
+  return st.row_bytes % 128 == 0;  // N-major B or M-major A, in 64-element blocks
 }
 
 void GpuLowering::plan_wgmma(const Block& b) {
@@ -96,11 +96,15 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
   auto fixed_bits = [&](uint64_t lbo, uint64_t sbo, uint64_t mode) {
     return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | mode << 62;
   };
-  // A: K-major, warpgroup g's 64 rows.
+  // A: warpgroup g's 64 rows. K-major: 64 buffer rows; M-major (dz^T in dW = dz^T x,
+  // a transposed [K][M] tile): column block g, laid out as an N-major B's blocks.
   llvm::Value* warpgroup = b_.CreateLShr(tid_, 7);
+  const bool a_m_major = sa.contig_dim != 1;
   llvm::Value* a_base = b_.CreateInBoundsGEP(
-      b_.getInt8Ty(), sa.buf, b_.CreateMul(warpgroup, b_.getInt32(static_cast<uint32_t>(64 * sa.row_bytes))));
-  const uint64_t a_bits = fixed_bits(16, 8 * sa.row_bytes, swizzle_mode(sa.row_bytes));
+      b_.getInt8Ty(), sa.buf,
+      b_.CreateMul(warpgroup, b_.getInt32(static_cast<uint32_t>(a_m_major ? sa.block_bytes : 64 * sa.row_bytes))));
+  const uint64_t a_bits = a_m_major ? fixed_bits(static_cast<uint64_t>(sa.block_bytes), 1024, 1)
+                                    : fixed_bits(16, 8 * sa.row_bytes, swizzle_mode(sa.row_bytes));
   const bool b_n_major = sb.contig_dim != 0;
   const uint64_t b_bits = b_n_major ? fixed_bits(static_cast<uint64_t>(sb.block_bytes), 1024, 1)
                                     : fixed_bits(16, 8 * sb.row_bytes, swizzle_mode(sb.row_bytes));
@@ -111,8 +115,8 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
   std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nacc + 2) + ", 0;\n" +
                      "wgmma.mma_async.sync.aligned.m64n" + std::to_string(N) + "k16.f32." + ty + "." + ty + " {";
   for (int i = 0; i < nacc; ++i) text += (i ? ", $" : "$") + std::to_string(i);
-  text += "}, $" + std::to_string(2 * nacc) + ", $" + std::to_string(2 * nacc + 1) + ", p, 1, 1, 0, " +
-          (b_n_major ? "1" : "0") + ";\n}";
+  text += "}, $" + std::to_string(2 * nacc) + ", $" + std::to_string(2 * nacc + 1) + ", p, 1, 1, " +
+          (a_m_major ? "1, " : "0, ") + (b_n_major ? "1" : "0") + ";\n}";
   std::string cons;
   for (int i = 0; i < nacc; ++i) cons += "=f,";
   for (int i = 0; i < nacc; ++i) cons += std::to_string(i) + ",";
@@ -127,7 +131,7 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
 
   emit_asm(b_, "wgmma.fence.sync.aligned;");
   for (int64_t kk = 0; kk < K / 16; ++kk) {
-    uint64_t a_off = static_cast<uint64_t>(32 * kk);
+    uint64_t a_off = a_m_major ? static_cast<uint64_t>(16 * kk * 128) : static_cast<uint64_t>(32 * kk);
     uint64_t b_off = b_n_major ? static_cast<uint64_t>(16 * kk * 128) : static_cast<uint64_t>(32 * kk);
     llvm::Value* da = b_.CreateOr(b_.CreateLShr(b_.CreateAdd(a_start, b_.getInt64(a_off)), 4), b_.getInt64(a_bits));
     llvm::Value* db = b_.CreateOr(b_.CreateLShr(b_.CreateAdd(b_start, b_.getInt64(b_off)), 4), b_.getInt64(b_bits));

@@ -252,6 +252,7 @@ void GpuLowering::lower_load(const Op& op) {
 }
 
 void GpuLowering::lower_store(const Op& op) {
+  if (store_through_smem(op)) return;
   const Value* val = op.operands[1];
   const ElemType& e = val->type.elem;
   BlockedLayout l = preferred_layout(val);

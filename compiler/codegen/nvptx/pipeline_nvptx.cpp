@@ -142,7 +142,7 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
     }
   }
   if (p.loads.empty()) return std::nullopt;
-  // Operands of wgmma dots (plan_wgmma): N-major B in 64-column blocks, and stages on
+  // Operands of wgmma dots (plan_wgmma): MN-major operands in 64-element blocks, and stages on
   // 1024-byte boundaries (the swizzle atoms' alignment).
   for (auto& op : body.ops)
     if (wgmma_dots_.count(op.get()))
@@ -150,7 +150,9 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
         if (pl.operand != op->operands[0] && pl.operand != op->operands[1]) continue;
         p.async_proxy = true;
         pl.stage_bytes = (pl.stage_bytes + 1023) / 1024 * 1024;
-        if (pl.operand == op->operands[1] && pl.geom.contig_dim == 1)
+        // MN-major operands (N-major B, M-major A) in 64-element column blocks.
+        if ((pl.operand == op->operands[1] && pl.geom.contig_dim == 1) ||
+            (pl.operand == op->operands[0] && pl.geom.contig_dim == 0))
           pl.geom.block_bytes = pl.load->result()->type.shape[0] * 128;
       }
 

@@ -1,0 +1,192 @@
+"""tessera.kernels' matmul ops on a GPU next to cuBLAS alone: linear_relu / linear_gelu
+(forward, and the dX = dZ W and dW = dZ^T X products of the backward pass) and
+attention_score, each beside the bare cuBLAS product of the same shape (torch.mm /
+torch.bmm: what issue 5's "linear_relu >= 95% of cuBLAS matmul time alone" compares
+with), torch eager's unfused op and the same tk sources compiled by Triton; one run.
+
+    python bench/linear_gpu.py [--dtype float16] [--sweep] [--out bench/results]
+
+--sweep also times every candidate tile configuration of kernels/linear.py's matmul
+kernel on each product (what _gpu_tiles was chosen from). Writes
+kernels_cuda_<dtype>_linear.{md,json}."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import machine_info, RESULTS_DIR, table_lines  # noqa: E402
+from kernels import load_triton_tk, measure_cuda_events  # noqa: E402  (bench/kernels.py)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import tessera.kernels as tk  # noqa: E402
+from tessera.kernels import linear as L  # noqa: E402
+
+SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
+    (128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (128, 64, 64, 8, 4), (64, 128, 64, 4, 3),
+    (128, 128, 32, 8, 3),
+]
+
+
+def host_us(fn, n=200):
+    """Host time per call with no synchronization (the launch path's cost)."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
+
+
+def products(dtype, m=4096, k=1024, n=2048, heads=8, seq=2048, d=64):
+    """name -> (flops, tk product through L.matmul given tiles, cuBLAS alone)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to("cuda", dtype)  # noqa: E731
+    x, w, dz = r(m, k), r(n, k, sc=k ** -0.5), r(m, n)
+    q, kk = r(heads, seq, d), r(heads, seq, d)
+    xs, ws, zs, qs, ks = (x.stride(), w.stride(), dz.stride(), q.stride(), kk.stride())
+    return {
+        f"fwd x@W^T {m}x{k}x{n}": (2 * m * n * k,
+                                   lambda t: L.matmul(x, w, (0,) + xs, (0, ws[1], ws[0]), 1, m, n, k, x, act=L.ACT_RELU,
+                                                      tiles=t),
+                                   lambda: torch.mm(x, w.t())),
+        f"dX dZ@W {m}x{n}x{k}": (2 * m * n * k,
+                                 lambda t: L.matmul(dz, w, (0,) + zs, (0,) + ws, 1, m, k, n, x, tiles=t),
+                                 lambda: torch.mm(dz, w)),
+        f"dW dZ^T@X {n}x{m}x{k}": (2 * m * n * k,
+                                   lambda t: L.matmul(dz, x, (0, zs[1], zs[0]), (0,) + xs, 1, n, k, m, w, tiles=t),
+                                   lambda: torch.mm(dz.t(), x)),
+        f"score q@k^T {heads}x{seq}x{seq}x{d}": (2 * heads * seq * seq * d,
+                                                 lambda t: L.matmul(q, kk, qs, (ks[0], ks[2], ks[1]), heads, seq, seq,
+                                                                    d, q, scale=0.125, tiles=t),
+                                                 lambda: torch.bmm(q, kk.transpose(1, 2))),
+    }
+
+
+def sweep(dtype):
+    rows = []
+    for name, (flops, f_tk, f_cublas) in products(dtype).items():
+        fns = {"cuBLAS": f_cublas}
+        for (bm, bn, bk, w, s) in SWEEP:
+            if dtype == torch.float32 and bk > 32:
+                continue
+            t = (bm, bn, bk, {"num_warps": w, "num_stages": s})
+            fns[f"{bm}x{bn}x{bk} w{w} s{s}"] = (lambda t=t, f=f_tk: f(t))
+        fns["heuristic"] = lambda f=f_tk: f(None)
+        with torch.no_grad():
+            res = measure_cuda_events(fns)
+        base = res["cuBLAS"].min
+        for cfg, tm in res.items():
+            rows.append([name, cfg, tm.min * 1e3, flops / tm.min / 1e12, base / tm.min])
+            print(f"{name:34s} {cfg:22s} {tm.min * 1e3:8.4f} ms {flops / tm.min / 1e12:7.1f} TFLOP/s "
+                  f"cuBLAS/this {base / tm.min:5.2f}", flush=True)
+    return rows
+
+
+def ops_table(dtype, triton):
+    """The library ops as a user calls them, beside cuBLAS alone and torch eager."""
+    g = torch.Generator(device="cpu").manual_seed(1)
+    r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to("cuda", dtype)  # noqa: E731
+    tkt = load_triton_tk() if triton else None
+    rows = []
+    shapes = [(4096, 1024, 2048), (8192, 4096, 4096), (4097, 1000, 1030), (17, 1024, 2048)]
+    for (m, k, n) in shapes:
+        x, w, b = r(m, k), r(n, k, sc=k ** -0.5), r(n)
+        for op, f_tk, f_torch in (("linear_relu", tk.linear_relu, lambda: F.relu(F.linear(x, w, b))),
+                                  ("linear_gelu", tk.linear_gelu, lambda: F.gelu(F.linear(x, w, b)))):
+            fns = {"tk": lambda f=f_tk: f(x, w, b), "cuBLAS mm alone": lambda: torch.mm(x, w.t()),
+                   "torch eager": f_torch}
+            if tkt is not None:
+                fns["triton (same source)"] = lambda op=op: getattr(tkt, op)(x, w, b)
+            rows.append(_row(op, f"{m}x{k} @ {n}x{k}^T", 2 * m * n * k, fns, dtype, (x, w, b), op))
+    q, kk = r(8, 2048, 64), r(8, 2048, 64)
+    fns = {"tk": lambda: tk.attention_score(q, kk, 0.125), "cuBLAS mm alone": lambda: torch.bmm(q, kk.transpose(1, 2)),
+           "torch eager": lambda: q @ kk.transpose(-1, -2) * 0.125}
+    if tkt is not None:
+        fns["triton (same source)"] = lambda: tkt.attention_score(q, kk, 0.125)
+    rows.append(_row("attention_score", "8x2048x64", 2 * 8 * 2048 * 2048 * 64, fns, dtype, (q, kk), "attention_score"))
+    return rows
+
+
+def _row(op, shape, flops, fns, dtype, inputs, name):
+    with torch.no_grad():
+        ref = fns["torch eager"]().double()
+        got = fns["tk"]().double()
+        err = (got - ref).abs().max().item() / max(1.0, ref.abs().max().item())
+        res = {k: v.min for k, v in measure_cuda_events(fns).items()}
+        hus = host_us(fns["tk"])
+    fb = {}
+    leaves = [i.detach().clone().requires_grad_(True) for i in inputs]
+    f_tk = {"linear_relu": tk.linear_relu, "linear_gelu": tk.linear_gelu,
+            "attention_score": lambda a, b_: tk.attention_score(a, b_, 0.125)}[name]
+    f_tr = {"linear_relu": lambda a, w_, b_: F.relu(F.linear(a, w_, b_)),
+            "linear_gelu": lambda a, w_, b_: F.gelu(F.linear(a, w_, b_)),
+            "attention_score": lambda a, b_: a @ b_.transpose(-1, -2) * 0.125}[name]
+    for key, f in (("tk", f_tk), ("torch eager", f_tr)):
+        def run(f=f):
+            for lf in leaves:
+                lf.grad = None
+            y = f(*leaves)
+            y.backward(torch.ones_like(y))
+        fb[key] = run
+    resb = {k: v.min for k, v in measure_cuda_events(fb).items()}
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    row = [op, shape, res["tk"] * 1e3, res["cuBLAS mm alone"] * 1e3, res["torch eager"] * 1e3,
+           res["triton (same source)"] * 1e3 if "triton (same source)" in res else "n/a",
+           flops / res["tk"] / 1e12, res["cuBLAS mm alone"] / res["tk"], res["torch eager"] / res["tk"], hus,
+           resb["tk"] * 1e3, resb["torch eager"] * 1e3, resb["torch eager"] / resb["tk"],
+           "ok" if err < tol else f"WRONG ({err:.2g})"]
+    print(" | ".join(str(round(v, 4)) if isinstance(v, float) else str(v) for v in row), flush=True)
+    return row
+
+
+HEADER = ["op", "shape", "tk ms", "cuBLAS mm alone ms", "torch eager ms", "triton ms", "tk TFLOP/s",
+          "cuBLAS alone / tk", "torch / tk", "tk host us/call", "tk fwd+bwd ms", "torch fwd+bwd ms",
+          "torch/tk fwd+bwd", "check"]
+SWEEP_HEADER = ["product", "config", "ms", "TFLOP/s", "cuBLAS / this"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--no-ops", action="store_true", help="only the sweep")
+    ap.add_argument("--no-triton", dest="triton", action="store_false")
+    ap.add_argument("--out", default=RESULTS_DIR)
+    args = ap.parse_args()
+    dtype = getattr(torch, args.dtype)
+    sw = sweep(dtype) if args.sweep else []
+    ops = [] if args.no_ops else ops_table(dtype, args.triton)
+    machine = machine_info()
+    machine["gpu"] = torch.cuda.get_device_name()
+    tag = f"kernels_cuda_{args.dtype}_linear"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, tag + ".json"), "w") as fh:
+        json.dump({"machine": machine, "args": vars(args), "ops": ops, "sweep": sw}, fh, indent=1, default=str)
+    md = [f"# tessera.kernels matmul ops vs cuBLAS alone ({args.dtype}, {machine['gpu']})", "",
+          f"Generated by `python bench/linear_gpu.py --dtype {args.dtype}{' --sweep' if args.sweep else ''}` on "
+          f"{machine['date']}. GPU time per call from CUDA events around batches of back-to-back calls, best "
+          "of 5 round-robin batches. 'cuBLAS alone / tk' >= 1: tk (matmul + bias + activation, fused) is at "
+          "least as fast as cuBLAS's bare product of the same shape (torch.mm / torch.bmm). 'tk host us/call': "
+          "host time of one tk call without synchronization (when it exceeds the GPU time, the GPU waits "
+          "for the host).", ""]
+    if ops:
+        md += table_lines(HEADER, ops, markdown=True)
+    if sw:
+        md += ["", "Tile configurations of kernels/linear.py's matmul kernel on each product (--sweep):", ""]
+        md += table_lines(SWEEP_HEADER, sw, markdown=True)
+    with open(os.path.join(args.out, tag + ".md"), "w") as fh:
+        fh.write("\n".join(md) + "\n")
+    print(f"wrote {os.path.join(args.out, tag)}.{{md,json}}")
+
+
+if __name__ == "__main__":
+    main()

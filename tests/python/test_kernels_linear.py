@@ -1,0 +1,238 @@
+"""linear_relu / linear_gelu / attention_score on shapes that cross tile edges (M = 1,
+17, 4097 rows; K not a multiple of the 64-wide K tile; N not a multiple of 128),
+forward and backward against float64 torch references, on the CPU and (marked gpu)
+on CUDA; and, without a GPU, the PTX of kernels/linear.py's matmul kernel in the
+configurations the host code launches on an H100 (tensor-core instructions fed by a
+cp.async ring, 16-byte output stores)."""
+import re
+import shutil
+import subprocess
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import tessera  # noqa: E402
+import tessera.kernels as tk  # noqa: E402
+import tessera.language as tl  # noqa: E402
+from tessera.kernels import linear as L  # noqa: E402
+
+PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
+                                  else None)
+# Relative to the reference's largest magnitude: roundings of the output type plus
+# fp32 accumulation (fp32 inputs run as three tf32 products, fp32-accurate).
+TOL = {torch.float32: 3e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+GRAD_TOL = {torch.float32: 5e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+
+# (rows, in_features K, out_features N): one row; 17 rows and K = 40 (one partial K
+# tile); 4097 rows (one row into a new M tile) with K = 200 (three full K tiles and a
+# partial one) and N = 130 (two columns into a new N tile); K = 17 (odd: no 16-byte
+# rows, no cp.async ring).
+LINEAR_SHAPES = [(1, 64, 19), (17, 40, 130), (4097, 200, 130), (33, 17, 64)]
+LINEAR_OPS = {
+    "relu": (tk.linear_relu, lambda x, w, b: F.relu(F.linear(x, w, b))),
+    "gelu": (tk.linear_gelu, lambda x, w, b: F.gelu(F.linear(x, w, b))),
+    "gelu_tanh": (lambda x, w, b: tk.linear_gelu(x, w, b, approximate="tanh"),
+                  lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh")),
+}
+# q (..., M, D), k (..., N, D): heads over two batch dims; 17 queries against 130 keys;
+# D = 17 (odd) and D = 128 (two K tiles).
+SCORE_SHAPES = [((2, 3, 130, 64), (2, 3, 77, 64)), ((1, 17, 17), (1, 130, 17)), ((4, 65, 128), (4, 257, 128))]
+
+
+def _close(got, want, tol, what):
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
+    scale = max(1.0, want.abs().max().item())
+    err = (got - want).abs().max().item() if want.numel() else 0.0
+    assert err <= tol * scale, f"{what}: max abs error {err:.3g} > {tol * scale:.3g}"
+
+
+def _check(run, ref, inputs, dtype, device, backward=True):
+    """run(*inputs on device, dtype) vs ref(*inputs in float64): output and, with
+    backward, the gradient of every input for one random upstream gradient."""
+    gen = torch.Generator().manual_seed(11)
+    xs = [t.to(device=device, dtype=dtype).requires_grad_(backward) for t in inputs]
+    xr = [t.double().requires_grad_(backward) for t in [x.detach().cpu() for x in xs]]
+    y, yr = run(*xs), ref(*xr)
+    assert y.dtype == dtype and y.device.type == torch.device(device).type
+    _close(y, yr, TOL[dtype], "output")
+    if not backward:
+        return
+    g = torch.randn(y.shape, generator=gen, dtype=torch.float64).to(dtype)
+    y.backward(g.to(device))
+    yr.backward(g.double())
+    for i, (x, r) in enumerate(zip(xs, xr)):
+        _close(x.grad, r.grad, GRAD_TOL[dtype], f"grad of input {i}")
+
+
+def _linear_inputs(m, k, n, bias=True):
+    gen = torch.Generator().manual_seed(m * 7919 + k * 31 + n)
+    x = torch.randn(m, k, generator=gen, dtype=torch.float64)
+    w = torch.randn(n, k, generator=gen, dtype=torch.float64) * k ** -0.5
+    b = torch.randn(n, generator=gen, dtype=torch.float64)
+    return [x, w, b] if bias else [x, w]
+
+
+def _score_inputs(qs, ks):
+    gen = torch.Generator().manual_seed(sum(qs) + 3 * sum(ks))
+    return [torch.randn(qs, generator=gen, dtype=torch.float64), torch.randn(ks, generator=gen, dtype=torch.float64)]
+
+
+def _devices_and_dtypes():
+    out = [("cpu", torch.float32)]
+    out += [pytest.param("cuda", d, marks=pytest.mark.gpu, id=f"cuda-{str(d)[6:]}")
+            for d in (torch.float16, torch.bfloat16, torch.float32)]
+    return out
+
+
+def _skip_without(device):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.parametrize("device,dtype", _devices_and_dtypes())
+@pytest.mark.parametrize("shape", LINEAR_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("op", list(LINEAR_OPS))
+def test_linear_forward_backward(op, shape, device, dtype):
+    _skip_without(device)
+    run, ref = LINEAR_OPS[op]
+    _check(run, ref, _linear_inputs(*shape), dtype, device)
+
+
+@pytest.mark.parametrize("device,dtype", _devices_and_dtypes())
+def test_linear_without_bias_and_leading_dims(device, dtype):
+    _skip_without(device)
+    x, w = _linear_inputs(6 * 17, 72, 130, bias=False)
+    _check(lambda a, b: tk.linear_relu(a.reshape(6, 17, 72), b), lambda a, b: F.relu(F.linear(a.reshape(6, 17, 72), b)),
+           [x, w], dtype, device)
+
+
+@pytest.mark.parametrize("device,dtype", _devices_and_dtypes())
+def test_linear_strided_inputs_take_the_general_path(device, dtype):
+    """Transposed x and weight views, an nn.Parameter weight, no grad: the same numbers
+    as contiguous inputs (the CUDA fast path takes only contiguous tensors)."""
+    _skip_without(device)
+    x, w, b = (t.to(device=device, dtype=dtype) for t in _linear_inputs(130, 96, 70))
+    want = tk.linear_gelu(x, w, b)
+    xt = x.t().contiguous().t()
+    wt = torch.nn.Parameter(w.t().contiguous().t(), requires_grad=False)
+    assert not xt.is_contiguous() and not wt.is_contiguous()
+    with torch.no_grad():
+        got = tk.linear_gelu(xt, wt, b)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    _close(want, F.gelu(F.linear(x.double(), w.double(), b.double())), TOL[dtype], "output")
+
+
+@pytest.mark.parametrize("device,dtype", _devices_and_dtypes())
+@pytest.mark.parametrize("shapes", SCORE_SHAPES, ids=lambda s: f"{'x'.join(map(str, s[0]))}-{s[1][-2]}")
+def test_attention_score_forward_backward(shapes, device, dtype):
+    _skip_without(device)
+    _check(lambda q, k: tk.attention_score(q, k), lambda q, k: q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5,
+           _score_inputs(*shapes), dtype, device)
+
+
+@pytest.mark.parametrize("device,dtype", _devices_and_dtypes())
+def test_attention_score_scale_zero_and_one(device, dtype):
+    _skip_without(device)
+    q, k = (t.to(device=device, dtype=dtype) for t in _score_inputs((2, 17, 40), (2, 33, 40)))
+    assert torch.count_nonzero(tk.attention_score(q, k, 0.0)) == 0
+    _close(tk.attention_score(q, k, 1.0), q.double() @ k.double().transpose(-1, -2), TOL[dtype], "scale 1")
+
+
+def test_fast_paths_match_the_general_path():
+    """The host fast paths (taken for contiguous CUDA tensors) run here on CPU tensors:
+    their launch arguments give the general path's numbers (within fp32 accumulation
+    order: the fast paths use the GPU tiles), and anything unusual is left to the
+    general path (None)."""
+    for (m, k, n) in LINEAR_SHAPES:
+        x, w, b = (t.float() for t in _linear_inputs(m, k, n))
+        for act in (L.ACT_RELU, L.ACT_GELU, L.ACT_GELU_TANH):
+            for bias in (b, None):
+                want = L.linear_forward(x, w, bias, act)[0]
+                _close(L._linear_fast(x, w, bias, act), want, TOL[torch.float32], f"linear {m}x{k}x{n} act {act}")
+        x3 = x.reshape(1, m, k)
+        _close(L._linear_fast(x3, w, b, L.ACT_RELU), L.linear_forward(x3, w, b, L.ACT_RELU)[0], 1e-5, "3-d x")
+    for qs, ks in SCORE_SHAPES:
+        q, k = (t.float() for t in _score_inputs(qs, ks))
+        _close(L._attention_score_fast(q, k, 0.3), L.attention_score_forward(q, k, 0.3), TOL[torch.float32],
+               f"attention_score {qs} {ks}")
+    x, w, b = (t.float() for t in _linear_inputs(17, 40, 19))
+    assert L._linear_fast(x.t().contiguous().t(), w, b, L.ACT_RELU) is None  # strided
+    assert L._linear_fast(x, w.double(), b, L.ACT_RELU) is None  # mixed dtypes
+    assert L._linear_fast(x.double(), w.double(), b.double(), L.ACT_RELU) is None  # fp64: small tiles
+    assert L._linear_fast(x, w, b[:5], L.ACT_RELU) is None  # bad bias: the general path reports it
+    assert L._linear_fast(x, w[:, :7], b, L.ACT_RELU) is None
+    q, k = (t.float() for t in _score_inputs((2, 17, 40), (2, 33, 40)))
+    assert L._attention_score_fast(q, k[:, :, :8].contiguous(), 1.0) is None  # D mismatch
+    assert L._attention_score_fast(q, k[:1], 1.0) is None  # batch mismatch
+    assert L._attention_score_fast(q.transpose(1, 2), k, 1.0) is None
+
+
+# --------------------------------------------------------------------------- PTX (no GPU needed)
+
+def _ptx(case, dtype="fp16", act=L.ACT_RELU):
+    """PTX of the matmul kernel for sm_90a as kernels/linear.py launches it on a GPU for
+    `case` (the strides equal to 1 specialize as constants, as a launch does), with the
+    tiles _gpu_tiles picks for large shapes."""
+    unit = {"fwd": ("s_ak", "s_bk"), "dx": ("s_ak", "s_bn"), "dw": ("s_am", "s_bn"), "score": ("s_ak", "s_bk")}[case]
+    name = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[dtype]
+    bm, bn, bk, opts = L._gpu_tiles(name, 4096, 4096, 1024, 1)
+    sig = {p: f"*{dtype}:16" for p in ("A", "B", "BIAS", "C", "Z")}
+    sig.update({p: "i32:16" for p in ("M", "N", "K", "s_ab", "s_am", "s_ak", "s_bb", "s_bk", "s_bn", "s_cb")
+                if p not in unit})
+    sig["scale"] = "fp32"
+    ce = {p: 1 for p in unit}
+    ce.update(A_MMAJOR=case == "dw", B_KMAJOR=case in ("fwd", "score"), ACT=act if case == "fwd" else L.ACT_NONE,
+              HAS_BIAS=case == "fwd", STORE_Z=False, SCALE=case == "score", ACC=tl.float32,
+              BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+    ck = tessera.compile(L._matmul_kernel, sig, ce, target="cuda:90a", **opts)
+    return ck.asm["ptx"]
+
+
+def _k_loop(ptx):
+    """The PTX between the K loop's first and last cp.async.wait_group (its body)."""
+    lines = ptx.splitlines()
+    waits = [i for i, ln in enumerate(lines) if "cp.async.wait_group" in ln]
+    assert waits, "no cp.async ring"
+    return "\n".join(lines[waits[0]:waits[-1] + 1])
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("case", ["fwd", "dx", "dw", "score"])
+def test_ptx_16bit_products_run_wgmma_from_a_cp_async_ring(case, dtype):
+    ptx = _ptx(case, dtype)
+    # 128x128x64 over two warpgroups: 4 wgmma m64n128k16 per K step, operands in shared memory.
+    t = {"fp16": "f16", "bf16": "bf16"}[dtype]
+    steps = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.{t}\.{t} .*, p, 1, 1, (\d), (\d);", ptx)
+    # imm-trans-a / imm-trans-b: A is M-major only in dW = dz^T x; B is N-major (dz @ W, dz^T @ x).
+    want = ("1" if case == "dw" else "0", "1" if case in ("dx", "dw") else "0")
+    assert steps == [want] * 4, ptx
+    assert "mma.sync" not in ptx
+    body = _k_loop(ptx)
+    assert "cp.async.cg.shared.global" in body and "ld.global" not in body, body
+    # The 16-bit output leaves through shared memory: 8 stores of 16 bytes per thread.
+    assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == 8, ptx
+    assert not re.search(r"st\.global\.b32", ptx)
+
+
+def test_ptx_fp32_runs_tf32x3_mma_sync_from_a_cp_async_ring():
+    # fp32: tf32x3 (three m16n8k8 tf32 products per fragment pair); no wgmma for 32-bit operands.
+    f32 = _ptx("fwd", "fp32")
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32", f32)) == 192, f32
+    assert "ld.global" not in _k_loop(f32)
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas not installed")
+@pytest.mark.parametrize("case,dtype,act", [("fwd", "fp16", L.ACT_RELU), ("fwd", "bf16", L.ACT_GELU),
+                                            ("dx", "fp16", L.ACT_NONE), ("dw", "fp16", L.ACT_NONE),
+                                            ("fwd", "fp32", L.ACT_RELU)])
+def test_ptx_assembles_without_spills(case, dtype, act, tmp_path):
+    src = tmp_path / "k.ptx"
+    src.write_text(_ptx(case, dtype, act))
+    r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert " 0 bytes spill stores" in r.stderr, r.stderr
