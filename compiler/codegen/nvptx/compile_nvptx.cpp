@@ -26,6 +26,9 @@ namespace {
 constexpr const char* kTriple = "nvptx64-nvidia-cuda";
 // The newest PTX ISA LLVM 19 emits that CUDA 12+/13 ptxas and driver 580 accept.
 constexpr const char* kPtxFeatures = "+ptx80";
+// Whether sm_90a kernels fill wgmma rings with the TMA unless the kernel says
+// otherwise (bench/results/gpu_matmul_tma.md measures both).
+constexpr bool kTmaByDefault = false;
 
 void init_llvm_nvptx() {
   install_llvm_error_handler();
@@ -90,10 +93,17 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   int num_stages = ns != k.attrs.end() && std::holds_alternative<int64_t>(ns->second)
                        ? static_cast<int>(std::get<int64_t>(ns->second))
                        : opts.num_stages;
-  GpuLowering lowering(k, *m, out.num_warps, opts.debug, cc, num_stages, /*wgmma=*/digits == "90a");
+  // TMA rings on sm_90a (tma_nvptx.cpp): the kernel's `tma` attribute (the frontend
+  // writes it from TESSERA_TMA) or the default.
+  auto tma_attr = k.attrs.find("tma");
+  const bool tma = tma_attr != k.attrs.end() && std::holds_alternative<int64_t>(tma_attr->second)
+                       ? std::get<int64_t>(tma_attr->second) != 0
+                       : kTmaByDefault;
+  GpuLowering lowering(k, *m, out.num_warps, opts.debug, cc, num_stages, /*wgmma=*/digits == "90a", tma);
   llvm::Function* fn = lowering.run();
   out.entry_symbol = fn->getName().str();
   out.shared_bytes = lowering.shared_bytes();
+  out.tensor_maps = lowering.tensor_map_spec();
   if (out.shared_bytes > max_dynamic_shared_bytes(cc))
     throw CompileError("kernel " + k.name + " needs " + std::to_string(out.shared_bytes) + " bytes of shared memory; " +
                            out.arch + " allows at most " + std::to_string(max_dynamic_shared_bytes(cc) / 1024) +
