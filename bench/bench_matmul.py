@@ -32,7 +32,8 @@ def main():
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
     # (label, kernel, BN, BK, num_stages, num_warps, TESSERA_TMA), BM = 128, 8 warps. On sm_90a
     # Tessera runs these as wgmma (M = 16 x num_warps) from a ring filled by cp.async (TMA "0")
-    # or by the TMA (cp.async.bulk.tensor + mbarrier, "1"); "tessera bp" is the block-pointer
+    # or by the TMA (cp.async.bulk.tensor + mbarrier, "1"; "2", tma-bar: stages released by a CTA
+    # barrier per iteration instead of "empty" mbarriers); "tessera bp" is the block-pointer
     # kernel, whose loads only the TMA pipelines. Each (kernel, TMA) pair is its own Kernel object,
     # compiled with TESSERA_TMA set for that variant only.
     kern = {}
@@ -45,7 +46,8 @@ def main():
                 ("cp.async 128x128x64 s3", mm, 128, 64, 3, "0"), ("tma 128x128x64 s3", mm, 128, 64, 3, "1"),
                 ("tma 128x128x64 s4", mm, 128, 64, 4, "1"),
                 ("cp.async 128x256x64 s3", mm, 256, 64, 3, "0"), ("tma 128x256x64 s3", mm, 256, 64, 3, "1"),
-                ("tma 128x256x64 s4", mm, 256, 64, 4, "1"), ("tma bp 128x256x64 s3", bp, 256, 64, 3, "1")]
+                ("tma 128x256x64 s4", mm, 256, 64, 4, "1"), ("tma-bar 128x256x64 s3", mm, 256, 64, 3, "2"),
+                ("tma bp 128x256x64 s3", bp, 256, 64, 3, "1")]
     variants = [(f"tessera {v[0]}", *v[1:]) for v in variants]
     if TR:
         variants += [("triton 128x128x32 s3", TR.matmul_kernel, 128, 32, 3, None),

@@ -114,8 +114,8 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
     if not gpu and target != "cpu":
         raise NotImplementedError(f"target '{target}' is not supported (use 'cpu', 'cuda:90a', 'sm_80', ...)")
     tma = os.environ.get("TESSERA_TMA")
-    if gpu and tma is not None:  # sm_90a wgmma rings filled by the TMA (1) or cp.async (0)
-        options = {**options, "tma": tma not in ("0", "", "false", "False")}
+    if gpu and tma is not None:  # sm_90a wgmma rings: cp.async (0) or the TMA (1; 2: CTA-barrier variant)
+        options = {**options, "tma": 2 if tma == "2" else int(tma not in ("0", "", "false", "False"))}
     kinds = "".join(S.launch_kind(arg_types[n]) for n in runtime_names)
     spec = tuple((n, arg_types[n].ir, tuple(sorted(arg_attrs.get(n, {}).items()))) for n in runtime_names)
     key = CK.make_key(kernel._dependency_sources(), spec, constexprs, options,

@@ -28,7 +28,8 @@ constexpr const char* kTriple = "nvptx64-nvidia-cuda";
 constexpr const char* kPtxFeatures = "+ptx80";
 // Whether sm_90a kernels fill wgmma rings with the TMA unless the kernel says
 // otherwise (bench/results/gpu_matmul_tma.md measures both).
-constexpr bool kTmaByDefault = false;
+// 0: cp.async; 1: TMA, stages released through mbarriers; 2: TMA, a CTA barrier per iteration.
+constexpr int kTmaByDefault = 0;
 
 void init_llvm_nvptx() {
   install_llvm_error_handler();
@@ -96,9 +97,9 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   // TMA rings on sm_90a (tma_nvptx.cpp): the kernel's `tma` attribute (the frontend
   // writes it from TESSERA_TMA) or the default.
   auto tma_attr = k.attrs.find("tma");
-  const bool tma = tma_attr != k.attrs.end() && std::holds_alternative<int64_t>(tma_attr->second)
-                       ? std::get<int64_t>(tma_attr->second) != 0
-                       : kTmaByDefault;
+  const int tma = tma_attr != k.attrs.end() && std::holds_alternative<int64_t>(tma_attr->second)
+                      ? static_cast<int>(std::get<int64_t>(tma_attr->second))
+                      : kTmaByDefault;
   GpuLowering lowering(k, *m, out.num_warps, opts.debug, cc, num_stages, /*wgmma=*/digits == "90a", tma);
   llvm::Function* fn = lowering.run();
   out.entry_symbol = fn->getName().str();

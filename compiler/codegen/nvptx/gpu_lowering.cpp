@@ -73,10 +73,10 @@ void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out
 }  // namespace
 
 GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc, int num_stages,
-                         bool wgmma, bool tma)
+                         bool wgmma, int tma)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
       num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma),
-      tma_(tma && wgmma), axis_(k) {
+      tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), axis_(k) {
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();
   if (wgmma_) plan_wgmma(*k.body());

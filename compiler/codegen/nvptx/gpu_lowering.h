@@ -49,8 +49,10 @@ class GpuLowering {
   // wgmma: the target is sm_90a (warpgroup MMA for f16/bf16 dots whose operands a
   // cp.async ring holds). tma: rings of wgmma operands whose loads are 2-D tiles
   // the host can describe are filled by the TMA instead (tma_nvptx.cpp).
+  // tma: 0 off; 1 stages released through "empty" mbarriers; 2 released by a CTA
+  // barrier per iteration (the simpler scheme, kept to measure against).
   GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90, int num_stages = 3,
-              bool wgmma = false, bool tma = false);
+              bool wgmma = false, int tma = 0);
   // Emits the kernel function (named after the kernel) and returns it.
   llvm::Function* run();
   int shared_bytes() const { return shared_bytes_; }
@@ -203,6 +205,14 @@ class GpuLowering {
     bool tma = false;
     llvm::Value* full_bars = nullptr;
     llvm::Value* phase = nullptr;
+    // Stage reuse without a CTA barrier: per stage an "empty" mbarrier every warp
+    // arrives on once its wgmma retired the stage; thread 0 waits on it before a copy
+    // overwrites the stage. `issued` (i32 alloca) counts the stages issued so far.
+    llvm::Value* empty_bars = nullptr;
+    llvm::Value* issued = nullptr;
+    llvm::Value* lb = nullptr;               // the loop's first induction value
+    llvm::Value* current_stage = nullptr;    // this iteration's read stage
+    llvm::Value* first_iteration = nullptr;  // i1
   };
   // Re-lowering part of a loop body with other bindings (the values of a later
   // iteration: prefetch_nvptx.cpp, pipeline_nvptx.cpp): forget_bindings saves and
@@ -253,13 +263,17 @@ class GpuLowering {
   std::optional<TmaMap> match_tma_load(const ir::Op& load, const StagedOperand* geom) const;
   void plan_tma(const ir::Block& body);  // fills tma_maps_ (constructor, after plan_wgmma's dots)
   const TmaMap* tma_map_of(const ir::Op* load) const;
-  llvm::Value* bar_of(Pipeline& p, llvm::Value* stage);
+  llvm::Value* bar_of(Pipeline& p, llvm::Value* stage);    // the stage's "full" mbarrier
+  llvm::Value* empty_of(Pipeline& p, llvm::Value* stage);  // its "empty" mbarrier
   llvm::Value* smem32(llvm::Value* ptr);
   void tma_prologue(Pipeline& p);
   void tma_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active);
   void tma_wait(Pipeline& p, llvm::Value* stage);
   void tma_advance_phase(Pipeline& p, llvm::Value* next_read_stage);
   void tma_epilogue(Pipeline& p);
+  void tma_release_stage(Pipeline& p);  // end of an iteration: arrive on the retired stage's empty barrier
+  // Spins (this thread) until `bar` (shared address) completed the phase of `parity`.
+  void emit_mbarrier_wait(llvm::Value* bar, llvm::Value* parity);
 
   // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
   void lower_atomic(const ir::Op& op);
@@ -280,6 +294,7 @@ class GpuLowering {
   int num_stages_;
   bool wgmma_;
   bool tma_;
+  bool tma_cta_barrier_;          // tma mode 2
   bool planning_ = false;         // plan_wgmma is running: keep loads that only the TMA can copy
   std::vector<TmaMap> tma_maps_;  // from plan_tma
   std::set<const ir::Op*> wgmma_dots_;  // from plan_wgmma

@@ -324,6 +324,7 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
     for (size_t r = 0; r < slots[i].size(); ++r)
       b_.CreateStore(b_.CreateLoad(llvm_elem_type(ctx_, t.elem), slots[i][r]), p.ahead_slots.back()[r]);
   }
+  p.lb = lb;
   p.ahead_iv = alloca_in_entry(lb->getType());
   p.read_stage = alloca_in_entry(b_.getInt32Ty());
   p.write_stage = alloca_in_entry(b_.getInt32Ty());
@@ -350,9 +351,12 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
     if (p.async_proxy) emit_asm(b_, "fence.proxy.async.shared::cta;");
   }
   // cp.async: everyone's copies of this iteration are visible; both: every warp has
-  // finished reading the stage the next copies overwrite.
-  barrier();
+  // finished reading the stage the next copies overwrite (unless the TMA ring's
+  // "empty" mbarriers say so: tma_nvptx.cpp).
+  if (!p.tma || !p.empty_bars) barrier();
   llvm::Value* rs = b_.CreateLoad(b_.getInt32Ty(), p.read_stage);
+  p.current_stage = rs;
+  p.first_iteration = b_.CreateICmpEQ(scalar(body.args[0].get()), p.lb);
   llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
   llvm::Value* iv = b_.CreateLoad(step->getType(), p.ahead_iv);
   issue_stage(body, p, iv, ws, in_range(iv));
@@ -377,6 +381,7 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
 }
 
 void GpuLowering::pipeline_end_iteration(Pipeline& p) {
+  if (p.tma && p.empty_bars) tma_release_stage(p);
   for (auto& pl : p.loads) {
     pipelined_.erase(pl.operand);
     prefetched_.erase(pl.load->result());

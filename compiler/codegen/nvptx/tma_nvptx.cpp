@@ -293,6 +293,15 @@ void GpuLowering::tma_prologue(Pipeline& p) {
   auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt1Ty()}, false);
   auto* init = llvm::InlineAsm::get(fty, "@$1 mbarrier.init.shared::cta.b64 [$0], 1;", "r,b,~{memory}", true);
   for (int s = 0; s < p.stages; ++s) b_.CreateCall(fty, init, {smem32(bar_of(p, b_.getInt32(s))), leader});
+  p.issued = alloca_in_entry(b_.getInt32Ty());
+  b_.CreateStore(b_.getInt32(0), p.issued);
+  if (!tma_cta_barrier_) {  // one arrival per warp retires a stage
+    p.empty_bars = new_smem(b_.getInt64Ty(), p.stages, "tma_empty", 8);
+    auto* init_n = llvm::InlineAsm::get(
+        fty, "@$1 mbarrier.init.shared::cta.b64 [$0], " + std::to_string(num_warps_) + ";", "r,b,~{memory}", true);
+    for (int s = 0; s < p.stages; ++s)
+      b_.CreateCall(fty, init_n, {smem32(empty_of(p, b_.getInt32(s))), leader});
+  }
   // The copy engine (async proxy) completes transactions on them.
   emit_asm(b_, "fence.mbarrier_init.release.cluster;");
   emit_asm(b_, "fence.proxy.async.shared::cta;");
@@ -303,6 +312,10 @@ llvm::Value* GpuLowering::bar_of(Pipeline& p, llvm::Value* stage) {
   return b_.CreateInBoundsGEP(b_.getInt8Ty(), p.full_bars, b_.CreateMul(stage, b_.getInt32(8)));
 }
 
+llvm::Value* GpuLowering::empty_of(Pipeline& p, llvm::Value* stage) {
+  return b_.CreateInBoundsGEP(b_.getInt8Ty(), p.empty_bars, b_.CreateMul(stage, b_.getInt32(8)));
+}
+
 llvm::Value* GpuLowering::smem32(llvm::Value* ptr) {
   return b_.CreateTrunc(b_.CreatePtrToInt(ptr, b_.getInt64Ty()), b_.getInt32Ty());
 }
@@ -310,6 +323,23 @@ llvm::Value* GpuLowering::smem32(llvm::Value* ptr) {
 void GpuLowering::tma_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active) {
   auto* i32 = b_.getInt32Ty();
   llvm::Value* pred = b_.CreateAnd(b_.CreateICmpEQ(tid_, b_.getInt32(0)), active);
+  // The w-th issue (w counted from 0) fills stage w % S, which iteration w - S read:
+  // from w >= S on, thread 0 first waits for that read's release (the (w/S - 1)-th
+  // completion of the stage's empty barrier).
+  llvm::Value* w = b_.CreateLoad(i32, p.issued);
+  b_.CreateStore(b_.CreateAdd(w, b_.getInt32(1)), p.issued);
+  if (p.empty_bars) {
+    llvm::Value* must_wait = b_.CreateAnd(pred, b_.CreateICmpUGE(w, b_.getInt32(static_cast<uint32_t>(p.stages))));
+    llvm::BasicBlock* wait = llvm::BasicBlock::Create(ctx_, "tma.empty", fn_);
+    llvm::BasicBlock* go = llvm::BasicBlock::Create(ctx_, "tma.issue", fn_);
+    b_.CreateCondBr(must_wait, wait, go);
+    b_.SetInsertPoint(wait);
+    llvm::Value* uses = b_.CreateUDiv(w, b_.getInt32(static_cast<uint32_t>(p.stages)));
+    emit_mbarrier_wait(smem32(empty_of(p, stage)), b_.CreateAnd(b_.CreateSub(uses, b_.getInt32(1)), b_.getInt32(1)));
+    b_.CreateBr(go);
+    b_.SetInsertPoint(go);
+    memo_.clear();
+  }
   llvm::Value* bar = smem32(bar_of(p, stage));
   int64_t bytes = 0;
   for (auto& pl : p.loads) bytes += pl.load->result()->type.numel() * pl.load->result()->type.elem.bytes();
@@ -345,17 +375,15 @@ void GpuLowering::tma_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active
   }
 }
 
-void GpuLowering::tma_wait(Pipeline& p, llvm::Value* stage) {
+void GpuLowering::emit_mbarrier_wait(llvm::Value* bar, llvm::Value* parity) {
   // Spin on try_wait (which itself suspends the thread for a while) in LLVM IR, so
   // no asm labels are duplicated when the loop is unrolled.
-  llvm::Value* bar = smem32(bar_of(p, stage));
-  llvm::Value* parity = b_.CreateLoad(b_.getInt32Ty(), p.phase);
   auto* fty = llvm::FunctionType::get(b_.getInt32Ty(), {b_.getInt32Ty(), b_.getInt32Ty()}, false);
   auto* try_wait = llvm::InlineAsm::get(
       fty, "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\nselp.u32 $0, 1, 0, p;\n}",
       "=r,r,r,~{memory}", true);
-  llvm::BasicBlock* spin = llvm::BasicBlock::Create(ctx_, "tma.wait", fn_);
-  llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "tma.ready", fn_);
+  llvm::BasicBlock* spin = llvm::BasicBlock::Create(ctx_, "mbarrier.wait", fn_);
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "mbarrier.done", fn_);
   b_.CreateBr(spin);
   b_.SetInsertPoint(spin);
   llvm::CallInst* ok = b_.CreateCall(fty, try_wait, {bar, parity});
@@ -363,6 +391,26 @@ void GpuLowering::tma_wait(Pipeline& p, llvm::Value* stage) {
   b_.CreateCondBr(b_.CreateICmpNE(ok, b_.getInt32(0)), done, spin);
   b_.SetInsertPoint(done);
   memo_.clear();  // at() results are valid in the block they were emitted in
+}
+
+void GpuLowering::tma_wait(Pipeline& p, llvm::Value* stage) {
+  emit_mbarrier_wait(smem32(bar_of(p, stage)), b_.CreateLoad(b_.getInt32Ty(), p.phase));
+}
+
+void GpuLowering::tma_release_stage(Pipeline& p) {
+  // wait_group 0 retired this iteration's stage; with a group in flight (wait_group 1)
+  // the previous iteration's, which does not exist in the first.
+  llvm::Value* stage = p.current_stage;
+  llvm::Value* pred = b_.CreateICmpEQ(b_.CreateAnd(tid_, b_.getInt32(31)), b_.getInt32(0));
+  if (p.wgmma_async) {
+    llvm::Value* prev = b_.CreateSub(stage, b_.getInt32(1));
+    stage = b_.CreateSelect(b_.CreateICmpEQ(stage, b_.getInt32(0)), b_.getInt32(static_cast<uint32_t>(p.stages - 1)),
+                            prev);
+    pred = b_.CreateAnd(pred, b_.CreateNot(p.first_iteration));
+  }
+  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt1Ty()}, false);
+  auto* arrive = llvm::InlineAsm::get(fty, "@$1 mbarrier.arrive.shared::cta.b64 _, [$0];", "r,b,~{memory}", true);
+  b_.CreateCall(fty, arrive, {smem32(empty_of(p, stage)), pred});
 }
 
 void GpuLowering::tma_advance_phase(Pipeline& p, llvm::Value* next_read_stage) {
@@ -378,7 +426,10 @@ void GpuLowering::tma_epilogue(Pipeline& p) {
   llvm::Value* leader = b_.CreateICmpEQ(tid_, b_.getInt32(0));
   auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt1Ty()}, false);
   auto* inval = llvm::InlineAsm::get(fty, "@$1 mbarrier.inval.shared::cta.b64 [$0];", "r,b,~{memory}", true);
-  for (int s = 0; s < p.stages; ++s) b_.CreateCall(fty, inval, {smem32(bar_of(p, b_.getInt32(s))), leader});
+  for (int s = 0; s < p.stages; ++s) {
+    b_.CreateCall(fty, inval, {smem32(bar_of(p, b_.getInt32(s))), leader});
+    if (p.empty_bars) b_.CreateCall(fty, inval, {smem32(empty_of(p, b_.getInt32(s))), leader});
+  }
 }
 
 }  // namespace tessera::codegen::nvptx

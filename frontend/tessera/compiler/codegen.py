@@ -117,7 +117,7 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
         if self.options.get("num_stages") is not None:
             attrs["num_stages"] = int(self.options["num_stages"])
         if self.options.get("tma") is not None:  # sm_90a: TMA-filled wgmma rings (TESSERA_TMA)
-            attrs["tma"] = int(bool(self.options["tma"]))
+            attrs["tma"] = int(self.options["tma"])
         self.module = Module(src.name, [], attrs)
         self.builder = IRBuilder(self.module)
         self.sem = Semantic(self.builder)
