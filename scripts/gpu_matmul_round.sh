@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 CORE="$ROOT/.carry/lib/libtessera_core.so"
 [ -f "$CORE" ] || { echo "missing $CORE: run scripts/prepare_gpu_round.sh on the development machine"; exit 2; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
-BUILD=/tmp/tessera-binding-build
+BUILD=${BUILD:-/tmp/tessera-binding-build-$(basename "$ROOT")}
 GEN=$(command -v ninja >/dev/null && echo Ninja || echo "Unix Makefiles")
 cmake -S . -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_CORE=OFF -DTESSERA_BUILD_TESTS=OFF \
   -DTESSERA_PREBUILT_CORE="$CORE" -DPython3_EXECUTABLE="$(command -v $PY)" > /tmp/tessera-cmake.log 2>&1 \
