@@ -186,12 +186,13 @@ def main():
 
     # Matmul on tensor cores, TFLOP/s: the same kernel source (gpu_kernels.matmul_kernel,
     # grouped program order) in Tessera and Triton vs cuBLAS (torch.matmul), one row per
-    # dtype and shape. fp16/bf16 square: 128x128x32 tiles, 8 warps. tf32: fp32 inputs,
+    # dtype and shape. fp16/bf16 square: 128x256x64 tiles, 8 warps, 4 stages (the best of
+    # bench_matmul.py's configurations for both JITs on an H100). tf32: fp32 inputs,
     # tl.dot's default input_precision "tf32" in both JITs vs cuBLAS with allow_tf32.
     # Skinny (M = 16..128, N = K = 8192, fp16): BM = M up to 64, 128x64 column tiles.
     mm_rows = []
 
-    def mm_row(label, dtype, M, N, K, BM, BN, BK, warps, max_rel_err):
+    def mm_row(label, dtype, M, N, K, BM, BN, BK, warps, max_rel_err, stages=3):
         g = torch.Generator(device="cuda").manual_seed(M * 7 + N)
         A = torch.randn(M, K, device="cuda", dtype=dtype, generator=g)
         B = torch.randn(K, N, device="cuda", dtype=dtype, generator=g)
@@ -199,7 +200,8 @@ def main():
         grid = (tessera.cdiv(M, BM) * tessera.cdiv(N, BN),)
         mm = lambda Kmod: (lambda: Kmod.matmul_kernel[grid](A, B, Cm, M, N, K, A.stride(0), A.stride(1),
                                                             B.stride(0), B.stride(1), Cm.stride(0), Cm.stride(1),
-                                                            BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=warps))
+                                                            BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=warps,
+                                                            num_stages=stages))
         ref = A.double() @ B.double()
 
         def check():  # ||C - ref|| / ||ref|| against a float64 reference; NaN poison fails
@@ -222,7 +224,7 @@ def main():
 
     for dname, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         for size in (1024, 2048, 4096, 8192):
-            mm_row(f"matmul {dname} {size}^3", dtype, size, size, size, 128, 128, 32, 8, 1e-2)
+            mm_row(f"matmul {dname} {size}^3", dtype, size, size, size, 128, 256, 64, 8, 1e-2, stages=4)
     for size in (4096, 8192):
         mm_row(f"matmul tf32 {size}^3", torch.float32, size, size, size, 128, 128, 32, 8, 3e-3)
     for m in (16, 32, 64, 128):

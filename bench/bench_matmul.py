@@ -44,14 +44,14 @@ def main():
     mm, bp = TK.matmul_kernel.fn, TK.matmul_block_ptr_kernel.fn
     variants = [("cp.async 128x128x32 s3", mm, 128, 32, 3, "0"), ("tma 128x128x32 s3", mm, 128, 32, 3, "1"),
                 ("cp.async 128x128x64 s3", mm, 128, 64, 3, "0"), ("tma 128x128x64 s3", mm, 128, 64, 3, "1"),
-                ("tma 128x128x64 s4", mm, 128, 64, 4, "1"),
                 ("cp.async 128x256x64 s3", mm, 256, 64, 3, "0"), ("tma 128x256x64 s3", mm, 256, 64, 3, "1"),
-                ("tma 128x256x64 s4", mm, 256, 64, 4, "1"), ("tma-bar 128x256x64 s3", mm, 256, 64, 3, "2"),
-                ("tma bp 128x256x64 s3", bp, 256, 64, 3, "1")]
+                ("cp.async 128x256x64 s4", mm, 256, 64, 4, "0"), ("tma 128x256x64 s4", mm, 256, 64, 4, "1"),
+                ("tma-bar 128x256x64 s4", mm, 256, 64, 4, "2"), ("tma bp 128x256x64 s4", bp, 256, 64, 4, "1")]
     variants = [(f"tessera {v[0]}", *v[1:]) for v in variants]
     if TR:
         variants += [("triton 128x128x32 s3", TR.matmul_kernel, 128, 32, 3, None),
-                     ("triton 128x256x64 s3", TR.matmul_kernel, 256, 64, 3, None)]
+                     ("triton 128x256x64 s3", TR.matmul_kernel, 256, 64, 3, None),
+                     ("triton 128x256x64 s4", TR.matmul_kernel, 256, 64, 4, None)]
     rows = []
     for dname in args.dtypes.split(","):
         dt = dtypes[dname]

@@ -27,3 +27,7 @@ timeout 300 $PY -m pytest -q -p no:cacheprovider $TESTS 2>&1 | tee "$OUT_DIR/gpu
 echo "== bench/bench_matmul.py ${BENCH_ARGS:=--sizes 4096,8192}"
 # shellcheck disable=SC2086
 timeout 400 $PY bench/bench_matmul.py --out "$OUT_DIR" $BENCH_ARGS 2>&1 | tee "$OUT_DIR/gpu_matmul_bench.log" | tail -12
+if [ -n "${BENCH_GPU:-}" ]; then
+  echo "== bench/bench_gpu.py (every row: bandwidth, matmul fp16/bf16/tf32/skinny, compile, launch)"
+  timeout 400 $PY bench/bench_gpu.py --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/gpu_bench.log" | tail -30
+fi

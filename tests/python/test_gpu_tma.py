@@ -73,7 +73,9 @@ def inputs(M, N, K, dtype, seed, lda=None, ldb=None):
     to 16 elements, the TMA's stride rule, so odd extents still take the TMA path)."""
     g = torch.Generator(device=DEV).manual_seed(seed)
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
-    a = torch.randn(M, lda or -(-K // 16) * 16, device=DEV, generator=g).to(dt)[:, :K]
+    # (K = 0: lda 16, not torch's stride 1 of an empty dim, so A still has a tensor map:
+    # the runtime's stand-in map over zeros.)
+    a = torch.randn(M, lda or max(16, -(-K // 16) * 16), device=DEV, generator=g).to(dt)[:, :K]
     b = torch.randn(K, ldb or -(-N // 16) * 16, device=DEV, generator=g).to(dt)[:, :N]
     return a, b
 
@@ -93,7 +95,7 @@ SHAPES = [  # M, N, K, BM, BN, BK, num_warps, num_stages
     (200, 136, 96, 64, 64, 32, 4, 3),       # A 64-byte rows; B one 64-column box
     (256, 256, 40, 64, 64, 32, 4, 4),       # fewer iterations (2) than stages ahead
     (1000, 520, 1000, 64, 128, 64, 4, 3),
-    (128, 128, 0, 64, 64, 32, 4, 3)]        # K = 0: no iteration, C = 0 (maps over nothing)
+    (128, 128, 0, 64, 64, 32, 4, 3)]        # K = 0: no iteration, C = 0 (A's map over nothing)
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

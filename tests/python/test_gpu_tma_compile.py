@@ -112,9 +112,10 @@ def test_off_by_option_and_below_sm90(monkeypatch):
         assert "cp.async.cg" in ck.asm["ptx"]  # the cp.async ring
 
 
-def test_default_is_the_cp_async_ring(monkeypatch):
+def test_default_is_the_tma_ring(monkeypatch):
     ck = build(G._mm, monkeypatch, tma=None)
-    assert "tensor_maps" not in ck.metadata
+    assert ck.metadata["tensor_maps"] == "9|0:2:128:64:128:i5:i3:i6|1:2:128:64:64:i4:i5:i7"
+    assert ck.asm["ptx"].count("mbarrier.init") == 6
 
 
 def test_loads_the_host_cannot_describe_keep_cp_async(monkeypatch):
