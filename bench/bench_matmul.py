@@ -25,12 +25,14 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--sizes", default="1024,2048,4096,8192")
     ap.add_argument("--name", default="gpu_matmul", help="results file stem under --out")
+    ap.add_argument("--extra", action="store_true", help="also 256x128 tiles on 16 warps and GROUP_M 16")
     ap.add_argument("--dtypes", default="fp16,bf16")
     args = ap.parse_args()
     TR = bench_gpu.load_triton_kernels()
     dev = torch.cuda.get_device_name()
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
-    # (label, kernel, BN, BK, num_stages, num_warps, TESSERA_TMA), BM = 128, 8 warps. On sm_90a
+    # (label, kernel, BN, BK, num_stages, TESSERA_TMA[, BM, num_warps, GROUP_M]), by default BM = 128,
+    # 8 warps, GROUP_M 8. On sm_90a
     # Tessera runs these as wgmma (M = 16 x num_warps) from a ring filled by cp.async (TMA "0")
     # or by the TMA (cp.async.bulk.tensor + mbarrier, "1"; "2", tma-bar: stages released by a CTA
     # barrier per iteration instead of "empty" mbarriers); "tessera bp" is the block-pointer
@@ -47,6 +49,10 @@ def main():
                 ("cp.async 128x256x64 s3", mm, 256, 64, 3, "0"), ("tma 128x256x64 s3", mm, 256, 64, 3, "1"),
                 ("cp.async 128x256x64 s4", mm, 256, 64, 4, "0"), ("tma 128x256x64 s4", mm, 256, 64, 4, "1"),
                 ("tma-bar 128x256x64 s4", mm, 256, 64, 4, "2"), ("tma bp 128x256x64 s4", bp, 256, 64, 4, "1")]
+    if args.extra:  # 16 warps: four consumer warpgroups on a 256-row tile
+        variants += [("tma 256x128x64 s4 w16", mm, 128, 64, 4, "1", 256, 16),
+                     ("tma-bar 256x128x64 s4 w16", mm, 128, 64, 4, "2", 256, 16),
+                     ("tma 128x256x64 s4 g16", mm, 256, 64, 4, "1", 128, 8, 16)]
     variants = [(f"tessera {v[0]}", *v[1:]) for v in variants]
     if TR:
         variants += [("triton 128x128x32 s3", TR.matmul_kernel, 128, 32, 3, None),
@@ -69,13 +75,14 @@ def main():
 
             row = {"dtype": dname, "size": size}
             row["cublas"] = tflops(bench_gpu.do_bench(lambda: torch.matmul(A, B, out=C)))
-            for label, kfn, BN, BK, ns, tma in variants:
+            for label, kfn, BN, BK, ns, tma, *shape in variants:
+                BM, nw, gm = shape + [128, 8, 8][len(shape):]  # optional BM, num_warps, GROUP_M
                 C.fill_(float("nan"))
-                grid = (tessera.cdiv(size, 128) * tessera.cdiv(size, BN),)
+                grid = (tessera.cdiv(size, BM) * tessera.cdiv(size, BN),)
                 K = kfn if tma is None else tessera_kernel(kfn, tma)
-                fn = (lambda K=K, BN=BN, BK=BK, ns=ns, grid=grid: K[grid](
+                fn = (lambda K=K, BM=BM, BN=BN, BK=BK, ns=ns, nw=nw, gm=gm, grid=grid: K[grid](
                     A, B, C, size, size, size, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
-                    C.stride(0), C.stride(1), BM=128, BN=BN, BK=BK, GROUP_M=8, num_warps=8, num_stages=ns))
+                    C.stride(0), C.stride(1), BM=BM, BN=BN, BK=BK, GROUP_M=gm, num_warps=nw, num_stages=ns))
                 saved = os.environ.get("TESSERA_TMA")
                 if tma is not None:
                     os.environ["TESSERA_TMA"] = tma
