@@ -509,7 +509,7 @@ uintptr_t load_kernel(int device, const std::string& image, const std::string& k
   }
   if (!k->tensor_maps.maps.empty() && !driver().cuTensorMapEncodeTiled)
     throw CudaError("kernel " + kernel_name + " loads through tensor maps (TMA), but this libcuda has no "
-                    "cuTensorMapEncodeTiled (CUDA 12+ drivers have it); compile it with tma=False",
+                    "cuTensorMapEncodeTiled (CUDA 12+ drivers have it); TESSERA_TMA=0 compiles it without",
                     kErrorInvalidValue);
   load_into_context(*k);
   return reinterpret_cast<uintptr_t>(k.release());
@@ -583,7 +583,7 @@ void** encode_tensor_maps(const LoadedKernel& k, void** params, TensorMapParams&
                             return std::string(b);
                           }() + ", extents " + std::to_string(inner) + " x " + std::to_string(outer) +
                           ", row stride " + std::to_string(stride) +
-                          " bytes (TMA needs a 16-byte aligned base and row stride); compile it with tma=False",
+                          " bytes (TMA needs a 16-byte aligned base and row stride); TESSERA_TMA=0 compiles it without",
                       r);
     out.params.push_back(out.maps[i].bytes);
   }

@@ -33,6 +33,8 @@
 // they depend on: the prologue starts them at the loop's inits and every issue
 // advances them through the carried values' yields, re-lowered with the body's
 // block arguments bound to the ahead values.
+// On sm_90a a ring whose loads the host can describe as tensor maps is filled by the
+// TMA instead, completing on mbarriers (tma_nvptx.cpp); the stage bookkeeping here is shared.
 #include <llvm/IR/InlineAsm.h>
 
 #include <cmath>

@@ -15,16 +15,21 @@
 // __grid_constant__ parameter after the kernel's own; out-of-bounds boxes read as
 // zeros, as the mask's `other=0` asks.
 // Worked example, the bench matmul at 128x128x64 f16, 8 warps, 3 stages:
-//   prologue:  barrier; thread 0: mbarrier.init full[0..2], 1; fence; barrier
+//   prologue:  barrier; thread 0: mbarrier.init full[0..2], 1; empty[0..2], 8; fence; barrier
 //              for s in 0, 1: thread 0: mbarrier.arrive.expect_tx full[s], 32768
 //                                      cp.async.bulk.tensor A box {64,128} at {k0, m0} -> stage s
 //                                      cp.async.bulk.tensor B 2 boxes {64,64} at {n0 + 64 b, k0}
-//   iteration j:
-//              barrier                  (every warpgroup retired its wgmma of j-1: stage (j+2)%3 is free)
-//              thread 0: expect_tx + copies of iteration j+2 into stage (j+2)%3
+//   iteration j (the w = j+2-th issue, into stage w%3, which iteration j-1 read):
+//              thread 0: if w >= 3: mbarrier.try_wait.parity empty[w%3], (w/3 - 1)&1
+//                        expect_tx + copies of iteration j+2 into stage w%3
 //              mbarrier.try_wait.parity full[j%3], (j/3)&1   (until the bytes landed)
-//              wgmma from stage j%3
-//   after:     barrier; thread 0: mbarrier.inval full[*]
+//              wgmma from stage j%3; wait_group 0
+//              lane 0 of each warp: mbarrier.arrive empty[j%3]   (this warp is done with it)
+//   after:     barrier; thread 0: mbarrier.inval full[*], empty[*]
+// With 4+ stages and one wgmma group kept in flight (wait_group 1) the ring runs two
+// ahead and an iteration releases the previous iteration's stage. TESSERA_TMA=2
+// releases stages with a CTA barrier at the top of each iteration instead of the
+// empty barriers (bench/results/gpu_matmul_tma.md compares the two).
 // One thread issues every copy; no thread computes per-element addresses.
 #include <llvm/IR/InlineAsm.h>
 
