@@ -88,6 +88,7 @@ CompileResult compile_tile_ir(const std::string& ir_text, const CompileOptions& 
     r.metadata["arch"] = out.arch;
     r.metadata["num_warps"] = std::to_string(out.num_warps);
     r.metadata["shared"] = std::to_string(out.shared_bytes);  // static shared memory, bytes
+    if (!out.tensor_maps.empty()) r.metadata["tensor_maps"] = out.tensor_maps;  // built by the runtime at launch
     return r;
   }
   throw CompileError("target '" + opts.target + "' is not supported yet (supported: cpu, cuda:XX, sm_XX)", true);

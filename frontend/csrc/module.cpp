@@ -288,11 +288,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("cuda_device_count", &runtime::cuda::device_count);
   m.def("cuda_capability", &runtime::cuda::compute_capability);
   m.def("cuda_device_name", &runtime::cuda::device_name);
-  m.def("cuda_load", [](int device, const py::bytes& image, const std::string& name, int shared) {
-    std::string img = image;
-    py::gil_scoped_release release;
-    return runtime::cuda::load_kernel(device, img, name, shared);
-  });
+  m.def(
+      "cuda_load",
+      [](int device, const py::bytes& image, const std::string& name, int shared, const std::string& tensor_maps) {
+        std::string img = image;
+        py::gil_scoped_release release;
+        return runtime::cuda::load_kernel(device, img, name, shared, tensor_maps);
+      },
+      py::arg("device"), py::arg("image"), py::arg("name"), py::arg("shared"), py::arg("tensor_maps") = "");
   m.def("cuda_launch", &launch_cuda);
   m.def("cuda_synchronize", [](int device) {
     py::gil_scoped_release release;

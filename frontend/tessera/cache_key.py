@@ -9,7 +9,8 @@ is listed here, in this one block, and nowhere else:
   3. the specialization: per argument its dtype, whether an integer equals 1 or is
      divisible by 16;
   4. the constexpr values;
-  5. the options: num_warps, num_stages, debug (TESSERA_DEBUG);
+  5. the options: num_warps, num_stages, debug (TESSERA_DEBUG), and on GPU targets
+     tma when TESSERA_TMA is set (read at compile time: TMA or cp.async rings on sm_90a);
   6. the target: "cpu" + CPU name + feature string (the host's, or TESSERA_CPU's),
      or "cuda:<arch>".
 

@@ -113,6 +113,9 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
     gpu = target.startswith(("cuda:", "sm_"))
     if not gpu and target != "cpu":
         raise NotImplementedError(f"target '{target}' is not supported (use 'cpu', 'cuda:90a', 'sm_80', ...)")
+    tma = os.environ.get("TESSERA_TMA")
+    if gpu and tma is not None:  # sm_90a wgmma rings: cp.async (0) or the TMA (1; 2: CTA-barrier variant)
+        options = {**options, "tma": 2 if tma == "2" else int(tma not in ("0", "", "false", "False"))}
     kinds = "".join(S.launch_kind(arg_types[n]) for n in runtime_names)
     spec = tuple((n, arg_types[n].ir, tuple(sorted(arg_attrs.get(n, {}).items()))) for n in runtime_names)
     key = CK.make_key(kernel._dependency_sources(), spec, constexprs, options,
@@ -184,7 +187,7 @@ def _cuda_launcher(ck, device, num_warps, kernel_name):
     shared = int(ck.metadata.get("shared", 0) or 0)
     try:
         # A handle that survives a context reset: its module is reloaded when needed.
-        fn = _C.cuda_load(index, ck.binary, ck.entry_symbol, shared)
+        fn = _C.cuda_load(index, ck.binary, ck.entry_symbol, shared, ck.metadata.get("tensor_maps", ""))
     except _C.CudaError as e:
         raise _named_cuda_error(kernel_name, e) from None
     # The block size the kernel was compiled for (a kernel may fix num_warps itself).

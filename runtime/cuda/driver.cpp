@@ -4,12 +4,15 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "tessera/cuda_runtime.h"
+#include "tessera/tensor_map_spec.h"
 
 namespace tessera::runtime::cuda {
 
@@ -56,6 +59,9 @@ struct Driver {
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
   CUresult (*cuPointerGetAttribute)(void*, int, unsigned long long) = nullptr;
   CUresult (*cuFuncGetAttribute)(int*, int, CUfunction) = nullptr;
+  // sm_90 tensor maps (CUDA 12+): kernels whose loads the TMA copies take them as parameters.
+  CUresult (*cuTensorMapEncodeTiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*,
+                                     const unsigned*, int, int, int, int) = nullptr;
 
   // Events (for timing): optional, looked up without failing the driver when absent.
   CUresult (*cuEventCreate)(CUevent*, unsigned) = nullptr;
@@ -86,6 +92,8 @@ void load_optional_symbols(Driver& d) {
   d.cuPointerGetAttribute =
       reinterpret_cast<decltype(d.cuPointerGetAttribute)>(dlsym(d.lib, "cuPointerGetAttribute"));
   d.cuFuncGetAttribute = reinterpret_cast<decltype(d.cuFuncGetAttribute)>(dlsym(d.lib, "cuFuncGetAttribute"));
+  d.cuTensorMapEncodeTiled =
+      reinterpret_cast<decltype(d.cuTensorMapEncodeTiled)>(dlsym(d.lib, "cuTensorMapEncodeTiled"));
 }
 
 Driver& driver() {
@@ -359,6 +367,7 @@ struct LoadedKernel {
   std::atomic<CUfunction> function{nullptr};
   int max_threads = 1024;  // what the kernel's register use allows per block
   int num_regs = 0;
+  KernelTensorMaps tensor_maps;  // built at each launch, passed after the kernel's parameters
 };
 
 // The last kernel launched on each device: a later asynchronous error is reported
@@ -492,7 +501,8 @@ bool is_sticky_error(int code) {
 
 uint64_t context_generation(int device) { return generation_of(device); }
 
-uintptr_t load_kernel(int device, const std::string& image, const std::string& kernel_name, int shared_bytes) {
+uintptr_t load_kernel(int device, const std::string& image, const std::string& kernel_name, int shared_bytes,
+                      const std::string& tensor_maps) {
   if (device < 0 || device >= kMaxDevices || device >= device_count())
     throw CudaError("there is no CUDA device " + std::to_string(device) + " (this machine has " +
                         std::to_string(device_count()) + ")",
@@ -509,11 +519,95 @@ uintptr_t load_kernel(int device, const std::string& image, const std::string& k
   k->image = image;
   k->name = kernel_name;
   k->shared_bytes = shared_bytes;
+  try {
+    k->tensor_maps = parse_tensor_maps(tensor_maps);
+  } catch (const std::invalid_argument& e) {
+    throw CudaError("kernel " + kernel_name + ": " + e.what() + " (this is a Tessera bug)", kErrorInvalidValue);
+  }
+  if (!k->tensor_maps.maps.empty() && !driver().cuTensorMapEncodeTiled)
+    throw CudaError("kernel " + kernel_name + " loads through tensor maps (TMA), but this libcuda has no "
+                    "cuTensorMapEncodeTiled (CUDA 12+ drivers have it); TESSERA_TMA=0 compiles it without",
+                    kErrorInvalidValue);
   load_into_context(*k);
   return reinterpret_cast<uintptr_t>(k.release());
 }
 
 std::string kernel_name(uintptr_t kernel) { return reinterpret_cast<LoadedKernel*>(kernel)->name; }
+
+namespace {
+
+// The kernel's parameters followed by its tensor maps (CUtensorMap: 128 bytes,
+// 64-byte aligned), alive until cuLaunchKernel has copied them.
+struct TensorMapParams {
+  struct alignas(64) Map {
+    unsigned char bytes[128];
+  };
+  std::vector<Map> maps;
+  std::vector<void*> params;
+};
+
+// A 16-byte aligned buffer of zeros per device: the stand-in tensor for a map whose
+// extent is 0 or negative at this launch (every element of it is out of bounds,
+// which the kernel's masks made zeros; the map must still be valid).
+uintptr_t zeros_for_empty_maps(int device) {
+  static std::mutex mutex;
+  static uintptr_t buf[kMaxDevices] = {};
+  static uint64_t gen[kMaxDevices] = {};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!buf[device] || gen[device] != generation_of(device)) {
+    buf[device] = mem_alloc(device, 256);
+    mem_set(device, buf[device], 0, 256);
+    gen[device] = generation_of(device);
+  }
+  return buf[device];
+}
+
+// Encodes the kernel's tensor maps from this launch's parameter values (the base
+// pointer, extents and strides the compiler named) with cuTensorMapEncodeTiled.
+// Worked example, the A operand of a 128x128x64 f16 matmul (A row-major M x K,
+// stride s_am): dims {K, M}, strides {2 s_am} bytes, box {64, 128}, 128-byte swizzle.
+void** encode_tensor_maps(const LoadedKernel& k, void** params, TensorMapParams& out) {
+  Driver& d = require();
+  const KernelTensorMaps& t = k.tensor_maps;
+  out.maps.resize(t.maps.size());
+  out.params.assign(params, params + t.num_params);
+  for (size_t i = 0; i < t.maps.size(); ++i) {
+    const TensorMapSpec& m = t.maps[i];
+    uint64_t base;
+    std::memcpy(&base, params[m.base_param], 8);
+    int64_t inner = m.dim_inner.read(params), outer = m.dim_outer.read(params);
+    int64_t stride = m.stride_outer.read(params) * m.elem_bytes;
+    if (inner <= 0 || outer <= 0) {  // nothing in bounds: any valid map of zeros
+      base = zeros_for_empty_maps(k.device);
+      inner = outer = 1;
+      stride = 16;
+    }
+    const uint64_t dims[2] = {static_cast<uint64_t>(inner), static_cast<uint64_t>(outer)};
+    const uint64_t strides[1] = {static_cast<uint64_t>(stride)};
+    const unsigned box[2] = {static_cast<unsigned>(m.box_inner), static_cast<unsigned>(m.box_outer)};
+    const unsigned elem_strides[2] = {1, 1};
+    // CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32: the copy moves bits.
+    const int dtype = m.elem_bytes == 1 ? 0 : m.elem_bytes == 2 ? 1 : 2;
+    const int swizzle = m.swizzle_bytes == 128 ? 3 : m.swizzle_bytes == 64 ? 2 : m.swizzle_bytes == 32 ? 1 : 0;
+    CUresult r = d.cuTensorMapEncodeTiled(out.maps[i].bytes, dtype, 2, reinterpret_cast<void*>(base), dims, strides,
+                                          box, elem_strides, /*interleave=*/0, swizzle, /*L2 promotion 128B=*/2,
+                                          /*out-of-bounds fill zeros=*/0);
+    if (r != 0)
+      throw CudaError("kernel " + k.name + ": cuTensorMapEncodeTiled failed (" + describe(r) + ") for tensor map " +
+                          std::to_string(i) + ": base 0x" + [&] {
+                            char b[32];
+                            std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(base));
+                            return std::string(b);
+                          }() + ", extents " + std::to_string(inner) + " x " + std::to_string(outer) +
+                          ", row stride " + std::to_string(stride) +
+                          " bytes (TMA needs a 16-byte aligned base and row stride); TESSERA_TMA=0 compiles it without",
+                      r);
+    out.params.push_back(out.maps[i].bytes);
+  }
+  return out.params.data();
+}
+
+}  // namespace
 
 void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int shared_bytes, uintptr_t stream,
                    void** params) {
@@ -532,6 +626,8 @@ void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int sh
   // every launch costs more than this bookkeeping is worth.
   LoadedKernel* previous = g_last_kernel[k.device].load(std::memory_order_relaxed);
   if (previous != &k) g_last_kernel[k.device].store(&k, std::memory_order_relaxed);
+  TensorMapParams maps;
+  if (!k.tensor_maps.maps.empty()) params = encode_tensor_maps(k, params, maps);
   CUresult r = d.cuLaunchKernel(fn, g0, g1, g2, threads, 1, 1, shared_bytes, reinterpret_cast<CUstream>(stream),
                                 params, nullptr);
   if (r == 0) return;

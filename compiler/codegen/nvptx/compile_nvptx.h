@@ -14,6 +14,7 @@ struct NvptxOutput {
   std::string arch;          // e.g. "sm_90a"
   int num_warps = 4;
   int shared_bytes = 0;      // dynamic shared memory the kernel uses (pass at launch)
+  std::string tensor_maps;   // tensor maps it takes after its parameters ("" none; tensor_map_spec.h)
 };
 
 // True for targets this back end handles: "cuda:90a", "cuda:80", "sm_90a", ...

@@ -73,9 +73,10 @@ void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out
 }  // namespace
 
 GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc, int num_stages,
-                         bool wgmma)
+                         bool wgmma, int tma)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
-      num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma), axis_(k) {
+      num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma),
+      tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), axis_(k) {
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();
   if (wgmma_) plan_wgmma(*k.body());
@@ -98,6 +99,7 @@ void GpuLowering::unsupported(const Op& op, const std::string& what) {
 llvm::Function* GpuLowering::run() {
   std::vector<llvm::Type*> params;
   for (auto& a : k_.args) params.push_back(llvm_elem_type(ctx_, a.value->type.elem));
+  for (size_t i = 0; i < tma_maps_.size(); ++i) params.push_back(llvm::PointerType::get(ctx_, 0));
   auto* fty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
   fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, k_.name, m_);
   fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
@@ -135,6 +137,21 @@ llvm::Function* GpuLowering::run() {
   };
   md("kernel", 1);
   md("maxntidx", num_threads_);
+  if (!tma_maps_.empty()) {
+    // The CUtensorMaps: 128-byte .param arrays, 64-byte aligned, whose addresses
+    // (cvta.param) the TMA copies read in place -- __grid_constant__.
+    std::vector<llvm::Metadata*> idx;
+    auto* map_ty = llvm::ArrayType::get(b_.getInt8Ty(), 128);
+    for (auto& t : tma_maps_) {
+      llvm::Argument* a = fn_->getArg(t.param);
+      a->setName("tensor_map" + std::to_string(t.param - k_.args.size()));
+      a->addAttr(llvm::Attribute::getWithByValType(ctx_, map_ty));
+      a->addAttr(llvm::Attribute::getWithAlignment(ctx_, llvm::Align(64)));
+      idx.push_back(llvm::ConstantAsMetadata::get(b_.getInt32(t.param + 1)));  // 1-based
+    }
+    ann->addOperand(llvm::MDNode::get(ctx_, {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "grid_constant"),
+                                             llvm::MDNode::get(ctx_, idx)}));
+  }
   return fn_;
 }
 

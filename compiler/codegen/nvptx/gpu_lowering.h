@@ -47,12 +47,18 @@ class GpuLowering {
  public:
   // cc: the target's compute capability (80 for sm_80, 90 for sm_90a).
   // wgmma: the target is sm_90a (warpgroup MMA for f16/bf16 dots whose operands a
-  // cp.async ring holds).
+  // cp.async ring holds). tma: rings of wgmma operands whose loads are 2-D tiles
+  // the host can describe are filled by the TMA instead (tma_nvptx.cpp).
+  // tma: 0 off; 1 stages released through "empty" mbarriers; 2 released by a CTA
+  // barrier per iteration (the simpler scheme, kept to measure against).
   GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90, int num_stages = 3,
-              bool wgmma = false);
+              bool wgmma = false, int tma = 0);
   // Emits the kernel function (named after the kernel) and returns it.
   llvm::Function* run();
   int shared_bytes() const { return shared_bytes_; }
+  // The tensor maps the kernel takes after its own parameters, for the runtime
+  // (runtime/include/tessera/tensor_map_spec.h); "" when none.
+  std::string tensor_map_spec() const;
 
  private:
   // --- gpu_lowering.cpp: kernel, scalars, control flow, tile values ---------
@@ -180,6 +186,7 @@ class GpuLowering {
     StagedOperand geom;          // the stage's buffer format (buf unset)
     int64_t stage_bytes = 0;
     llvm::Value* ring = nullptr;  // stages * stage_bytes of shared memory
+    bool needs_tma = false;       // no cp.async can copy it (e.g. a block pointer's mask): TMA or nothing
   };
   struct Pipeline {
     int stages = 0;
@@ -198,6 +205,19 @@ class GpuLowering {
     llvm::Value* ahead_iv = nullptr;                     // allocas
     llvm::Value* read_stage = nullptr;
     llvm::Value* write_stage = nullptr;
+    // The stages are filled by the TMA (tma_nvptx.cpp): one mbarrier per stage,
+    // waited on with the parity in `phase` (i32 alloca), instead of cp.async groups.
+    bool tma = false;
+    llvm::Value* full_bars = nullptr;
+    llvm::Value* phase = nullptr;
+    // Stage reuse without a CTA barrier: per stage an "empty" mbarrier every warp
+    // arrives on once its wgmma retired the stage; thread 0 waits on it before a copy
+    // overwrites the stage. `issued` (i32 alloca) counts the stages issued so far.
+    llvm::Value* empty_bars = nullptr;
+    llvm::Value* issued = nullptr;
+    llvm::Value* lb = nullptr;               // the loop's first induction value
+    llvm::Value* current_stage = nullptr;    // this iteration's read stage
+    llvm::Value* first_iteration = nullptr;  // i1
   };
   // Re-lowering part of a loop body with other bindings (the values of a later
   // iteration: prefetch_nvptx.cpp, pipeline_nvptx.cpp): forget_bindings saves and
@@ -220,6 +240,46 @@ class GpuLowering {
   void pipeline_end_iteration(Pipeline& p);
   void pipeline_epilogue(Pipeline& p, const ir::Op& for_op);  // after the loop's results are loaded
 
+  // --- tma_nvptx.cpp: ring stages filled by cp.async.bulk.tensor (sm_90a) ----
+  struct TmaIndex {  // x + i along tile dim `dim` (i the index there)
+    int dim = 0;
+    const ir::Value* start = nullptr;  // x; nullptr: 0
+  };
+  struct TmaExtent {  // what the host reads: a constant or a kernel parameter
+    char kind = 'c';  // 'c' constant; 'i' i32, 'u' u32, 'l' 64-bit parameter
+    int64_t value = 1;  // the constant, or the parameter's index
+    int64_t divisibility = 1;
+  };
+  struct TmaMap {  // one CUtensorMap kernel parameter, for one pipelined load
+    const ir::Op* load = nullptr;
+    int base_arg = 0;
+    int elem_bytes = 2;
+    int swizzle_bytes = 128;
+    int64_t box_inner = 0, box_outer = 0;
+    int copies = 1;            // boxes per stage (column blocks of an N-major B)
+    int64_t copy_stride = 0;   // bytes between those boxes in the stage
+    TmaExtent dim_inner, dim_outer, stride_outer;
+    const ir::Value* start[2] = {nullptr, nullptr};  // coordinates of element [0, 0]
+    int param = 0;             // its LLVM parameter
+  };
+  std::optional<TmaIndex> tma_index(const ir::Value* v, int dim_hint) const;
+  std::optional<TmaExtent> tma_extent(const ir::Value* s) const;
+  // geom: the ring stage's format (nullptr: check the address and mask only).
+  std::optional<TmaMap> match_tma_load(const ir::Op& load, const StagedOperand* geom) const;
+  void plan_tma(const ir::Block& body);  // fills tma_maps_ (constructor, after plan_wgmma's dots)
+  const TmaMap* tma_map_of(const ir::Op* load) const;
+  llvm::Value* bar_of(Pipeline& p, llvm::Value* stage);    // the stage's "full" mbarrier
+  llvm::Value* empty_of(Pipeline& p, llvm::Value* stage);  // its "empty" mbarrier
+  llvm::Value* smem32(llvm::Value* ptr);
+  void tma_prologue(Pipeline& p);
+  void tma_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active);
+  void tma_wait(Pipeline& p, llvm::Value* stage);
+  void tma_advance_phase(Pipeline& p, llvm::Value* next_read_stage);
+  void tma_epilogue(Pipeline& p);
+  void tma_release_stage(Pipeline& p);  // end of an iteration: arrive on the retired stage's empty barrier
+  // Spins (this thread) until `bar` (shared address) completed the phase of `parity`.
+  void emit_mbarrier_wait(llvm::Value* bar, llvm::Value* parity);
+
   // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
   void lower_atomic(const ir::Op& op);
   bool has_uses(const ir::Value* v);
@@ -238,6 +298,10 @@ class GpuLowering {
   int cc_;
   int num_stages_;
   bool wgmma_;
+  bool tma_;
+  bool tma_cta_barrier_;          // tma mode 2
+  bool planning_ = false;         // plan_wgmma is running: keep loads that only the TMA can copy
+  std::vector<TmaMap> tma_maps_;  // from plan_tma
   std::set<const ir::Op*> wgmma_dots_;  // from plan_wgmma
   std::set<const ir::Op*> wgmma_async_dots_;  // wgmma dots that wait_group 1 (pipeline_nvptx.cpp)
   // Dot operands read from a pipeline's ring stage this iteration (pipeline_nvptx.cpp).

@@ -53,7 +53,9 @@ void GpuLowering::plan_wgmma(const Block& b) {
     for (auto& r : op->regions) plan_wgmma(*r->block);
     if (op->kind != OpKind::For) continue;
     const Block& body = *op->regions[0]->block;
+    planning_ = true;
     auto p = plan_pipeline(body);
+    planning_ = false;
     if (!p) continue;
     for (auto& d : body.ops) {
       if (d->kind != OpKind::Dot || !wgmma_shape_ok(*d)) continue;
@@ -65,6 +67,11 @@ void GpuLowering::plan_wgmma(const Block& b) {
         wgmma_dots_.insert(d.get());
         dot_rows_only_.insert(d.get());
       }
+    }
+    if (tma_) {
+      planning_ = true;
+      plan_tma(body);
+      planning_ = false;
     }
   }
 }

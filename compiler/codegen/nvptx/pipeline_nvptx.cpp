@@ -33,6 +33,8 @@
 // they depend on: the prologue starts them at the loop's inits and every issue
 // advances them through the carried values' yields, re-lowered with the body's
 // block arguments bound to the ahead values.
+// On sm_90a a ring whose loads the host can describe as tensor maps is filled by the
+// TMA instead, completing on mbarriers (tma_nvptx.cpp); the stage bookkeeping here is shared.
 #include <llvm/IR/InlineAsm.h>
 
 #include <cmath>
@@ -131,7 +133,12 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
       const int vec = static_cast<int>(std::min<int64_t>(16 / eb, cols));
       pl.layout = make_blocked_layout(v->type.shape, vec, num_threads_);
       pl.width = access_width(*load, pl.layout);
-      if (pl.width * eb < 4) continue;  // cp.async copies 4, 8 or 16 bytes
+      if (pl.width * eb < 4) {  // cp.async copies 4, 8 or 16 bytes
+        // A block pointer's mask has no constancy axis analysis proves: the TMA
+        // (which checks bounds itself) may still fill the ring.
+        if (!tma_ || !match_tma_load(*load, nullptr)) continue;
+        pl.needs_tma = true;
+      }
       pl.operand = operand;
       pl.geom.contig_dim = contig_dim;
       pl.geom.row_bytes = cols * eb;
@@ -222,6 +229,23 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
         if (wgmma_dots_.count(op.get())) wgmma_async_dots_.insert(op.get());
     }
   }
+  // Every load of the ring has a tensor map (plan_tma): the TMA fills the stages.
+  if (p.async_proxy && !tma_maps_.empty()) {
+    p.tma = true;
+    for (auto& pl : p.loads) p.tma = p.tma && tma_map_of(pl.load) != nullptr;
+  }
+  // Loads only the TMA could copy, in a ring it does not fill: back to plain loads
+  // (while plan_wgmma runs, tensor maps are yet to be made).
+  if (!p.tma && !planning_) {
+    bool dropped = false;
+    for (size_t i = p.loads.size(); i-- > 0;)
+      if (p.loads[i].needs_tma) {
+        p.loads.erase(p.loads.begin() + static_cast<std::ptrdiff_t>(i));
+        dropped = true;
+      }
+    if (p.loads.empty()) return std::nullopt;
+    if (dropped && p.wgmma_async) return std::nullopt;  // planned for operands no longer in the ring
+  }
 
   return p;
 }
@@ -247,7 +271,9 @@ void GpuLowering::issue_stage(const Block& body, Pipeline& p, llvm::Value* iv, l
   for (const Op* o : p.ops) lower_op(*o);
 
   auto* i32 = b_.getInt32Ty();
+  if (p.tma) tma_issue(p, stage, active);
   for (auto& pl : p.loads) {
+    if (p.tma) break;
     const Op& load = *pl.load;
     const ElemType& e = load.result()->type.elem;
     const int bytes = pl.width * e.bytes();
@@ -275,7 +301,7 @@ void GpuLowering::issue_stage(const Block& body, Pipeline& p, llvm::Value* iv, l
       b_.CreateCall(fty, cp, {dst32, src, src_size, issue});
     }
   }
-  emit_asm(b_, "cp.async.commit_group;");
+  if (!p.tma) emit_asm(b_, "cp.async.commit_group;");
 
   // Advance the ahead values through their yields (computed before any is stored).
   const Op* yield = body.terminator();
@@ -302,10 +328,12 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
     for (size_t r = 0; r < slots[i].size(); ++r)
       b_.CreateStore(b_.CreateLoad(llvm_elem_type(ctx_, t.elem), slots[i][r]), p.ahead_slots.back()[r]);
   }
+  p.lb = lb;
   p.ahead_iv = alloca_in_entry(lb->getType());
   p.read_stage = alloca_in_entry(b_.getInt32Ty());
   p.write_stage = alloca_in_entry(b_.getInt32Ty());
   barrier();  // an earlier run of this loop (an enclosing loop) may still read the ring
+  if (p.tma) tma_prologue(p);
   llvm::Value* iv = lb;
   const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
   for (int s = 0; s < ahead; ++s) {
@@ -320,12 +348,19 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
 void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value* step,
                                      const std::function<llvm::Value*(llvm::Value*)>& in_range) {
   const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
-  emit_asm(b_, "cp.async.wait_group " + std::to_string(ahead - 1) + ";");
-  // wgmma reads shared memory through the async proxy: order this thread's copies
-  // (generic proxy) before it.
-  if (p.async_proxy) emit_asm(b_, "fence.proxy.async.shared::cta;");
-  barrier();
+  if (!p.tma) {
+    emit_asm(b_, "cp.async.wait_group " + std::to_string(ahead - 1) + ";");
+    // wgmma reads shared memory through the async proxy: order this thread's copies
+    // (generic proxy) before it.
+    if (p.async_proxy) emit_asm(b_, "fence.proxy.async.shared::cta;");
+  }
+  // cp.async: everyone's copies of this iteration are visible; both: every warp has
+  // finished reading the stage the next copies overwrite (unless the TMA ring's
+  // "empty" mbarriers say so: tma_nvptx.cpp).
+  if (!p.tma || !p.empty_bars) barrier();
   llvm::Value* rs = b_.CreateLoad(b_.getInt32Ty(), p.read_stage);
+  p.current_stage = rs;
+  p.first_iteration = b_.CreateICmpEQ(scalar(body.args[0].get()), p.lb);
   llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
   llvm::Value* iv = b_.CreateLoad(step->getType(), p.ahead_iv);
   issue_stage(body, p, iv, ws, in_range(iv));
@@ -334,8 +369,13 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
     llvm::Value* n = b_.CreateAdd(s, b_.getInt32(1));
     return b_.CreateSelect(b_.CreateICmpEQ(n, b_.getInt32(p.stages)), b_.getInt32(0), n);
   };
-  b_.CreateStore(next(rs), p.read_stage);
+  llvm::Value* next_rs = next(rs);
+  b_.CreateStore(next_rs, p.read_stage);
   b_.CreateStore(next(ws), p.write_stage);
+  if (p.tma) {  // the copies of this iteration have landed (mbarrier of stage rs)
+    tma_wait(p, rs);
+    tma_advance_phase(p, next_rs);
+  }
   for (auto& pl : p.loads) {
     StagedOperand st = pl.geom;
     st.buf = b_.CreateInBoundsGEP(b_.getInt8Ty(), pl.ring, b_.CreateMul(rs, b_.getInt32(static_cast<uint32_t>(pl.stage_bytes))));
@@ -345,6 +385,7 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
 }
 
 void GpuLowering::pipeline_end_iteration(Pipeline& p) {
+  if (p.tma && p.empty_bars) tma_release_stage(p);
   for (auto& pl : p.loads) {
     pipelined_.erase(pl.operand);
     prefetched_.erase(pl.load->result());
@@ -352,7 +393,8 @@ void GpuLowering::pipeline_end_iteration(Pipeline& p) {
 }
 
 void GpuLowering::pipeline_epilogue(Pipeline& p, const Op& for_op) {
-  emit_asm(b_, "cp.async.wait_group 0;");
+  if (p.tma) tma_epilogue(p);
+  else emit_asm(b_, "cp.async.wait_group 0;");
   if (!p.wgmma_async) return;
   // The last wgmma group is still in flight: wait, with the accumulators passed
   // through the wait (tied), so no read of them is scheduled above it.

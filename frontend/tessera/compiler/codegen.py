@@ -116,6 +116,8 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
         attrs = {"file": src.filename, "num_warps": int(self.options.get("num_warps", 4))}
         if self.options.get("num_stages") is not None:
             attrs["num_stages"] = int(self.options["num_stages"])
+        if self.options.get("tma") is not None:  # sm_90a: TMA-filled wgmma rings (TESSERA_TMA)
+            attrs["tma"] = int(self.options["tma"])
         self.module = Module(src.name, [], attrs)
         self.builder = IRBuilder(self.module)
         self.sem = Semantic(self.builder)

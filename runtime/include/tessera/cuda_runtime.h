@@ -60,8 +60,11 @@ void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes);
 // Loads PTX or a cubin for `kernel_name` on `device` and returns a handle that
 // stays valid across a reset: launch_kernel reloads the module when the context
 // was reset since. Fails with a clear CudaError when the kernel needs more shared
-// memory than the device allows per block.
-uintptr_t load_kernel(int device, const std::string& image, const std::string& kernel_name, int shared_bytes);
+// memory than the device allows per block. tensor_maps: the compiled metadata's
+// "tensor_maps" (tensor_map_spec.h; "" for none): each launch encodes them from its
+// parameter values and passes them after the kernel's own parameters.
+uintptr_t load_kernel(int device, const std::string& image, const std::string& kernel_name, int shared_bytes,
+                      const std::string& tensor_maps = "");
 
 // Launches a load_kernel handle on its device. A failure names the kernel's limits
 // that the launch broke (threads, registers, shared memory).
