@@ -147,7 +147,23 @@ def main():
     read_bw = gbps(a.numel() * 4, do_bench(lambda: a.sum()))
     rows.append(("device read fp32 2^27 (torch sum)", read_bw, None, None, "read-only ceiling for row sum"))
 
+    # A copy moving the same number of bytes as a kernel (half read, half written): a
+    # kernel of ~100 us pays the same fixed ramp-up and tail as this copy, which the
+    # 1 GB copy above hides (H100: a 256 MB row sum reaches 0.93 of the 1 GB copy's rate,
+    # a 512 MB one 0.996; bench/results/gpu_row_sum_size_h100.log).
+    same_size_copy = {}
+
+    def same_size_copy_bw(nbytes):
+        if nbytes not in same_size_copy:
+            src = torch.empty(nbytes // 2 // 4, device="cuda")
+            dst = torch.empty_like(src)
+            same_size_copy[nbytes] = gbps(nbytes, do_bench(lambda: dst.copy_(src)))
+        return same_size_copy[nbytes]
+
+    same_size = {}
+
     def bw_row(name, nbytes, t_fn, torch_fn, tr_fn, check):
+        same_size[name] = same_size_copy_bw(nbytes)
         t_ms, err = try_bench(t_fn, check)
         to_ms = do_bench(torch_fn) if torch_fn else None
         tr_ms = do_bench(tr_fn) if tr_fn else None
@@ -269,13 +285,15 @@ def main():
     lines = [f"# GPU benchmark — {dev}", "",
              f"GB/s (bytes that must be read + written); device copy {copy_bw:.0f} GB/s. "
              "Tessera and Triton run the same kernel source (bench/gpu_kernels.py); torch is eager.", "",
-             "| kernel | tessera | torch | triton | tessera / copy | tessera / triton | note |",
-             "|---|---|---|---|---|---|---|"]
+             "'same-size copy' is a torch copy moving the kernel's byte count (half read, half written).", "",
+             "| kernel | tessera | torch | triton | tessera / copy | tessera / same-size copy | tessera / triton | note |",
+             "|---|---|---|---|---|---|---|---|"]
     f = lambda v: f"{v:.0f}" if v else "n/a"
     for name, t, to, tr, err in rows:
-        lines.append(f"| {name} | {f(t)} | {f(to)} | {f(tr)} | {t / copy_bw:.2f} | "
+        ss = f"{t / same_size[name]:.2f}" if (t and name in same_size) else "n/a"
+        lines.append(f"| {name} | {f(t)} | {f(to)} | {f(tr)} | {t / copy_bw:.2f} | {ss} | "
                      f"{(t / tr) if (t and tr) else float('nan'):.2f} | {err} |" if t else
-                     f"| {name} | n/a | {f(to)} | {f(tr)} | n/a | n/a | {err} |")
+                     f"| {name} | n/a | {f(to)} | {f(tr)} | n/a | n/a | n/a | {err} |")
     lines += ["", "TFLOP/s (2 M N K / time); torch.matmul is cuBLAS (allow_tf32 on for the tf32 rows only); every "
               "result checked against a float64 reference (relative Frobenius error; the note says why a "
               "column is missing).", "",
@@ -297,7 +315,8 @@ def main():
     with open(os.path.join(args.out, "gpu.md"), "w") as fh:
         fh.write(text + "\n")
     with open(os.path.join(args.out, "gpu.json"), "w") as fh:
-        json.dump({"device": dev, "rows": rows, "matmul_tflops": mm_rows, "host": host}, fh, indent=1)
+        json.dump({"device": dev, "rows": rows, "same_size_copy_gbps": same_size, "matmul_tflops": mm_rows,
+                   "host": host}, fh, indent=1)
     print(text)
 
 
