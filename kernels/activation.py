@@ -5,9 +5,17 @@ All share one forward and one backward kernel, specialized by the OP constexpr. 
 inputs are seen as (rows, columns): two same-shape inputs are flattened into one
 row; a bias is the second input with a row stride of 0 (so it is re-read from cache
 for every row, never broadcast in memory). Values are computed in fp32 (fp64 for
-fp64) and rounded once on the store. Dropout draws its mask from Philox with the
-element's flat index as the counter: the backward kernel regenerates the same mask
-from the seed.
+fp64) and rounded once on the store.
+
+Dropout draws its mask from Philox 4x32-10, whose one call (tl.randint4x) gives four
+random words: column `col` of row `row` takes word col % 4 of the call with counter
+row * ceil(n_cols / 4) + col // 4. A dropout kernel holds its columns as a
+[BLOCK / 4, 4] tile (row i: columns 4i..4i+3, contiguous in memory), so a thread
+draws once per four elements instead of once per element; each word becomes a
+uniform in [0, 1) as tl.rand's, and the element is kept when it is >= p. The
+backward kernel regenerates the same mask from the seed; softmax_ce.py draws the
+same way. (Written out in each kernel, not in a helper: the benchmark also compiles
+these sources with Triton, which calls only @triton.jit functions.)
 """
 from __future__ import annotations
 
@@ -34,7 +42,12 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed,
                    OP: tl.constexpr, TANH: tl.constexpr, HAS_B: tl.constexpr, DROPOUT: tl.constexpr,
                    ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    first = tl.program_id(1) * BLOCK
+    if DROPOUT:  # [BLOCK / 4, 4]: one Philox call per row of the tile
+        g = tl.arange(0, BLOCK // 4)
+        cols = first + 4 * g[:, None] + tl.arange(0, 4)[None, :]
+    else:
+        cols = first + tl.arange(0, BLOCK)
     mask = cols < n_cols
     a = tl.load(A + row * stride_a + cols, mask=mask, other=0.0).to(ACC)
     if HAS_B:
@@ -58,8 +71,12 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed,
     if OP == 5:
         y = tl.maximum(a, 0.0)
     if DROPOUT:
-        keep = tl.rand(seed, row * n_cols + cols) >= p
-        y = tl.where(keep, y / (1.0 - p), 0.0)
+        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 3) // 4) + first // 4 + g)
+        j = tl.arange(0, 4)[None, :]
+        w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
+        w = w.to(tl.int32, bitcast=True)
+        keep = tl.where(w < 0, -w - 1, w).to(tl.float32) * 4.6566127342e-10 >= p
+        y = tl.where(keep, y * (1.0 / (1.0 - p)), 0.0)
     tl.store(Y + row * n_cols + cols, y, mask=mask)
 
 
@@ -68,15 +85,24 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
                    OP: tl.constexpr, TANH: tl.constexpr, HAS_B: tl.constexpr, WRITE_DB: tl.constexpr,
                    DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    first = tl.program_id(1) * BLOCK
+    if DROPOUT:  # [BLOCK / 4, 4]: one Philox call per row of the tile
+        g = tl.arange(0, BLOCK // 4)
+        cols = first + 4 * g[:, None] + tl.arange(0, 4)[None, :]
+    else:
+        cols = first + tl.arange(0, BLOCK)
     mask = cols < n_cols
     a = tl.load(A + row * stride_a + cols, mask=mask, other=0.0).to(ACC)
     if HAS_B:
         b = tl.load(B + row * stride_b + cols, mask=mask, other=0.0).to(ACC)
     dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
     if DROPOUT:
-        keep = tl.rand(seed, row * n_cols + cols) >= p
-        dy = tl.where(keep, dy / (1.0 - p), 0.0)
+        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 3) // 4) + first // 4 + g)
+        j = tl.arange(0, 4)[None, :]
+        w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
+        w = w.to(tl.int32, bitcast=True)
+        keep = tl.where(w < 0, -w - 1, w).to(tl.float32) * 4.6566127342e-10 >= p
+        dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
     out = DA + row * n_cols + cols
     if OP == 0:
         g = tl.where(a + b > 0, dy, 0.0)
@@ -146,7 +172,7 @@ def _is_contiguous(x):
 
 
 def _grid(rows, n):
-    block = min(H.block_for(n, 1 << 30), 2048)
+    block = max(min(H.block_for(n, 1 << 30), 2048), 4)  # >= 4: dropout's groups of 4 columns
     return (rows, tessera.cdiv(n, block)), block
 
 

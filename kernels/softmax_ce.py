@@ -2,9 +2,10 @@
 per direction.
 
 softmax/log_softmax: one program per row, the row held in registers (max, exp, sum,
-scale: one read, one write). Dropout draws its mask from Philox with the element's
-flat index as the counter, so the backward pass regenerates exactly the forward
-mask from the seed; nothing is stored for it.
+scale: one read, one write). Dropout draws its mask from Philox as activation.py
+does (one call per four columns, so a dropout kernel's row tile is [BLOCK / 4, 4]);
+the backward pass regenerates exactly the forward mask from the seed; nothing is
+stored for it.
 
 cross_entropy: one program per row walks the vocabulary in chunks with an online
 log-sum-exp kept per lane (no probability tensor is ever stored), then subtracts the
@@ -25,25 +26,38 @@ import tessera.language as tl
 from . import _host as H
 
 CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
+CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
 
 
 @tessera.kernel
 def _softmax_fwd_kernel(X, Y, stride_x, n_cols, p, seed,
                         LOG: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(X + row * stride_x + cols, mask=mask, other=-float("inf")).to(ACC)
-    z = x - tl.max(x, axis=0)
-    e = tl.exp(z)
-    s = tl.sum(e, axis=0)
-    if LOG:
-        y = z - tl.log(s)
+    if DROPOUT:  # the row as [BLOCK / 4, 4]: one Philox call per row of the tile
+        g = tl.arange(0, BLOCK // 4)
+        cols = 4 * g[:, None] + tl.arange(0, 4)[None, :]
+        mask = cols < n_cols
+        x = tl.load(X + row * stride_x + cols, mask=mask, other=-float("inf")).to(ACC)
+        e = tl.exp(x - tl.max(tl.max(x, axis=1), axis=0))
+        s = tl.sum(tl.sum(e, axis=1), axis=0)
+        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 3) // 4) + g)
+        j = tl.arange(0, 4)[None, :]
+        w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
+        w = w.to(tl.int32, bitcast=True)
+        keep = tl.where(w < 0, -w - 1, w).to(tl.float32) * 4.6566127342e-10 >= p
+        # 1/(s(1-p)) once per row: one multiply per element for the scale and the dropout.
+        y = tl.where(keep, e * (1.0 / (s * (1.0 - p))), 0.0)
     else:
-        y = e / s
-        if DROPOUT:
-            keep = tl.rand(seed, row * n_cols + cols) >= p
-            y = tl.where(keep, y / (1.0 - p), 0.0)
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(X + row * stride_x + cols, mask=mask, other=-float("inf")).to(ACC)
+        z = x - tl.max(x, axis=0)
+        e = tl.exp(z)
+        s = tl.sum(e, axis=0)
+        if LOG:
+            y = z - tl.log(s)
+        else:
+            y = e / s
     tl.store(Y + row * n_cols + cols, y, mask=mask)
 
 
@@ -53,16 +67,24 @@ def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed,
     # S is the forward output, or with dropout the forward *input* (the softmax is
     # recomputed, since the output lost the dropped values).
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
+    if DROPOUT:  # [BLOCK / 4, 4], as the forward
+        g = tl.arange(0, BLOCK // 4)
+        cols = 4 * g[:, None] + tl.arange(0, 4)[None, :]
+    else:
+        cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
     if DROPOUT:
         x = tl.load(S + row * stride_s + cols, mask=mask, other=-float("inf")).to(ACC)
-        e = tl.exp(x - tl.max(x, axis=0))
-        y = e / tl.sum(e, axis=0)
-        keep = tl.rand(seed, row * n_cols + cols) >= p
-        dy = tl.where(keep, dy / (1.0 - p), 0.0)
-        dx = y * (dy - tl.sum(dy * y, axis=0))
+        e = tl.exp(x - tl.max(tl.max(x, axis=1), axis=0))
+        y = e * (1.0 / tl.sum(tl.sum(e, axis=1), axis=0))
+        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 3) // 4) + g)
+        j = tl.arange(0, 4)[None, :]
+        w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
+        w = w.to(tl.int32, bitcast=True)
+        keep = tl.where(w < 0, -w - 1, w).to(tl.float32) * 4.6566127342e-10 >= p
+        dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
+        dx = y * (dy - tl.sum(tl.sum(dy * y, axis=1), axis=0))
     else:
         y = tl.load(S + row * stride_s + cols, mask=mask, other=0.0).to(ACC)
         if LOG:
@@ -74,24 +96,33 @@ def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed,
 
 @tessera.kernel
 def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
-                     SMOOTH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+                     SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     base = X + row * stride_x
-    m_lane = tl.full([BLOCK], -float("inf"), ACC)
-    s_lane = tl.zeros([BLOCK], ACC)
-    x_sum = tl.zeros([BLOCK], ACC)
-    for start in range(0, n_cols, BLOCK):
-        c = start + cols
-        mask = c < n_cols
-        x = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
-        m_new = tl.maximum(m_lane, x)
-        s_lane = tl.where(m_new > -float("inf"), s_lane * tl.exp(m_lane - m_new) + tl.exp(x - m_new), 0.0)
-        m_lane = m_new
+    if ONE_CHUNK:
+        # The whole row in one tile (BLOCK >= n_cols): one exp per element, as softmax.
+        mask = cols < n_cols
+        x = tl.load(base + cols, mask=mask, other=-float("inf")).to(ACC)
+        m = tl.max(x, axis=0)
+        lse = m + tl.log(tl.sum(tl.exp(x - m), axis=0))
         if SMOOTH:
-            x_sum += tl.where(mask, x, 0.0)
-    m = tl.max(m_lane, axis=0)
-    lse = m + tl.log(tl.sum(s_lane * tl.exp(m_lane - m), axis=0))
+            x_sum = tl.where(mask, x, 0.0)
+    else:
+        m_lane = tl.full([BLOCK], -float("inf"), ACC)
+        s_lane = tl.zeros([BLOCK], ACC)
+        x_sum = tl.zeros([BLOCK], ACC)
+        for start in range(0, n_cols, BLOCK):
+            c = start + cols
+            mask = c < n_cols
+            x = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
+            m_new = tl.maximum(m_lane, x)
+            s_lane = tl.where(m_new > -float("inf"), s_lane * tl.exp(m_lane - m_new) + tl.exp(x - m_new), 0.0)
+            m_lane = m_new
+            if SMOOTH:
+                x_sum += tl.where(mask, x, 0.0)
+        m = tl.max(m_lane, axis=0)
+        lse = m + tl.log(tl.sum(s_lane * tl.exp(m_lane - m), axis=0))
     t = tl.load(T + row)
     valid = t != ignore_index
     x_t = tl.load(base + tl.where(valid, t, 0)).to(ACC)
@@ -139,6 +170,12 @@ def _last_dim(x, dim):
     return d
 
 
+def _softmax_block(n, p):
+    """The row tile: the row rounded up to a power of two, at least 4 with dropout (its
+    groups of four columns)."""
+    return max(H.block_for(n), 4) if p > 0 else H.block_for(n)
+
+
 def softmax_forward(x, dim, log, p, seed):
     op = "log_softmax" if log else "softmax"
     H.check_float(op, x)
@@ -150,7 +187,7 @@ def softmax_forward(x, dim, log, p, seed):
     y = H.empty(x, (rows, n))
     if rows and n:
         _softmax_fwd_kernel[(rows,)](xv, y, H.row_stride(xv), n, H.scalar(x, p), int(seed), LOG=log, DROPOUT=p > 0,
-                                     ACC=H.acc_dtype(x), BLOCK=H.block_for(n),
+                                     ACC=H.acc_dtype(x), BLOCK=_softmax_block(n, p),
                                      **H.row_launch_options(x, H.block_for(n)))
     y = y.reshape(tuple(xm.shape))
     return _moveaxis(y, -1, d) if d != x.ndim - 1 else y
@@ -167,7 +204,7 @@ def softmax_backward(saved, dy, dim, log, p, seed):
     dx = H.empty(saved, (rows, n))
     if rows and n:
         _softmax_bwd_kernel[(rows,)](sv, dyv, dx, H.row_stride(sv), H.row_stride(dyv), n, H.scalar(saved, p), int(seed),
-                                     LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=H.block_for(n),
+                                     LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=_softmax_block(n, p),
                                      **H.row_launch_options(saved, H.block_for(n)))
     dx = dx.reshape(tuple(sm.shape))
     return _moveaxis(dx, -1, d) if move else dx
@@ -215,6 +252,12 @@ def _check_targets(logits, target, ignore_index):
     return target
 
 
+def _ce_block(n):
+    """The whole row up to CE_ONE_CHUNK classes, else CE_BLOCK-wide chunks."""
+    b = H.block_for(n, 1 << 30)
+    return b if b <= CE_ONE_CHUNK else CE_BLOCK
+
+
 def cross_entropy_forward(logits, target, ignore_index, smoothing):
     """Per-row losses and log-sum-exps (accumulation type) of (rows, vocab) logits."""
     H.check_float("cross_entropy", logits)
@@ -228,10 +271,13 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing):
     loss = H.empty(logits, (rows,), "acc")
     lse = H.empty(logits, (rows,), "acc")
     if rows and n:
+        # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
+        # longer ones are walked in CE_BLOCK chunks with the online log-sum-exp.
+        block = _ce_block(n)
+        one = block >= n
         _xent_fwd_kernel[(rows,)](xv, target, loss, lse, H.row_stride(xv), n, int(ignore_index), H.scalar(logits, smoothing),
-                                  SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits),
-                                  BLOCK=min(CE_BLOCK, H.block_for(n, 1 << 30)),
-                                  **H.row_launch_options(logits, min(CE_BLOCK, H.block_for(n, 1 << 30))))
+                                  SMOOTH=smoothing > 0, ONE_CHUNK=one, ACC=H.acc_dtype(logits), BLOCK=block,
+                                  **H.row_launch_options(logits, block))
     return loss, lse
 
 
@@ -243,8 +289,7 @@ def cross_entropy_backward(logits, target, lse, drows, ignore_index, smoothing):
     if rows and n:
         _xent_bwd_kernel[(rows,)](xv, target, lse, H.contiguous(drows), dx, H.row_stride(xv), n, int(ignore_index),
                                   H.scalar(logits, smoothing), SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits),
-                                  BLOCK=min(CE_BLOCK, H.block_for(n, 1 << 30)),
-                                  **H.row_launch_options(logits, min(CE_BLOCK, H.block_for(n, 1 << 30))))
+                                  BLOCK=_ce_block(n), **H.row_launch_options(logits, _ce_block(n)))
     return dx
 
 
@@ -257,7 +302,13 @@ def reduce_loss(loss_rows, target, ignore_index, reduction):
         return loss_rows.sum(), 1.0
     if reduction != "mean":
         raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    count = int((target != ignore_index).sum())
+    count = (target != ignore_index).sum()
+    if H.is_torch(loss_rows) or H.is_cupy(loss_rows):
+        # On the device: no copy of the count to the host (a stall per call). 1/0 = inf
+        # makes the loss 0 * inf = nan, as below.
+        scale = 1.0 / count.astype(loss_rows.dtype) if H.is_cupy(loss_rows) else 1.0 / count.to(loss_rows.dtype)
+        return loss_rows.sum() * scale, scale
+    count = int(count)
     scale = 1.0 / count if count else float("nan")
     return loss_rows.sum() * scale, scale
 
