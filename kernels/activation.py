@@ -12,12 +12,16 @@ random words: column `col` of row `row` takes word col % 4 of the call with coun
 row * ceil(n_cols / 4) + col // 4. A dropout kernel holds its columns as a
 [BLOCK / 4, 4] tile (row i: columns 4i..4i+3, contiguous in memory), so a thread
 draws once per four elements instead of once per element; each word becomes a
-uniform in [0, 1) as tl.rand's, and the element is kept when it is >= p. The
+in [0, 1) as tl.rand's: the word w (as an int32) folded to w ^ (w >> 31), in
+[0, 2^31), is kept when >= keep_from = ceil(p * 2^31) (an integer compare, not
+tl.rand's conversion to float and multiply). The
 backward kernel regenerates the same mask from the seed; softmax_ce.py draws the
 same way. (Written out in each kernel, not in a helper: the benchmark also compiles
 these sources with Triton, which calls only @triton.jit functions.)
 """
 from __future__ import annotations
+
+import math
 
 import tessera
 import tessera.language as tl
@@ -38,7 +42,7 @@ NO_B, SAME_SHAPE, BIAS = 0, 1, 2
 
 
 @tessera.kernel
-def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed,
+def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed, keep_from,
                    OP: tl.constexpr, TANH: tl.constexpr, HAS_B: tl.constexpr, DROPOUT: tl.constexpr,
                    ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -61,7 +65,9 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed,
         if OP == 2 and HAS_B:
             x = a + b
         if TANH:
-            y = 0.5 * x * (1.0 + tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+            # 0.5 x (1 + tanh u) = x / (1 + e^(-2u)): one exp and one division, where
+            # tanh costs about twice that (no cancellation: the denominator is >= 1).
+            y = x / (1.0 + tl.exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)))
         else:
             y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
         if OP == 4:
@@ -75,13 +81,13 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed,
         j = tl.arange(0, 4)[None, :]
         w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
         w = w.to(tl.int32, bitcast=True)
-        keep = tl.where(w < 0, -w - 1, w).to(tl.float32) * 4.6566127342e-10 >= p
+        keep = (w ^ (w >> 31)) >= keep_from
         y = tl.where(keep, y * (1.0 / (1.0 - p)), 0.0)
     tl.store(Y + row * n_cols + cols, y, mask=mask)
 
 
 @tessera.kernel
-def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, seed,
+def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, seed, keep_from,
                    OP: tl.constexpr, TANH: tl.constexpr, HAS_B: tl.constexpr, WRITE_DB: tl.constexpr,
                    DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -101,7 +107,7 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
         j = tl.arange(0, 4)[None, :]
         w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
         w = w.to(tl.int32, bitcast=True)
-        keep = tl.where(w < 0, -w - 1, w).to(tl.float32) * 4.6566127342e-10 >= p
+        keep = (w ^ (w >> 31)) >= keep_from
         dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
     out = DA + row * n_cols + cols
     if OP == 0:
@@ -136,6 +142,12 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
         tl.store(DB + row * n_cols + cols, dy * a * sg, mask=mask)
     if OP == 5:
         tl.store(out, tl.where(a > 0, dy, 0.0), mask=mask)
+
+
+def _keep_from(p):
+    """Dropout's integer threshold on a folded 31-bit random word: P(word >= it) = 1 - p
+    (to 2^-31). softmax_ce.py uses it too."""
+    return min(math.ceil(p * 2.0**31), 2**31 - 1)
 
 
 def _views(op, a, b, bias_mode):
@@ -181,7 +193,8 @@ def elementwise_forward(op, a, b, p, seed, bias_mode, tanh=False):
     y = H.empty(a, (rows, n))
     if rows and H.numel(a):
         grid, block = _grid(rows, n)
-        _ew_fwd_kernel[grid](av, bv, y, H.row_stride(av), stride_b, n, H.scalar(a, p), int(seed), OP=op, TANH=tanh,
+        _ew_fwd_kernel[grid](av, bv, y, H.row_stride(av), stride_b, n, H.scalar(a, p), int(seed), _keep_from(p),
+                             OP=op, TANH=tanh,
                              HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
     return y.reshape(tuple(a.shape))
 
@@ -196,7 +209,7 @@ def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
     if rows and H.numel(a):
         grid, block = _grid(rows, n)
         _ew_bwd_kernel[grid](av, bv, dyv, da, db, H.row_stride(av), stride_b, H.row_stride(dyv), n, H.scalar(a, p),
-                             int(seed), OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, WRITE_DB=write_db,
+                             int(seed), _keep_from(p), OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, WRITE_DB=write_db,
                              DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
     if bias_mode == BIAS:
         return da.reshape(tuple(a.shape)), column_sum(da, H.dtype_name(b))

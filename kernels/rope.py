@@ -7,8 +7,9 @@ the half-split ("NeoX") form: with n = rms_norm(x) * weight split into halves n1
     y1 = n1 * cos - n2 * sin,     y2 = n2 * cos + n1 * sin
 
 Each program takes ROWS consecutive head vectors (a [ROWS, head_dim / 2] tile per
-half); row r's position is (r // heads) % seq. The backward pass rotates dy back (dn1 = dy1 cos + dy2 sin, dn2 = dy2 cos - dy1 sin) and runs
-the RMSNorm backward on dn, summing dweight per program as norm.py does.
+half); row r's position is (r // heads) % seq. The backward pass rotates dy back
+(dn1 = dy1 cos + dy2 sin, dn2 = dy2 cos - dy1 sin) and runs the RMSNorm backward on
+dn, summing dweight per program as norm.py does.
 """
 from __future__ import annotations
 

@@ -24,13 +24,14 @@ import tessera
 import tessera.language as tl
 
 from . import _host as H
+from .activation import _keep_from
 
 CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
 
 
 @tessera.kernel
-def _softmax_fwd_kernel(X, Y, stride_x, n_cols, p, seed,
+def _softmax_fwd_kernel(X, Y, stride_x, n_cols, p, seed, keep_from,
                         LOG: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     if DROPOUT:  # the row as [BLOCK / 4, 4]: one Philox call per row of the tile
@@ -44,7 +45,7 @@ def _softmax_fwd_kernel(X, Y, stride_x, n_cols, p, seed,
         j = tl.arange(0, 4)[None, :]
         w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
         w = w.to(tl.int32, bitcast=True)
-        keep = tl.where(w < 0, -w - 1, w).to(tl.float32) * 4.6566127342e-10 >= p
+        keep = (w ^ (w >> 31)) >= keep_from
         # 1/(s(1-p)) once per row: one multiply per element for the scale and the dropout.
         y = tl.where(keep, e * (1.0 / (s * (1.0 - p))), 0.0)
     else:
@@ -62,7 +63,7 @@ def _softmax_fwd_kernel(X, Y, stride_x, n_cols, p, seed,
 
 
 @tessera.kernel
-def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed,
+def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed, keep_from,
                         LOG: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     # S is the forward output, or with dropout the forward *input* (the softmax is
     # recomputed, since the output lost the dropped values).
@@ -82,7 +83,7 @@ def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed,
         j = tl.arange(0, 4)[None, :]
         w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
         w = w.to(tl.int32, bitcast=True)
-        keep = tl.where(w < 0, -w - 1, w).to(tl.float32) * 4.6566127342e-10 >= p
+        keep = (w ^ (w >> 31)) >= keep_from
         dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
         dx = y * (dy - tl.sum(tl.sum(dy * y, axis=1), axis=0))
     else:
@@ -100,6 +101,11 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     base = X + row * stride_x
+    # The target's logit first: its load then overlaps the row's instead of waiting
+    # for the reductions.
+    t = tl.load(T + row)
+    valid = t != ignore_index
+    x_t = tl.load(base + tl.where(valid, t, 0)).to(ACC)
     if ONE_CHUNK:
         # The whole row in one tile (BLOCK >= n_cols): one exp per element, as softmax.
         mask = cols < n_cols
@@ -113,7 +119,7 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
         s_lane = tl.zeros([BLOCK], ACC)
         x_sum = tl.zeros([BLOCK], ACC)
         for start in range(0, n_cols, BLOCK):
-            c = start + cols
+            c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector loads
             mask = c < n_cols
             x = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
             m_new = tl.maximum(m_lane, x)
@@ -123,9 +129,6 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
                 x_sum += tl.where(mask, x, 0.0)
         m = tl.max(m_lane, axis=0)
         lse = m + tl.log(tl.sum(s_lane * tl.exp(m_lane - m), axis=0))
-    t = tl.load(T + row)
-    valid = t != ignore_index
-    x_t = tl.load(base + tl.where(valid, t, 0)).to(ACC)
     loss = lse - x_t
     if SMOOTH:
         # torch's label smoothing: (1 - eps) * nll + eps * mean over classes of -log p.
@@ -135,15 +138,20 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
 
 
 @tessera.kernel
-def _xent_bwd_kernel(X, T, LSE, DROWS, DX, stride_x, n_cols, ignore_index, smoothing,
-                     SMOOTH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols, ignore_index, smoothing,
+                     SMOOTH: tl.constexpr, HAS_SCALE: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    # Row r's loss gradient: DLOSS[r] (reduction 'none'), or the reduced loss's
+    # gradient DLOSS[0] (stride 0) times SCALE[0] (1/count for 'mean', 1 for 'sum').
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     t = tl.load(T + row)
-    d = tl.where(t != ignore_index, tl.load(DROWS + row).to(ACC), 0.0)
+    d = tl.load(DLOSS + row * stride_dloss).to(ACC)
+    if HAS_SCALE:
+        d = d * tl.load(SCALE)
+    d = tl.where(t != ignore_index, d, 0.0)
     lse = tl.load(LSE + row)
     for start in range(0, n_cols, BLOCK):
-        c = start + cols
+        c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector accesses
         mask = c < n_cols
         x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
         g = tl.exp(x - lse)
@@ -152,6 +160,28 @@ def _xent_bwd_kernel(X, T, LSE, DROWS, DX, stride_x, n_cols, ignore_index, smoot
         else:
             g = tl.where(c == t, g - 1.0, g)
         tl.store(DX + row * n_cols + c, g * d, mask=mask)
+
+
+@tessera.kernel
+def _xent_reduce_kernel(LOSS, T, OUT, SCALE, n_rows, ignore_index, MEAN: tl.constexpr, ACC: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    # One program: OUT[0] = the sum of the row losses (over the non-ignored rows' count
+    # for MEAN; 0 rows: 0/0 = nan, as torch), SCALE[0] = the factor each row's loss
+    # carries in OUT (1/count or 1). One launch instead of four small ones and no copy
+    # of the count to the host.
+    r = tl.arange(0, BLOCK)
+    total = tl.zeros([BLOCK], ACC)
+    count = tl.zeros([BLOCK], ACC)
+    for start in range(0, n_rows, BLOCK):
+        rows = start + r
+        m = rows < n_rows
+        total += tl.load(LOSS + rows, mask=m, other=0.0)
+        count += tl.where(m & (tl.load(T + rows, mask=m, other=ignore_index) != ignore_index), 1.0, 0.0)
+    scale = 1.0
+    if MEAN:
+        scale = 1.0 / tl.sum(count, axis=0)
+    tl.store(OUT, tl.sum(total, axis=0) * scale)
+    tl.store(SCALE, scale)
 
 
 def _moveaxis(x, src, dst):
@@ -186,7 +216,8 @@ def softmax_forward(x, dim, log, p, seed):
     rows = xv.shape[0]
     y = H.empty(x, (rows, n))
     if rows and n:
-        _softmax_fwd_kernel[(rows,)](xv, y, H.row_stride(xv), n, H.scalar(x, p), int(seed), LOG=log, DROPOUT=p > 0,
+        _softmax_fwd_kernel[(rows,)](xv, y, H.row_stride(xv), n, H.scalar(x, p), int(seed), _keep_from(p),
+                                     LOG=log, DROPOUT=p > 0,
                                      ACC=H.acc_dtype(x), BLOCK=_softmax_block(n, p),
                                      **H.row_launch_options(x, H.block_for(n)))
     y = y.reshape(tuple(xm.shape))
@@ -204,6 +235,7 @@ def softmax_backward(saved, dy, dim, log, p, seed):
     dx = H.empty(saved, (rows, n))
     if rows and n:
         _softmax_bwd_kernel[(rows,)](sv, dyv, dx, H.row_stride(sv), H.row_stride(dyv), n, H.scalar(saved, p), int(seed),
+                                     _keep_from(p),
                                      LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=_softmax_block(n, p),
                                      **H.row_launch_options(saved, H.block_for(n)))
     dx = dx.reshape(tuple(sm.shape))
@@ -281,43 +313,35 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing):
     return loss, lse
 
 
-def cross_entropy_backward(logits, target, lse, drows, ignore_index, smoothing):
+def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoothing):
+    """dlogits for the loss gradient dloss: per row (reduction 'none', scale None) or of
+    the reduced loss (scale: the 1-element factor reduce_loss returned)."""
     rows, n = logits.shape
     xv = H.rows_view(logits, n)
     target = H.contiguous(target)
     dx = H.empty(logits, (rows, n))
+    dl = H.contiguous(dloss).reshape(-1)
     if rows and n:
-        _xent_bwd_kernel[(rows,)](xv, target, lse, H.contiguous(drows), dx, H.row_stride(xv), n, int(ignore_index),
-                                  H.scalar(logits, smoothing), SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits),
+        _xent_bwd_kernel[(rows,)](xv, target, lse, dl, scale if scale is not None else lse, dx, H.row_stride(xv),
+                                  0 if scale is not None else 1, n, int(ignore_index), H.scalar(logits, smoothing),
+                                  SMOOTH=smoothing > 0, HAS_SCALE=scale is not None, ACC=H.acc_dtype(logits),
                                   BLOCK=_ce_block(n), **H.row_launch_options(logits, _ce_block(n)))
     return dx
 
 
-def reduce_loss(loss_rows, target, ignore_index, reduction):
-    """(loss, scale): the reduced loss in the logits' dtype class, and the factor each
-    row's loss carries in it (1/count for 'mean')."""
+def reduce_loss(loss_rows, target, ignore_index, reduction, dtype):
+    """(loss, scale): the loss reduced over rows in `dtype` (a dtype name), and the
+    1-element array of the factor each row's loss carries in it (1/count for 'mean');
+    'none' gives the rows themselves and scale None."""
     if reduction == "none":
-        return loss_rows, 1.0
-    if reduction == "sum":
-        return loss_rows.sum(), 1.0
-    if reduction != "mean":
+        return loss_rows, None
+    if reduction not in ("mean", "sum"):
         raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    count = (target != ignore_index).sum()
-    if H.is_torch(loss_rows) or H.is_cupy(loss_rows):
-        # On the device: no copy of the count to the host (a stall per call). 1/0 = inf
-        # makes the loss 0 * inf = nan, as below.
-        scale = 1.0 / count.astype(loss_rows.dtype) if H.is_cupy(loss_rows) else 1.0 / count.to(loss_rows.dtype)
-        return loss_rows.sum() * scale, scale
-    count = int(count)
-    scale = 1.0 / count if count else float("nan")
-    return loss_rows.sum() * scale, scale
-
-
-def loss_rows_grad(dloss, target, reduction, scale):
-    rows = target.shape[0]
-    if reduction == "none":
-        return dloss
-    return (dloss * scale).reshape(1).expand(rows).contiguous()
+    out = H.empty(loss_rows, (1,), dtype)
+    scale = H.empty(loss_rows, (1,))
+    _xent_reduce_kernel[(1,)](loss_rows, H.contiguous(target), out, scale, loss_rows.shape[0], int(ignore_index),
+                              MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=1024)
+    return out.reshape(()), scale
 
 
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -331,7 +355,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
         out = AG.CrossEntropy.apply(logits, target, int(ignore_index), reduction, smoothing)
     else:
         loss_rows, _ = cross_entropy_forward(logits, target, ignore_index, smoothing)
-        out, _ = reduce_loss(loss_rows, target, ignore_index, reduction)
+        out, _ = reduce_loss(loss_rows, target, ignore_index, reduction, H.dtype_name(logits))
     if H.is_torch(out):
         return out.to(logits.dtype) if out.dtype != logits.dtype else out
     if H.is_cupy(out):
