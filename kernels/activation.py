@@ -8,16 +8,15 @@ for every row, never broadcast in memory). Values are computed in fp32 (fp64 for
 fp64) and rounded once on the store.
 
 Dropout draws its mask from Philox 4x32-10, whose one call (tl.randint4x) gives four
-random words: column `col` of row `row` takes word col % 4 of the call with counter
-row * ceil(n_cols / 4) + col // 4. A dropout kernel holds its columns as a
-[BLOCK / 4, 4] tile (row i: columns 4i..4i+3, contiguous in memory), so a thread
-draws once per four elements instead of once per element; each word becomes a
-in [0, 1) as tl.rand's: the word w (as an int32) folded to w ^ (w >> 31), in
-[0, 2^31), is kept when >= keep_from = ceil(p * 2^31) (an integer compare, not
-tl.rand's conversion to float and multiply). The
-backward kernel regenerates the same mask from the seed; softmax_ce.py draws the
-same way. (Written out in each kernel, not in a helper: the benchmark also compiles
-these sources with Triton, which calls only @triton.jit functions.)
+32-bit words, i.e. eight 16-bit draws: column `col` of row `row` takes half col % 2 of
+word (col % 8) // 2 of the call with counter row * ceil(n_cols / 8) + col // 8, and
+is kept when that 16-bit draw is >= keep_from = ceil(p * 2^16) (p resolved to 2^-16;
+FlashAttention's dropout uses 8 bits). A dropout kernel holds its columns as a
+[BLOCK / 8, 8] tile (row i: columns 8i..8i+7, one 16-byte fp16 vector), so a thread
+draws once per eight elements instead of once per element. The backward kernel
+regenerates the same mask from the seed; softmax_ce.py draws the same way. (Written
+out in each kernel, not in a helper: the benchmark also compiles these sources with
+Triton, which calls only @triton.jit functions.)
 """
 from __future__ import annotations
 
@@ -47,9 +46,9 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed, keep_from,
                    ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     first = tl.program_id(1) * BLOCK
-    if DROPOUT:  # [BLOCK / 4, 4]: one Philox call per row of the tile
-        g = tl.arange(0, BLOCK // 4)
-        cols = first + 4 * g[:, None] + tl.arange(0, 4)[None, :]
+    if DROPOUT:  # [BLOCK / 8, 8]: one Philox call per row of the tile
+        g = tl.arange(0, BLOCK // 8)
+        cols = first + 8 * g[:, None] + tl.arange(0, 8)[None, :]
     else:
         cols = first + tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -77,11 +76,10 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed, keep_from,
     if OP == 5:
         y = tl.maximum(a, 0.0)
     if DROPOUT:
-        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 3) // 4) + first // 4 + g)
-        j = tl.arange(0, 4)[None, :]
-        w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
-        w = w.to(tl.int32, bitcast=True)
-        keep = (w ^ (w >> 31)) >= keep_from
+        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 7) // 8) + first // 8 + g)
+        j = tl.arange(0, 8)[None, :]  # column j takes 16-bit half j % 2 of word j // 2
+        w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
+        keep = tl.where(j % 2 == 0, w & 0xFFFF, w >> 16) >= keep_from
         y = tl.where(keep, y * (1.0 / (1.0 - p)), 0.0)
     tl.store(Y + row * n_cols + cols, y, mask=mask)
 
@@ -92,9 +90,9 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
                    DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     first = tl.program_id(1) * BLOCK
-    if DROPOUT:  # [BLOCK / 4, 4]: one Philox call per row of the tile
-        g = tl.arange(0, BLOCK // 4)
-        cols = first + 4 * g[:, None] + tl.arange(0, 4)[None, :]
+    if DROPOUT:  # [BLOCK / 8, 8]: one Philox call per row of the tile
+        g = tl.arange(0, BLOCK // 8)
+        cols = first + 8 * g[:, None] + tl.arange(0, 8)[None, :]
     else:
         cols = first + tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -103,11 +101,10 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
         b = tl.load(B + row * stride_b + cols, mask=mask, other=0.0).to(ACC)
     dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
     if DROPOUT:
-        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 3) // 4) + first // 4 + g)
-        j = tl.arange(0, 4)[None, :]
-        w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
-        w = w.to(tl.int32, bitcast=True)
-        keep = (w ^ (w >> 31)) >= keep_from
+        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 7) // 8) + first // 8 + g)
+        j = tl.arange(0, 8)[None, :]  # column j takes 16-bit half j % 2 of word j // 2
+        w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
+        keep = tl.where(j % 2 == 0, w & 0xFFFF, w >> 16) >= keep_from
         dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
     out = DA + row * n_cols + cols
     if OP == 0:
@@ -145,9 +142,9 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
 
 
 def _keep_from(p):
-    """Dropout's integer threshold on a folded 31-bit random word: P(word >= it) = 1 - p
-    (to 2^-31). softmax_ce.py uses it too."""
-    return min(math.ceil(p * 2.0**31), 2**31 - 1)
+    """Dropout's threshold on a 16-bit draw: P(draw >= it) = 1 - p, p resolved to 2^-16
+    (softmax_ce.py uses it too)."""
+    return min(math.ceil(p * 65536.0), 65535)
 
 
 def _views(op, a, b, bias_mode):
@@ -184,7 +181,7 @@ def _is_contiguous(x):
 
 
 def _grid(rows, n):
-    block = max(min(H.block_for(n, 1 << 30), 2048), 4)  # >= 4: dropout's groups of 4 columns
+    block = max(min(H.block_for(n, 1 << 30), 2048), 8)  # >= 8: dropout's groups of 8 columns
     return (rows, tessera.cdiv(n, block)), block
 
 

@@ -3,7 +3,7 @@ per direction.
 
 softmax/log_softmax: one program per row, the row held in registers (max, exp, sum,
 scale: one read, one write). Dropout draws its mask from Philox as activation.py
-does (one call per four columns, so a dropout kernel's row tile is [BLOCK / 4, 4]);
+does (one call per eight columns, so a dropout kernel's row tile is [BLOCK / 8, 8]);
 the backward pass regenerates exactly the forward mask from the seed; nothing is
 stored for it.
 
@@ -34,18 +34,17 @@ CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one til
 def _softmax_fwd_kernel(X, Y, stride_x, n_cols, p, seed, keep_from,
                         LOG: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    if DROPOUT:  # the row as [BLOCK / 4, 4]: one Philox call per row of the tile
-        g = tl.arange(0, BLOCK // 4)
-        cols = 4 * g[:, None] + tl.arange(0, 4)[None, :]
+    if DROPOUT:  # the row as [BLOCK / 8, 8]: one Philox call per row of the tile
+        g = tl.arange(0, BLOCK // 8)
+        cols = 8 * g[:, None] + tl.arange(0, 8)[None, :]
         mask = cols < n_cols
         x = tl.load(X + row * stride_x + cols, mask=mask, other=-float("inf")).to(ACC)
         e = tl.exp(x - tl.max(tl.max(x, axis=1), axis=0))
         s = tl.sum(tl.sum(e, axis=1), axis=0)
-        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 3) // 4) + g)
-        j = tl.arange(0, 4)[None, :]
-        w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
-        w = w.to(tl.int32, bitcast=True)
-        keep = (w ^ (w >> 31)) >= keep_from
+        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 7) // 8) + g)
+        j = tl.arange(0, 8)[None, :]  # column j takes 16-bit half j % 2 of word j // 2
+        w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
+        keep = tl.where(j % 2 == 0, w & 0xFFFF, w >> 16) >= keep_from
         # 1/(s(1-p)) once per row: one multiply per element for the scale and the dropout.
         y = tl.where(keep, e * (1.0 / (s * (1.0 - p))), 0.0)
     else:
@@ -68,9 +67,9 @@ def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed, keep_fr
     # S is the forward output, or with dropout the forward *input* (the softmax is
     # recomputed, since the output lost the dropped values).
     row = tl.program_id(0).to(tl.int64)
-    if DROPOUT:  # [BLOCK / 4, 4], as the forward
-        g = tl.arange(0, BLOCK // 4)
-        cols = 4 * g[:, None] + tl.arange(0, 4)[None, :]
+    if DROPOUT:  # [BLOCK / 8, 8], as the forward
+        g = tl.arange(0, BLOCK // 8)
+        cols = 8 * g[:, None] + tl.arange(0, 8)[None, :]
     else:
         cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -79,11 +78,10 @@ def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed, keep_fr
         x = tl.load(S + row * stride_s + cols, mask=mask, other=-float("inf")).to(ACC)
         e = tl.exp(x - tl.max(tl.max(x, axis=1), axis=0))
         y = e * (1.0 / tl.sum(tl.sum(e, axis=1), axis=0))
-        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 3) // 4) + g)
-        j = tl.arange(0, 4)[None, :]
-        w = tl.where(j == 0, r0[:, None], tl.where(j == 1, r1[:, None], tl.where(j == 2, r2[:, None], r3[:, None])))
-        w = w.to(tl.int32, bitcast=True)
-        keep = (w ^ (w >> 31)) >= keep_from
+        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 7) // 8) + g)
+        j = tl.arange(0, 8)[None, :]  # column j takes 16-bit half j % 2 of word j // 2
+        w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
+        keep = tl.where(j % 2 == 0, w & 0xFFFF, w >> 16) >= keep_from
         dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
         dx = y * (dy - tl.sum(tl.sum(dy * y, axis=1), axis=0))
     else:
@@ -201,9 +199,9 @@ def _last_dim(x, dim):
 
 
 def _softmax_block(n, p):
-    """The row tile: the row rounded up to a power of two, at least 4 with dropout (its
-    groups of four columns)."""
-    return max(H.block_for(n), 4) if p > 0 else H.block_for(n)
+    """The row tile: the row rounded up to a power of two, at least 8 with dropout (its
+    groups of eight columns)."""
+    return max(H.block_for(n), 8) if p > 0 else H.block_for(n)
 
 
 def softmax_forward(x, dim, log, p, seed):
