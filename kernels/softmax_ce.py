@@ -171,7 +171,7 @@ def _xent_reduce_kernel(LOSS, T, OUT, SCALE, n_rows, ignore_index, MEAN: tl.cons
     total = tl.zeros([BLOCK], ACC)
     count = tl.zeros([BLOCK], ACC)
     for start in range(0, n_rows, BLOCK):
-        rows = start + r
+        rows = tl.multiple_of(start + r, BLOCK)
         m = rows < n_rows
         total += tl.load(LOSS + rows, mask=m, other=0.0)
         count += tl.where(m & (tl.load(T + rows, mask=m, other=ignore_index) != ignore_index), 1.0, 0.0)
@@ -337,8 +337,13 @@ def reduce_loss(loss_rows, target, ignore_index, reduction, dtype):
         raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     out = H.empty(loss_rows, (1,), dtype)
     scale = H.empty(loss_rows, (1,))
-    _xent_reduce_kernel[(1,)](loss_rows, H.contiguous(target), out, scale, loss_rows.shape[0], int(ignore_index),
-                              MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=1024)
+    # One program: as wide as it gets (8192 rows per step, 16 warps on a GPU), since a
+    # narrow one walks 16384 rows in a chain of dependent loads (~25 us on an H100).
+    rows = loss_rows.shape[0]
+    block = min(max(tessera.next_power_of_2(max(rows, 1)), 128), 8192)
+    _xent_reduce_kernel[(1,)](loss_rows, H.contiguous(target), out, scale, rows, int(ignore_index),
+                              MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=block,
+                              **({"num_warps": 16} if H.on_gpu(loss_rows) else {}))
     return out.reshape(()), scale
 
 
