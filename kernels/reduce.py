@@ -171,7 +171,7 @@ def _reduce(x, y, outer, n, inner, s_o, s_r, s_i, op, mean_over=None):
     if inner == 1 and _gpu_plan(x):
         block = min(tessera.next_power_of_2(max(n, 1)), 4096)
         _reduce_row_kernel[(outer,)](x, y, n, s_o, s_r, inv_n, OP=op, MEAN=mean, ACC=acc, BLOCK=block,
-                                     **H.row_launch_options(x, block))
+                                     **H.row_launch_options(x, block, max_warps=8))
         return
     block_r, block_i = _blocks(n, inner)
     programs = outer * tessera.cdiv(inner, block_i)

@@ -217,7 +217,7 @@ def softmax_forward(x, dim, log, p, seed):
         _softmax_fwd_kernel[(rows,)](xv, y, H.row_stride(xv), n, H.scalar(x, p), int(seed), _keep_from(p),
                                      LOG=log, DROPOUT=p > 0,
                                      ACC=H.acc_dtype(x), BLOCK=_softmax_block(n, p),
-                                     **H.row_launch_options(x, H.block_for(n)))
+                                     **H.row_launch_options(x, H.block_for(n), max_warps=8))
     y = y.reshape(tuple(xm.shape))
     return _moveaxis(y, -1, d) if d != x.ndim - 1 else y
 
@@ -307,7 +307,7 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing):
         one = block >= n
         _xent_fwd_kernel[(rows,)](xv, target, loss, lse, H.row_stride(xv), n, int(ignore_index), H.scalar(logits, smoothing),
                                   SMOOTH=smoothing > 0, ONE_CHUNK=one, ACC=H.acc_dtype(logits), BLOCK=block,
-                                  **H.row_launch_options(logits, block))
+                                  **H.row_launch_options(logits, block, max_warps=8))
     return loss, lse
 
 

@@ -44,7 +44,7 @@ def _record_specializations(monkeypatch, dtype):
             # Row kernels launch with more warps on a GPU (H.row_launch_options): mirror it.
             gpu_options = dict(options)
             if "BLOCK" in constexprs and kernel.fn.__module__.split(".")[-1] in ("norm", "softmax_ce"):
-                gpu_options["num_warps"] = max(1, min(8, constexprs["BLOCK"] // 512))
+                gpu_options["num_warps"] = max(1, min(16, constexprs["BLOCK"] // 256))
             key = (kernel.__name__, repr(sorted(arg_types.items(), key=str)), repr(sorted(constexprs.items(), key=str)))
             seen.setdefault(key, (kernel, arg_types, constexprs, gpu_attrs, gpu_options, names))
         return real(kernel, arg_types, constexprs, attrs, options, target, names, use_cache)
@@ -55,7 +55,7 @@ def _record_specializations(monkeypatch, dtype):
     for case in ALL_CASES:
         check_case(case, 40 if case in MM_CASES else (3, 33), dtype)
     tk.softmax(torch.randn(3, 33, dtype=dtype), dropout_p=0.2, seed=1)
-    for name in ("layer_norm", "softmax", "cross_entropy"):  # long rows: 8192-wide tiles, 8 warps
+    for name in ("layer_norm", "softmax", "cross_entropy"):  # long rows: 8192-wide tiles, 16 warps
         check_case(next(c for c in ALL_CASES if c.name == name), (2, 4097), dtype)
     tk.gelu_dropout(torch.randn(3, 33, dtype=dtype, requires_grad=True), 0.2, seed=1).sum().backward()
     monkeypatch.setattr(J, "compile_specialization", real)
