@@ -5,11 +5,22 @@ All share one forward and one backward kernel, specialized by the OP constexpr. 
 inputs are seen as (rows, columns): two same-shape inputs are flattened into one
 row; a bias is the second input with a row stride of 0 (so it is re-read from cache
 for every row, never broadcast in memory). Values are computed in fp32 (fp64 for
-fp64) and rounded once on the store. Dropout draws its mask from Philox with the
-element's flat index as the counter: the backward kernel regenerates the same mask
-from the seed.
+fp64) and rounded once on the store.
+
+Dropout draws its mask from Philox 4x32-10, whose one call (tl.randint4x) gives four
+32-bit words, i.e. eight 16-bit draws: column `col` of row `row` takes half col % 2 of
+word (col % 8) // 2 of the call with counter row * ceil(n_cols / 8) + col // 8, and
+is kept when that 16-bit draw is >= keep_from = ceil(p * 2^16) (p resolved to 2^-16;
+FlashAttention's dropout uses 8 bits). A dropout kernel holds its columns as a
+[BLOCK / 8, 8] tile (row i: columns 8i..8i+7, one 16-byte fp16 vector), so a thread
+draws once per eight elements instead of once per element. The backward kernel
+regenerates the same mask from the seed; softmax_ce.py draws the same way. (Written
+out in each kernel, not in a helper: the benchmark also compiles these sources with
+Triton, which calls only @triton.jit functions.)
 """
 from __future__ import annotations
+
+import math
 
 import tessera
 import tessera.language as tl
@@ -30,11 +41,16 @@ NO_B, SAME_SHAPE, BIAS = 0, 1, 2
 
 
 @tessera.kernel
-def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed,
+def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed, keep_from,
                    OP: tl.constexpr, TANH: tl.constexpr, HAS_B: tl.constexpr, DROPOUT: tl.constexpr,
                    ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    first = tl.program_id(1) * BLOCK
+    if DROPOUT:  # [BLOCK / 8, 8]: one Philox call per row of the tile
+        g = tl.arange(0, BLOCK // 8)
+        cols = first + 8 * g[:, None] + tl.arange(0, 8)[None, :]
+    else:
+        cols = first + tl.arange(0, BLOCK)
     mask = cols < n_cols
     a = tl.load(A + row * stride_a + cols, mask=mask, other=0.0).to(ACC)
     if HAS_B:
@@ -48,7 +64,9 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed,
         if OP == 2 and HAS_B:
             x = a + b
         if TANH:
-            y = 0.5 * x * (1.0 + tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+            # 0.5 x (1 + tanh u) = x / (1 + e^(-2u)): one exp and one division, where
+            # tanh costs about twice that (no cancellation: the denominator is >= 1).
+            y = x / (1.0 + tl.exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)))
         else:
             y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
         if OP == 4:
@@ -58,25 +76,36 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed,
     if OP == 5:
         y = tl.maximum(a, 0.0)
     if DROPOUT:
-        keep = tl.rand(seed, row * n_cols + cols) >= p
-        y = tl.where(keep, y / (1.0 - p), 0.0)
+        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 7) // 8) + first // 8 + g)
+        j = tl.arange(0, 8)[None, :]  # column j takes 16-bit half j % 2 of word j // 2
+        w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
+        keep = tl.where(j % 2 == 0, w & 0xFFFF, w >> 16) >= keep_from
+        y = tl.where(keep, y * (1.0 / (1.0 - p)), 0.0)
     tl.store(Y + row * n_cols + cols, y, mask=mask)
 
 
 @tessera.kernel
-def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, seed,
+def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, seed, keep_from,
                    OP: tl.constexpr, TANH: tl.constexpr, HAS_B: tl.constexpr, WRITE_DB: tl.constexpr,
                    DROPOUT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    first = tl.program_id(1) * BLOCK
+    if DROPOUT:  # [BLOCK / 8, 8]: one Philox call per row of the tile
+        g = tl.arange(0, BLOCK // 8)
+        cols = first + 8 * g[:, None] + tl.arange(0, 8)[None, :]
+    else:
+        cols = first + tl.arange(0, BLOCK)
     mask = cols < n_cols
     a = tl.load(A + row * stride_a + cols, mask=mask, other=0.0).to(ACC)
     if HAS_B:
         b = tl.load(B + row * stride_b + cols, mask=mask, other=0.0).to(ACC)
     dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
     if DROPOUT:
-        keep = tl.rand(seed, row * n_cols + cols) >= p
-        dy = tl.where(keep, dy / (1.0 - p), 0.0)
+        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 7) // 8) + first // 8 + g)
+        j = tl.arange(0, 8)[None, :]  # column j takes 16-bit half j % 2 of word j // 2
+        w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
+        keep = tl.where(j % 2 == 0, w & 0xFFFF, w >> 16) >= keep_from
+        dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
     out = DA + row * n_cols + cols
     if OP == 0:
         g = tl.where(a + b > 0, dy, 0.0)
@@ -110,6 +139,12 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
         tl.store(DB + row * n_cols + cols, dy * a * sg, mask=mask)
     if OP == 5:
         tl.store(out, tl.where(a > 0, dy, 0.0), mask=mask)
+
+
+def _keep_from(p):
+    """Dropout's threshold on a 16-bit draw: P(draw >= it) = 1 - p, p resolved to 2^-16
+    (softmax_ce.py uses it too)."""
+    return min(math.ceil(p * 65536.0), 65535)
 
 
 def _views(op, a, b, bias_mode):
@@ -146,7 +181,7 @@ def _is_contiguous(x):
 
 
 def _grid(rows, n):
-    block = min(H.block_for(n, 1 << 30), 2048)
+    block = max(min(H.block_for(n, 1 << 30), 2048), 8)  # >= 8: dropout's groups of 8 columns
     return (rows, tessera.cdiv(n, block)), block
 
 
@@ -155,7 +190,8 @@ def elementwise_forward(op, a, b, p, seed, bias_mode, tanh=False):
     y = H.empty(a, (rows, n))
     if rows and H.numel(a):
         grid, block = _grid(rows, n)
-        _ew_fwd_kernel[grid](av, bv, y, H.row_stride(av), stride_b, n, H.scalar(a, p), int(seed), OP=op, TANH=tanh,
+        _ew_fwd_kernel[grid](av, bv, y, H.row_stride(av), stride_b, n, H.scalar(a, p), int(seed), _keep_from(p),
+                             OP=op, TANH=tanh,
                              HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
     return y.reshape(tuple(a.shape))
 
@@ -170,7 +206,7 @@ def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
     if rows and H.numel(a):
         grid, block = _grid(rows, n)
         _ew_bwd_kernel[grid](av, bv, dyv, da, db, H.row_stride(av), stride_b, H.row_stride(dyv), n, H.scalar(a, p),
-                             int(seed), OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, WRITE_DB=write_db,
+                             int(seed), _keep_from(p), OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, WRITE_DB=write_db,
                              DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
     if bias_mode == BIAS:
         return da.reshape(tuple(a.shape)), column_sum(da, H.dtype_name(b))

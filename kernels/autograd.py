@@ -75,7 +75,7 @@ if torch is not None:
         @staticmethod
         def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
             loss_rows, lse = S.cross_entropy_forward(logits, target, ignore_index, label_smoothing)
-            out, scale = S.reduce_loss(loss_rows, target, ignore_index, reduction)
+            out, scale = S.reduce_loss(loss_rows, target, ignore_index, reduction, H.dtype_name(logits))
             ctx.save_for_backward(logits, target, lse)
             ctx.args = (ignore_index, reduction, label_smoothing, scale)
             return out
@@ -84,8 +84,7 @@ if torch is not None:
         def backward(ctx, dloss):
             logits, target, lse = ctx.saved_tensors
             ignore_index, reduction, label_smoothing, scale = ctx.args
-            drows = S.loss_rows_grad(dloss, target, reduction, scale)
-            dlogits = S.cross_entropy_backward(logits, target, lse, drows, ignore_index, label_smoothing)
+            dlogits = S.cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, label_smoothing)
             return dlogits, None, None, None, None
 
     class Elementwise(torch.autograd.Function):

@@ -133,7 +133,7 @@ def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
             xv, rv, w, b, y, h if h is not None else y, mean, rstd, H.row_stride(xv), H.row_stride(rv), n, n,
             H.scalar(x, eps), IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None,
             HAS_B=bias is not None, RELU=relu, IO=_io_type(x), ACC=H.acc_dtype(x), BLOCK=H.block_for(n),
-            **H.row_launch_options(x, H.block_for(n)))
+            **H.row_launch_options(x, H.block_for(n), max_warps=8))
     shape = tuple(x.shape)
     return y.reshape(shape), (h.reshape(shape) if h is not None else None), mean, rstd
 

@@ -191,6 +191,23 @@ def test_matmul_and_rope_ops(case, k, dtype):
     check_case(case, k, dtype)
 
 
+# The GPU launch plans of the reductions (kernels/reduce.py: row slices summed by a
+# second launch, the 1-D row kernel for the last dimension) run here on the CPU, on
+# shapes tall enough to be sliced; column_sum finishes bias_gelu's and layer_norm's
+# backward passes.
+GPU_PLAN_CASES = ["reduce_sum_squared_last", "reduce_sum_squared_dim0", "reduce_mean_abs_dim0_keepdim",
+                  "reduce_mean_abs_last", "bias_gelu", "layer_norm"]
+
+
+@pytest.mark.parametrize("shape", [(2000, 33), (3, 700, 5), (1, 4097)], ids=["2000x33", "3x700x5", "1x4097"])
+@pytest.mark.parametrize("name", GPU_PLAN_CASES)
+def test_reduction_gpu_launch_plans_on_the_cpu(monkeypatch, name, shape):
+    from tessera.kernels import reduce as R
+    monkeypatch.setattr(R, "_gpu_plan", lambda x: True)
+    case = next(c for c in ALL_CASES if c.name == name)
+    check_case(case, shape, torch.float32)
+
+
 def _gradcheck_inputs(case):
     gen = torch.Generator().manual_seed(7)
     shape = 12 if case in MM_CASES else (3, 7)

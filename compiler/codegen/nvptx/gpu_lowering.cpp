@@ -7,14 +7,15 @@
 
 #include "codegen/common/elementwise.h"
 #include "codegen/nvptx/float_remainder_nvptx.h"
+#include "codegen/nvptx/math_nvptx.h"
 
 namespace tessera::codegen::nvptx {
 
 namespace {
 
 // exp/exp2 of f32 (and f16/bf16, computed in f32) with the SFU's ex2.approx, as
-// Triton does: exp(x) = ex2(x·log2 e), relative error about 2^-22. Everything else
-// goes to the shared elementwise lowering.
+// Triton does: exp(x) = ex2(x·log2 e), relative error about 2^-22; erf and tanh from
+// math_nvptx.cpp. Everything else goes to the shared elementwise lowering.
 llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm::ArrayRef<llvm::Value*> args) {
   using ir::ElemType;
   using ir::OpKind;
@@ -26,6 +27,16 @@ llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm
     llvm::Value* x = emit_cast(b, args[0], e, f32);
     if (op.kind == OpKind::Exp) x = b.CreateFMul(x, llvm::ConstantFP::get(b.getFloatTy(), 1.4426950408889634));
     llvm::Value* r = b.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {x});
+    return emit_cast(b, r, f32, e);
+  }
+  // erf/tanh of f32 (and f16/bf16, computed in f32) on the SFU (math_nvptx.cpp, a
+  // few ulp); f64 keeps the shared polynomials.
+  if ((op.kind == OpKind::Erf || op.kind == OpKind::Tanh) && op.result()->type.elem.is_float() &&
+      op.result()->type.elem.kind != ScalarKind::F64 && !args[0]->getType()->isVectorTy()) {
+    const ElemType& e = op.result()->type.elem;
+    ElemType f32{ScalarKind::F32, ScalarKind::I32};
+    llvm::Value* x = emit_cast(b, args[0], e, f32);
+    llvm::Value* r = op.kind == OpKind::Erf ? emit_erf_f32_nvptx(b, x) : emit_tanh_f32_nvptx(b, x);
     return emit_cast(b, r, f32, e);
   }
   // fp32 `/` is div.full.f32 (max error 2 ulp), as in Triton; tl.div_rn and
