@@ -30,7 +30,10 @@ def _library_kernels():
 
 def _record_specializations(monkeypatch, dtype):
     for k in _library_kernels():
-        monkeypatch.setattr(k, "_compiled", {})  # force every launch to specialize again
+        # Force every launch to specialize again. The table is emptied in place (which
+        # also empties the C++ launch path's): a kernel launched before, e.g. by
+        # test_kernels_ops in the same process, has a launcher holding this very table.
+        k._compiled.clear()
     seen = {}
     real = J.compile_specialization
 
