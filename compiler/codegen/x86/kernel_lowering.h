@@ -160,6 +160,7 @@ class KernelLowering {
   std::vector<llvm::Value*> emit_combine(const ir::Op& op, const std::vector<llvm::Value*>& lhs,
                                          const std::vector<llvm::Value*>& rhs);
   void lower_dot(const ir::Op& op);
+  TileRef dot_operand(const ir::Value* v, bool& transposed);
   // The add of `acc += dot(a, b)` when it can be fused into the dot (see lower_dot);
   // sets `carried` to the loop-carried acc.
   const ir::Op* fusable_dot_add(const ir::Op& dot, const ir::Value*& carried);

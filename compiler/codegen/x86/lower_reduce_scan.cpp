@@ -250,16 +250,29 @@ const Op* KernelLowering::fusable_dot_add(const Op& dot, const Value*& carried) 
   return add;
 }
 
+// A dot operand's buffer, and whether it holds the operand transposed: a permuted view
+// of a dense buffer (`tl.trans(tl.load(...))`, strides (1, rows)) goes to emit_dot as
+// it is, which reads or packs it transposed, instead of being copied element by
+// element (a gather per vector) into a row-major buffer first.
+TileRef KernelLowering::dot_operand(const Value* v, bool& transposed) {
+  const TileRef& r = tile(v);
+  const auto& shape = v->type.shape;
+  transposed = !is_contiguous(r, v->type) && r.kind == TileRef::View && r.offset == 0 && shape.size() == 2 &&
+               r.strides[0] == 1 && r.strides[1] == shape[0];
+  return transposed ? r : materialize(v);
+}
+
 void KernelLowering::lower_dot(const Op& op) {
   const Type& at = op.operands[0]->type;
   const Type& bt = op.operands[1]->type;
   const Type& ct = op.result()->type;
-  TileRef a = materialize(op.operands[0]);
-  TileRef bm = materialize(op.operands[1]);
+  DotLayout layout;
+  TileRef a = dot_operand(op.operands[0], layout.a_transposed);
+  TileRef bm = dot_operand(op.operands[1], layout.b_transposed);
   DotShape shape{static_cast<int>(at.shape[0]), static_cast<int>(bt.shape[1]), static_cast<int>(at.shape[1])};
   auto dot_into = [&](const TileRef& c, DotStart start, bool c_first) {
     emit_dot(b_, a.base, bm.base, c.base, shape, llvm_mem_type(ctx_, at.elem), llvm_mem_type(ctx_, bt.elem),
-             llvm_mem_type(ctx_, ct.elem), target_.vector_bits, start, c_first);
+             llvm_mem_type(ctx_, ct.elem), target_.vector_bits, start, c_first, layout);
   };
   const Value* carried = nullptr;
   if (const Op* add = fusable_dot_add(op, carried)) {
