@@ -335,6 +335,47 @@ TEST(DotMicrokernel, TransposedBIsShuffledNotGathered) {
   EXPECT_EQ(text.find("call"), std::string::npos);
 }
 
+// each_micro_tile runs once per full micro-tile, with every index in [0, count) once:
+// the hook here adds 1 to counter[index] (a buffer of `count` i32), then the dot runs
+// as usual (results checked too).
+TEST(DotMicrokernel, MicroTileHookSeesEveryFullMicroTileOnce) {
+  if (!host_has_avx512()) GTEST_SKIP() << "host has no AVX-512";
+  CpuJit jit("");
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto m = jit.new_module(*ctx);
+  llvm::Type* ptr = llvm::PointerType::get(*ctx, 0);
+  auto* fn_ty = llvm::FunctionType::get(llvm::Type::getVoidTy(*ctx), {ptr, ptr, ptr, ptr}, false);
+  auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, "dot_hooked", *m);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(*ctx, "entry", f));
+  llvm::Type* f32 = b.getFloatTy();
+  int64_t seen_count = -1;
+  tessera::codegen::x86::MicroTileHook hook = [&](llvm::Value* index, int64_t count) {
+    seen_count = count;
+    llvm::Value* slot = b.CreateGEP(b.getInt32Ty(), f->getArg(3), index);
+    b.CreateStore(b.CreateAdd(b.CreateLoad(b.getInt32Ty(), slot), b.getInt32(1)), slot);
+  };
+  DotShape s{64, 128, 32};  // AVX-512 f32: 8 row blocks x 4 column blocks of 8x32
+  emit_dot(b, f->getArg(0), f->getArg(1), f->getArg(2), s, f32, f32, f32, 512,
+           tessera::codegen::x86::DotStart::LoadC, true, {}, hook);
+  b.CreateRetVoid();
+  EXPECT_EQ(seen_count, 32);
+  jit.add(std::move(m), std::move(ctx));
+  std::mt19937 rng(5);
+  Buffer a = make_buffer(DType::F32, size_t(s.M) * s.K, false, rng);
+  Buffer bm = make_buffer(DType::F32, size_t(s.K) * s.N, false, rng);
+  Buffer c = make_buffer(DType::F32, size_t(s.M) * s.N, true, rng);
+  std::vector<int32_t> counter(32, 0);
+  using Hooked = void(const void*, const void*, void*, int32_t*);
+  jit.lookup<Hooked>("dot_hooked")(a.bytes.data(), bm.bytes.data(), c.bytes.data(), counter.data());
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(counter[i], 1) << "micro-tile " << i;
+  for (int i = 0; i < s.M; ++i)
+    for (int j = 0; j < s.N; ++j) {
+      double want = c.values[size_t(i) * s.N + j];
+      for (int k = 0; k < s.K; ++k) want += a.values[size_t(i) * s.K + k] * bm.values[size_t(k) * s.N + j];
+      ASSERT_EQ(read_acc(DType::F32, c, size_t(i) * s.N + j), want) << i << "," << j;
+    }
+}
+
 // The micro-kernel must be FMA vector code with no calls: zmm with the AVX-512 blocking,
 // ymm with the AVX2 one. TESSERA_PRINT_ASM=1 prints the assembly.
 void expect_fma_vector_code(const char* cpu, int vector_bits, const char* reg) {

@@ -407,3 +407,20 @@ def test_transposed_operands_are_not_gathered(trans):
     ck = tessera.compile(matmul_transposed_kernel, "*fp32,*fp32,*fp32,i32,i32,i32",
                          {"TRANS_A": trans[0], "TRANS_B": trans[1], "BM": 64, "BN": 64, "BK": 32, "CAST": "f32"})
     assert "gather" not in ck.asm["llir-opt"]
+
+
+@pytest.mark.parametrize("trans", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["AB", "AtB", "ABt", "AtBt"])
+def test_k_loop_dot_prefetches_the_next_k_step(trans):
+    # In a K loop the dot prefetches the rows of the next step's tiles, whichever way they
+    # were loaded (results are checked by test_matmul_with_transposed_operands).
+    ck = tessera.compile(matmul_transposed_kernel, "*fp32,*fp32,*fp32,i32,i32,i32",
+                         {"TRANS_A": trans[0], "TRANS_B": trans[1], "BM": 64, "BN": 64, "BK": 32, "CAST": "f32"})
+    assert "llvm.prefetch" in ck.asm["llir-opt"]
+    assert "prefetcht1" in ck.asm["asm"]
+
+
+def test_dot_outside_a_loop_does_not_prefetch():
+    ck = tessera.compile(dot_tile_kernel, "*fp32,*fp32,*fp32,*fp32",
+                         {"M": 64, "N": 64, "K": 64, "CAST": "none", "USE_ACC": False, "PREC": "ieee"})
+    assert "llvm.prefetch" not in ck.asm["llir-opt"] and "prefetcht1" not in ck.asm["asm"]

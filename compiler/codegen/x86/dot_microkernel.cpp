@@ -94,8 +94,9 @@ class DotEmitter {
  public:
   DotEmitter(llvm::IRBuilderBase& b, Value* a, Value* bm, Value* c, DotShape shape,
              llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty, int vector_bits, DotStart start,
-             bool c_first, DotLayout layout)
-      : start_(start),
+             bool c_first, DotLayout layout, const MicroTileHook& each_micro_tile)
+      : each_micro_tile_(each_micro_tile),
+        start_(start),
         layout_(layout),
         c_first_(c_first),
         b_(b),
@@ -132,7 +133,10 @@ class DotEmitter {
     if (col_blocks > 0) {
       emit_loop(col_blocks, "dot.cols", [&](Value* jb) {
         Value* j0 = b_.CreateMul(jb, i64(cols_per_block));
+        col_block_ = jb;
+        col_blocks_ = col_blocks;
         emit_row_blocks(a, b_columns(j0, cols_per_block), j0, blk_.vectors, width);
+        col_block_ = nullptr;
       });
     }
     if (rem_vectors > 0) {
@@ -259,6 +263,8 @@ class DotEmitter {
     int rem_rows = s_.M % blk_.rows;
     if (row_blocks > 0) {
       emit_loop(row_blocks, "dot.rows", [&](Value* ib) {
+        if (each_micro_tile_ && col_block_)
+          each_micro_tile_(b_.CreateAdd(b_.CreateMul(col_block_, i64(row_blocks)), ib), col_blocks_ * row_blocks);
         emit_micro_tile(a, bcols, b_.CreateMul(ib, i64(blk_.rows)), j0, blk_.rows, vectors, width);
       });
     }
@@ -428,6 +434,9 @@ class DotEmitter {
     return after;
   }
 
+  const MicroTileHook& each_micro_tile_;
+  Value* col_block_ = nullptr;  // the column block's index while its row blocks are emitted
+  int64_t col_blocks_ = 0;
   DotStart start_;
   DotLayout layout_;
   bool c_first_;
@@ -463,7 +472,8 @@ DotPacking choose_dot_packing(DotShape shape, llvm::Type* a_ty, llvm::Type* c_ty
 
 void emit_dot(llvm::IRBuilderBase& b, llvm::Value* a, llvm::Value* bm, llvm::Value* c,
               DotShape shape, llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty,
-              int vector_bits, DotStart start, bool c_first, DotLayout layout) {
+              int vector_bits, DotStart start, bool c_first, DotLayout layout,
+              const MicroTileHook& each_micro_tile) {
   if (!supported_types(a_ty, b_ty, c_ty))
     llvm::report_fatal_error(
         "Tessera bug: emit_dot supports f32/f16/bf16 -> f32, f64 -> f64 "
@@ -472,7 +482,7 @@ void emit_dot(llvm::IRBuilderBase& b, llvm::Value* a, llvm::Value* bm, llvm::Val
     llvm::report_fatal_error("Tessera bug: emit_dot needs power-of-two M, N, K");
   llvm::IRBuilderBase::FastMathFlagGuard keep_callers_flags(b);
   b.clearFastMathFlags();
-  DotEmitter(b, a, bm, c, shape, a_ty, b_ty, c_ty, vector_bits, start, c_first, layout).emit();
+  DotEmitter(b, a, bm, c, shape, a_ty, b_ty, c_ty, vector_bits, start, c_first, layout, each_micro_tile).emit();
 }
 
 }  // namespace tessera::codegen::x86

@@ -3,6 +3,8 @@
 
 #include <llvm/IR/IRBuilder.h>
 
+#include <functional>
+
 namespace tessera::codegen::x86 {
 
 struct DotShape {
@@ -38,10 +40,14 @@ struct DotLayout {
   bool b_transposed = false;
 };
 
+// `each_micro_tile(index, count)`, if given, emits code at the start of each of the
+// `count` full micro-tiles (index an i64 in [0, count)): the caller spreads work over
+// the dot with it (prefetches of the next K step's tiles).
+using MicroTileHook = std::function<void(llvm::Value* index, int64_t count)>;
 void emit_dot(llvm::IRBuilderBase& b, llvm::Value* a, llvm::Value* bm, llvm::Value* c,
               DotShape shape, llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty,
               int vector_bits, DotStart start = DotStart::LoadC, bool c_first = true,
-              DotLayout layout = {});
+              DotLayout layout = {}, const MicroTileHook& each_micro_tile = {});
 
 // Which operands emit_dot copies before the micro-tiles run (see dot_microkernel.cpp):
 //   pack_b:    each K×NR column panel of B is copied, widened to the accumulator type,
