@@ -249,7 +249,7 @@ def run(args):
                 t = measure_round_robin(fns, repeats=6 if args.quick else 10, rounds=2 if args.quick else 3,
                                         budget_s=1.0 if args.quick else 2.0)
         bw = {k: tm.min for k, tm in t.items()}
-        bwd = {}
+        bwd, bwd_median = {}, {}
         if not args.no_backward:
             fb = {"tk": _fwd_bwd(f_tk, inputs), "torch eager": _fwd_bwd(f_torch, inputs)}
             if device == "cuda":
@@ -258,11 +258,13 @@ def run(args):
                 tb = measure_round_robin(fb, repeats=4 if args.quick else 8, rounds=2,
                                          budget_s=1.0 if args.quick else 2.0)
             bwd = {k: tm.min for k, tm in tb.items()}
+            bwd_median = {k: tm.median for k, tm in tb.items()}
         row = {"op": name, "shape": [int(s) for s in inputs[0].shape], "dtype": args.dtype, "status": status,
                "fwd_ms": {k: v * 1e3 for k, v in bw.items()},
                "fwd_median_ms": {k: tm.median * 1e3 for k, tm in t.items()},
                "fwd_GBps": {k: nbytes / v / 1e9 for k, v in bw.items() if not k.startswith("copy")},
-               "fwd_bwd_ms": {k: v * 1e3 for k, v in bwd.items()}}
+               "fwd_bwd_ms": {k: v * 1e3 for k, v in bwd.items()},
+               "fwd_bwd_median_ms": {k: v * 1e3 for k, v in bwd_median.items()}}
         row["torch_over_tk_fwd"] = bw["torch eager"] / bw["tk"]
         if bwd:
             row["torch_over_tk_fwd_bwd"] = bwd["torch eager"] / bwd["tk"]
@@ -300,14 +302,20 @@ def main():
     ap.add_argument("--out", default=RESULTS_DIR)
     args = ap.parse_args()
     t0 = time.time()
+    load_at_start = tuple(round(v, 2) for v in os.getloadavg())
     table, records = run(args)
     machine = machine_info()
+    machine["loadavg_at_start"] = load_at_start  # machine_info() runs after the timings
     if args.device == "cuda":
         machine["gpu"] = torch.cuda.get_device_name()
     ahead = [r["op"] for r in records if r["torch_over_tk_fwd"] > 1]
     behind = [r["op"] for r in records if r["torch_over_tk_fwd"] <= 1]
+
+    def behind_on(key):  # ops where torch eager's time under `key` is not above tk's
+        return [r["op"] for r in records if r.get(key) and r[key]["torch eager"] <= r[key]["tk"]]
     summary = {"ops": len(records), "tk_ahead_of_torch_eager_fwd": ahead, "tk_behind_torch_eager_fwd": behind,
-               "seconds": time.time() - t0}
+               "tk_behind_fwd_median": behind_on("fwd_median_ms"), "tk_behind_fwd_bwd": behind_on("fwd_bwd_ms"),
+               "tk_behind_fwd_bwd_median": behind_on("fwd_bwd_median_ms"), "seconds": time.time() - t0}
     tag = f"kernels_{args.device}" + ("" if args.dtype == "float32" else f"_{args.dtype}")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, tag + ".json"), "w") as fh:
@@ -328,7 +336,10 @@ def main():
           "GB/s counts each input read once and each output written once. Forward timings run under "
           "torch.no_grad(); fwd+bwd runs autograd with all inputs requiring grad.", "",
           f"tk ahead of torch eager (forward) on {len(ahead)} of {len(records)} ops; behind on: "
-          f"{', '.join(behind) if behind else 'none'}.", ""]
+          f"{', '.join(behind) if behind else 'none'}. Behind on medians (forward): "
+          f"{', '.join(summary['tk_behind_fwd_median']) or 'none'}; on fwd+bwd (best): "
+          f"{', '.join(summary['tk_behind_fwd_bwd']) or 'none'}; on fwd+bwd (median): "
+          f"{', '.join(summary['tk_behind_fwd_bwd_median']) or 'none'}.", ""]
     md += table_lines(HEADER, table, markdown=True)
     with open(os.path.join(args.out, tag + ".md"), "w") as fh:
         fh.write("\n".join(md) + "\n")

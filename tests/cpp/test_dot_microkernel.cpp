@@ -70,7 +70,8 @@ llvm::Type* acc_type(DType t, llvm::LLVMContext& ctx) {
 // an entry block that already ends in `ret` (the code after the insertion point must be
 // moved past the dot); even-numbered ones into an unterminated block, adding `ret` after.
 void add_dot_kernel(llvm::Module& m, const std::string& name, DotShape shape, DType t,
-                    int vector_bits, bool insert_before_terminator) {
+                    int vector_bits, bool insert_before_terminator,
+                    tessera::codegen::x86::DotLayout layout = {}) {
   llvm::LLVMContext& ctx = m.getContext();
   llvm::Type* ptr = llvm::PointerType::get(ctx, 0);
   auto* fn_ty = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, ptr, ptr}, false);
@@ -80,7 +81,8 @@ void add_dot_kernel(llvm::Module& m, const std::string& name, DotShape shape, DT
   llvm::IRBuilder<> b(entry);
   if (insert_before_terminator) b.SetInsertPoint(b.CreateRetVoid());
   emit_dot(b, f->getArg(0), f->getArg(1), f->getArg(2), shape, input_type(t, ctx),
-           input_type(t, ctx), acc_type(t, ctx), vector_bits);
+           input_type(t, ctx), acc_type(t, ctx), vector_bits,
+           tessera::codegen::x86::DotStart::LoadC, true, layout);
   if (!insert_before_terminator) b.CreateRetVoid();
 }
 
@@ -240,6 +242,140 @@ TEST_P(DotMatchesReference, AllShapesAndBlockings) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, DotMatchesReference, ::testing::ValuesIn(kTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// Transposed operands (A given as A^T, B as B^T, or both), as `tl.trans` of a loaded tile
+// hands them to the dot: every type, every shape (tiny ones take the element-by-element
+// packing of B^T, the rest the in-register 16×16 / 8×8 transposes), both blockings.
+const char* layout_name(int which) {
+  static const char* names[] = {"", "_at", "_bt", "_atbt"};
+  return names[which];
+}
+
+tessera::codegen::x86::DotLayout layout_of(int which) {
+  tessera::codegen::x86::DotLayout l;
+  l.a_transposed = which & 1;
+  l.b_transposed = which & 2;
+  return l;
+}
+
+CpuJit& transposed_dot_jit(const std::string& cpu) {
+  auto build = [](const std::string& cpu) {
+    auto jit = std::make_unique<CpuJit>(cpu);
+    auto ctx = std::make_unique<llvm::LLVMContext>();
+    auto m = jit->new_module(*ctx);
+    for (const Target& target : kTargets) {
+      if (target.cpu != cpu) continue;
+      for (DType t : kTypes)
+        for (int i = 0; i < shapes_for(t); ++i)
+          for (int which = 1; which < 4; ++which)
+            add_dot_kernel(*m, kernel_name(kShapes[i], t, target.vector_bits) + layout_name(which), kShapes[i], t,
+                           target.vector_bits, which == 2, layout_of(which));
+    }
+    jit->add(std::move(m), std::move(ctx));
+    return jit;
+  };
+  static std::future<std::unique_ptr<CpuJit>> haswell_future =
+      std::async(std::launch::async, build, "haswell");
+  static std::unique_ptr<CpuJit> host = build("");
+  static std::unique_ptr<CpuJit> haswell = haswell_future.get();
+  return cpu.empty() ? *host : *haswell;
+}
+
+class TransposedDotMatchesReference : public ::testing::TestWithParam<DType> {};
+
+TEST_P(TransposedDotMatchesReference, AllShapesLayoutsAndBlockings) {
+  DType t = GetParam();
+  for (const Target& target : kTargets) {
+    if (target.vector_bits == 512 && !host_has_avx512()) continue;
+    CpuJit& jit = transposed_dot_jit(target.cpu);
+    for (int shape = 0; shape < shapes_for(t); ++shape) {
+      DotShape s = kShapes[shape];
+      for (int which = 1; which < 4; ++which) {
+        bool at = which & 1, bt = which & 2;
+        std::mt19937 rng(s.M * 10007 + s.N * 101 + s.K + which);
+        Buffer a = make_buffer(t, size_t(s.M) * s.K, false, rng);  // A, or A^T (K×M)
+        Buffer b = make_buffer(t, size_t(s.K) * s.N, false, rng);  // B, or B^T (N×K)
+        Buffer c = make_buffer(t, size_t(s.M) * s.N, true, rng);
+        std::string name = kernel_name(s, t, target.vector_bits) + layout_name(which);
+        jit.lookup<Kernel>(name)(a.bytes.data(), b.bytes.data(), c.bytes.data());
+        int mismatches = 0;
+        for (int i = 0; i < s.M; ++i)
+          for (int j = 0; j < s.N; ++j) {
+            double want = c.values[size_t(i) * s.N + j];
+            for (int k = 0; k < s.K; ++k)
+              want += a.values[at ? size_t(k) * s.M + i : size_t(i) * s.K + k] *
+                      b.values[bt ? size_t(j) * s.K + k : size_t(k) * s.N + j];
+            double got = read_acc(t, c, size_t(i) * s.N + j);
+            if (got != want && mismatches++ < 3)
+              ADD_FAILURE() << name << " on " << (*target.cpu ? target.cpu : "host") << ": C[" << i << "][" << j
+                            << "] = " << got << ", want " << want;
+          }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, TransposedDotMatchesReference, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// A transposed B is transposed with shuffles, never gathered: no gather instruction,
+// and the FMAs stay zmm vector code.
+TEST(DotMicrokernel, TransposedBIsShuffledNotGathered) {
+  if (!host_has_avx512()) GTEST_SKIP() << "host has no AVX-512";
+  CpuJit jit("");
+  llvm::LLVMContext ctx;
+  auto m = jit.new_module(ctx);
+  add_dot_kernel(*m, "dot128x256x64_bt", {128, 256, 64}, DType::F32, 512, false, layout_of(2));
+  std::string text = jit.assembly(*m);
+  if (std::getenv("TESSERA_PRINT_ASM")) std::printf("%s\n", text.c_str());
+  EXPECT_EQ(text.find("gather"), std::string::npos);
+  int zmm_fmas = 0;
+  for (size_t pos = text.find("vfmadd"); pos != std::string::npos; pos = text.find("vfmadd", pos + 1))
+    zmm_fmas += text.substr(pos, text.find('\n', pos) - pos).find("zmm") != std::string::npos;
+  EXPECT_GE(zmm_fmas, 16) << "expected packed zmm FMAs";
+  EXPECT_EQ(text.find("call"), std::string::npos);
+}
+
+// each_micro_tile runs once per full micro-tile, with every index in [0, count) once:
+// the hook here adds 1 to counter[index] (a buffer of `count` i32), then the dot runs
+// as usual (results checked too).
+TEST(DotMicrokernel, MicroTileHookSeesEveryFullMicroTileOnce) {
+  if (!host_has_avx512()) GTEST_SKIP() << "host has no AVX-512";
+  CpuJit jit("");
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto m = jit.new_module(*ctx);
+  llvm::Type* ptr = llvm::PointerType::get(*ctx, 0);
+  auto* fn_ty = llvm::FunctionType::get(llvm::Type::getVoidTy(*ctx), {ptr, ptr, ptr, ptr}, false);
+  auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, "dot_hooked", *m);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(*ctx, "entry", f));
+  llvm::Type* f32 = b.getFloatTy();
+  int64_t seen_count = -1;
+  tessera::codegen::x86::MicroTileHook hook = [&](llvm::Value* index, int64_t count) {
+    seen_count = count;
+    llvm::Value* slot = b.CreateGEP(b.getInt32Ty(), f->getArg(3), index);
+    b.CreateStore(b.CreateAdd(b.CreateLoad(b.getInt32Ty(), slot), b.getInt32(1)), slot);
+  };
+  DotShape s{64, 128, 32};  // AVX-512 f32: 8 row blocks x 4 column blocks of 8x32
+  emit_dot(b, f->getArg(0), f->getArg(1), f->getArg(2), s, f32, f32, f32, 512,
+           tessera::codegen::x86::DotStart::LoadC, true, {}, hook);
+  b.CreateRetVoid();
+  EXPECT_EQ(seen_count, 32);
+  jit.add(std::move(m), std::move(ctx));
+  std::mt19937 rng(5);
+  Buffer a = make_buffer(DType::F32, size_t(s.M) * s.K, false, rng);
+  Buffer bm = make_buffer(DType::F32, size_t(s.K) * s.N, false, rng);
+  Buffer c = make_buffer(DType::F32, size_t(s.M) * s.N, true, rng);
+  std::vector<int32_t> counter(32, 0);
+  using Hooked = void(const void*, const void*, void*, int32_t*);
+  jit.lookup<Hooked>("dot_hooked")(a.bytes.data(), bm.bytes.data(), c.bytes.data(), counter.data());
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(counter[i], 1) << "micro-tile " << i;
+  for (int i = 0; i < s.M; ++i)
+    for (int j = 0; j < s.N; ++j) {
+      double want = c.values[size_t(i) * s.N + j];
+      for (int k = 0; k < s.K; ++k) want += a.values[size_t(i) * s.K + k] * bm.values[size_t(k) * s.N + j];
+      ASSERT_EQ(read_acc(DType::F32, c, size_t(i) * s.N + j), want) << i << "," << j;
+    }
+}
+
 // The micro-kernel must be FMA vector code with no calls: zmm with the AVX-512 blocking,
 // ymm with the AVX2 one. TESSERA_PRINT_ASM=1 prints the assembly.
 void expect_fma_vector_code(const char* cpu, int vector_bits, const char* reg) {
@@ -277,6 +413,16 @@ TEST(DotPacking, SameTypeOperandsAreNeverCopied) {
       EXPECT_FALSE(p.pack_b) << dtype_name(t);
       EXPECT_FALSE(p.convert_a) << dtype_name(t);
     }
+}
+
+TEST(DotPacking, TransposedBIsAlwaysPacked) {
+  llvm::LLVMContext ctx;
+  tessera::codegen::x86::DotLayout bt;
+  bt.b_transposed = true;
+  for (DType t : kTypes)
+    for (int bits : {256, 512})
+      for (DotShape s : {DotShape{128, 256, 64}, DotShape{1, 1, 1}, DotShape{8, 32, 4}})
+        EXPECT_TRUE(choose_dot_packing(s, input_type(t, ctx), acc_type(t, ctx), bits, bt).pack_b) << dtype_name(t);
 }
 
 TEST(DotPacking, WideningOperandsAreCopiedWhenReused) {

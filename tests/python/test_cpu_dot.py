@@ -345,3 +345,82 @@ def test_avx2_blocking_all_dtypes_in_a_haswell_child(tmp_path):
                        timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "AVX2-OK" in r.stdout
+
+
+# --- transposed operands ------------------------------------------------------------------------
+# A tile loaded along its rows and transposed (`tl.trans(tl.load(...))`) reaches the dot as a
+# transposed buffer: A^T is read in place, B^T is transposed in registers into the packed
+# panels. Both, with masks (odd sizes), every float type and the tiny tiles that copy B^T
+# element by element (K or N below the vector width).
+@tessera.kernel
+def matmul_transposed_kernel(a_ptr, b_ptr, c_ptr, M, N, K, TRANS_A: tl.constexpr, TRANS_B: tl.constexpr,
+                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, CAST: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float64 if CAST == "f64" else tl.float32)
+    for k in range(0, K, BK):
+        if TRANS_A:   # A (M, K) stored as A^T (K, M): load (BK, BM) along M, transpose
+            a = tl.trans(tl.load(a_ptr + (k + rk[:, None]) * M + rm[None, :],
+                                 mask=(k + rk[:, None] < K) & (rm[None, :] < M), other=0.0))
+        else:
+            a = tl.load(a_ptr + rm[:, None] * K + k + rk[None, :], mask=(rm[:, None] < M) & (k + rk[None, :] < K),
+                        other=0.0)
+        if TRANS_B:   # B (K, N) stored as B^T (N, K): load (BN, BK) along K, transpose
+            b = tl.trans(tl.load(b_ptr + rn[:, None] * K + k + rk[None, :],
+                                 mask=(rn[:, None] < N) & (k + rk[None, :] < K), other=0.0))
+        else:
+            b = tl.load(b_ptr + (k + rk[:, None]) * N + rn[None, :], mask=(k + rk[:, None] < K) & (rn[None, :] < N),
+                        other=0.0)
+        if CAST == "bf16":
+            a = a.to(tl.bfloat16)
+            b = b.to(tl.bfloat16)
+        acc += tl.dot(a, b, input_precision="ieee")
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@pytest.mark.parametrize("trans", [(True, False), (False, True), (True, True)], ids=["At", "Bt", "AtBt"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "f64"])
+@pytest.mark.parametrize("M,N,K,blocks", [(65, 130, 47, (64, 128, 32)), (128, 256, 64, (128, 256, 64)),
+                                          (3, 5, 7, (4, 2, 2)), (33, 17, 9, (16, 16, 4)), (1, 1, 1, (1, 1, 1))],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_matmul_with_transposed_operands(trans, dtype, M, N, K, blocks):
+    ta, tb = trans
+    np_dt = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "f64": np.float64}[dtype]
+    a, b = _operands(M, N, K, np_dt, M * 31 + N + K)
+    a_in = np.ascontiguousarray(a.T) if ta else a
+    b_in = np.ascontiguousarray(b.T) if tb else b
+    c = poisoned((M, N), np.float64 if dtype == "f64" else np.float32)
+    bm, bn, bk = blocks
+    matmul_transposed_kernel[(tessera.cdiv(M, bm), tessera.cdiv(N, bn))](
+        a_in, b_in, c, M, N, K, TRANS_A=ta, TRANS_B=tb, BM=bm, BN=bn, BK=bk, CAST=dtype)
+    if dtype == "bf16":
+        a64, b64 = bf16_round(a).astype(np.float64), bf16_round(b).astype(np.float64)
+    else:
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    _check_float(c, a64, b64, 0.0, 2.0**-53 if dtype == "f64" else 2.0**-24, K)
+
+
+@pytest.mark.parametrize("trans", [(True, False), (False, True), (True, True)], ids=["At", "Bt", "AtBt"])
+def test_transposed_operands_are_not_gathered(trans):
+    # The transposed tiles go to the dot as they are: no gather copies them element by element.
+    ck = tessera.compile(matmul_transposed_kernel, "*fp32,*fp32,*fp32,i32,i32,i32",
+                         {"TRANS_A": trans[0], "TRANS_B": trans[1], "BM": 64, "BN": 64, "BK": 32, "CAST": "f32"})
+    assert "gather" not in ck.asm["llir-opt"]
+
+
+@pytest.mark.parametrize("trans", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["AB", "AtB", "ABt", "AtBt"])
+def test_k_loop_dot_prefetches_the_next_k_step(trans):
+    # In a K loop the dot prefetches the rows of the next step's tiles, whichever way they
+    # were loaded (results are checked by test_matmul_with_transposed_operands).
+    ck = tessera.compile(matmul_transposed_kernel, "*fp32,*fp32,*fp32,i32,i32,i32",
+                         {"TRANS_A": trans[0], "TRANS_B": trans[1], "BM": 64, "BN": 64, "BK": 32, "CAST": "f32"})
+    assert "llvm.prefetch" in ck.asm["llir-opt"]
+    assert "prefetcht1" in ck.asm["asm"]
+
+
+def test_dot_outside_a_loop_does_not_prefetch():
+    ck = tessera.compile(dot_tile_kernel, "*fp32,*fp32,*fp32,*fp32",
+                         {"M": 64, "N": 64, "K": 64, "CAST": "none", "USE_ACC": False, "PREC": "ieee"})
+    assert "llvm.prefetch" not in ck.asm["llir-opt"] and "prefetcht1" not in ck.asm["asm"]

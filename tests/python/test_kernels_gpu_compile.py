@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tessera.kernels as tk  # noqa: E402
+from tessera.kernels import linear as L  # noqa: E402
 from test_kernels_ops import ALL_CASES, MM_CASES, check_case  # noqa: E402
 
 J = importlib.import_module("tessera.jit")
@@ -50,6 +51,19 @@ def _record_specializations(monkeypatch, dtype):
                 gpu_options["num_warps"] = max(1, min(16, constexprs["BLOCK"] // 256))
             key = (kernel.__name__, repr(sorted(arg_types.items(), key=str)), repr(sorted(constexprs.items(), key=str)))
             seen.setdefault(key, (kernel, arg_types, constexprs, gpu_attrs, gpu_options, names))
+            if kernel is L._matmul_kernel_cpu:
+                # On a GPU the same launch runs _matmul_kernel (same arguments and
+                # constexprs) with the GPU's tiles and launch options (linear._gpu_tiles).
+                gk = dict(constexprs)
+                go = dict(gpu_options)
+                elem = str(arg_types["A"])
+                if elem == "pointer<fp64>":
+                    gk.update(BLOCK_M=L.BM, BLOCK_N=L.BN, BLOCK_K=L.BK)
+                else:
+                    gk.update(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32 if elem == "pointer<fp32>" else 64)
+                    go.update(num_warps=8, num_stages=3)
+                key = ("_matmul_kernel", repr(sorted(arg_types.items(), key=str)), repr(sorted(gk.items(), key=str)))
+                seen.setdefault(key, (L._matmul_kernel, arg_types, gk, gpu_attrs, go, names))
         return real(kernel, arg_types, constexprs, attrs, options, target, names, use_cache)
 
     monkeypatch.setattr(J, "compile_specialization", recording)

@@ -208,6 +208,25 @@ def test_reduction_gpu_launch_plans_on_the_cpu(monkeypatch, name, shape):
     check_case(case, shape, torch.float32)
 
 
+# Sizes past the CPU matmul's largest tile (128 x 128 x 128): several programs in each
+# direction, several K steps with a masked tail, and the backward products' transposed
+# operands (dW = dz^T @ x reads dz M-major; dk = ds^T @ q) on masked edges.
+BIG_MM_CASES = [
+    Case("attention_score_big", lambda s, d, g: [_x((2, 3, 140, 80), d, g), _x((2, 3, 150, 80), d, g)],
+         lambda q, k: tk.attention_score(q, k), lambda q, k: q @ k.transpose(-1, -2) * 80 ** -0.5),
+    Case("linear_relu_big", lambda s, d, g: [_x((3, 131, 200), d, g), _x((300, 200), d, g, 0.1), _vec(300, d, g)],
+         tk.linear_relu, lambda x, w, b: F.relu(F.linear(x, w, b))),
+    Case("linear_gelu_big", lambda s, d, g: [_x((393, 200), d, g), _x((300, 200), d, g, 0.1), _vec(300, d, g)],
+         tk.linear_gelu, lambda x, w, b: F.gelu(F.linear(x, w, b))),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_dt_id)
+@pytest.mark.parametrize("case", BIG_MM_CASES, ids=lambda c: c.name)
+def test_matmul_ops_past_one_tile(case, dtype):
+    check_case(case, None, dtype)
+
+
 def _gradcheck_inputs(case):
     gen = torch.Generator().manual_seed(7)
     shape = 12 if case in MM_CASES else (3, 7)

@@ -68,31 +68,36 @@ Blocking choose_blocking(int vector_bits, llvm::Type* acc_ty) {
 //               else that needs no widening) are not copied.
 // A copy only pays where it is read by at least two row blocks (B) or two column
 // blocks (A); below that the unpacked path converts each element once anyway.
-DotPacking choose_packing(DotShape s, llvm::Type* a_ty, llvm::Type* c_ty, const Blocking& blk) {
+DotPacking choose_packing(DotShape s, llvm::Type* a_ty, llvm::Type* c_ty, const Blocking& blk,
+                          DotLayout layout) {
   DotPacking p;
   int width = std::min(blk.lanes, s.N);
   int cols_per_block = blk.vectors * width;
   bool widens = a_ty != c_ty;  // a_ty == b_ty (checked by emit_dot)
-  p.pack_b = widens && s.N >= cols_per_block && s.M >= 2 * blk.rows;
+  p.pack_b = layout.b_transposed || (widens && s.N >= cols_per_block && s.M >= 2 * blk.rows);
   p.convert_a = widens && s.N >= 2 * cols_per_block;
   return p;
 }
 
 // One matrix operand as the micro-tiles read it: element (row, col) is at
-// base + row * row_stride + col, of type elem.
+// base + row * row_stride + col * col_stride, of type elem. B operands (read as row
+// vectors) always have col_stride 1; A may be transposed (row_stride 1).
 struct Operand {
   Value* base;
   llvm::Type* elem;
   int64_t row_stride;
   llvm::Align align;  // of every vector load from it
+  int64_t col_stride = 1;
 };
 
 class DotEmitter {
  public:
   DotEmitter(llvm::IRBuilderBase& b, Value* a, Value* bm, Value* c, DotShape shape,
              llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty, int vector_bits, DotStart start,
-             bool c_first)
-      : start_(start),
+             bool c_first, DotLayout layout, const MicroTileHook& each_micro_tile)
+      : each_micro_tile_(each_micro_tile),
+        start_(start),
+        layout_(layout),
         c_first_(c_first),
         b_(b),
         a_(a),
@@ -103,7 +108,7 @@ class DotEmitter {
         b_ty_(b_ty),
         c_ty_(c_ty),
         blk_(choose_blocking(vector_bits, c_ty)),
-        packing_(choose_packing(shape, a_ty, c_ty, blk_)),
+        packing_(choose_packing(shape, a_ty, c_ty, blk_, layout)),
         fn_(b.GetInsertBlock()->getParent()) {}
 
   void emit() {
@@ -114,21 +119,30 @@ class DotEmitter {
     int col_blocks = n_vectors / blk_.vectors;
     int rem_vectors = n_vectors % blk_.vectors;
     int cols_per_block = blk_.vectors * width;
-    Operand a{a_, a_ty_, s_.K, elem_align(a_ty_)};
-    if (packing_.convert_a) a = widen_a();
+    Operand a = layout_.a_transposed ? Operand{a_, a_ty_, 1, elem_align(a_ty_), s_.M}
+                                     : Operand{a_, a_ty_, s_.K, elem_align(a_ty_)};
+    if (packing_.convert_a) a = widen_a(a);
     Value* b_panel = nullptr;
     if (packing_.pack_b) b_panel = scratch(c_ty_, int64_t(s_.K) * cols_per_block);
+    // The columns [j0, j0 + cols) of B as the micro-tiles read them.
+    auto b_columns = [&](Value* j0, int cols) {
+      if (layout_.b_transposed) return pack_transposed_b_panel(j0, b_panel, cols, width);
+      Operand bcols{b_.CreateGEP(b_ty_, b_mat_, j0), b_ty_, s_.N, elem_align(b_ty_)};
+      return b_panel ? pack_b_panel(bcols, b_panel, cols, width) : bcols;
+    };
     if (col_blocks > 0) {
       emit_loop(col_blocks, "dot.cols", [&](Value* jb) {
         Value* j0 = b_.CreateMul(jb, i64(cols_per_block));
-        Operand bcols{b_.CreateGEP(b_ty_, b_mat_, j0), b_ty_, s_.N, elem_align(b_ty_)};
-        if (b_panel) bcols = pack_b_panel(bcols, b_panel, cols_per_block, width);
-        emit_row_blocks(a, bcols, j0, blk_.vectors, width);
+        col_block_ = jb;
+        col_blocks_ = col_blocks;
+        emit_row_blocks(a, b_columns(j0, cols_per_block), j0, blk_.vectors, width);
+        col_block_ = nullptr;
       });
     }
     if (rem_vectors > 0) {
       Value* j0 = i64(col_blocks * cols_per_block);
-      Operand bcols{b_.CreateGEP(b_ty_, b_mat_, j0), b_ty_, s_.N, elem_align(b_ty_)};
+      Operand bcols = layout_.b_transposed ? b_columns(j0, rem_vectors * width)
+                                           : Operand{b_.CreateGEP(b_ty_, b_mat_, j0), b_ty_, s_.N, elem_align(b_ty_)};
       emit_row_blocks(a, bcols, j0, rem_vectors, width);
     }
     b_.CreateBr(after);
@@ -136,8 +150,9 @@ class DotEmitter {
   }
 
  private:
-  // A widened to the accumulator type into a scratch buffer, `lanes` elements a step.
-  Operand widen_a() {
+  // A widened to the accumulator type into a scratch buffer, `lanes` elements a step
+  // (A is dense either way round, so the copy keeps its layout).
+  Operand widen_a(const Operand& a) {
     int64_t count = int64_t(s_.M) * s_.K;
     int width = static_cast<int>(std::min<int64_t>(blk_.lanes, count));
     Value* out = scratch(c_ty_, count);
@@ -152,7 +167,7 @@ class DotEmitter {
         b_.CreateAlignedStore(widen(v, out_ty), b_.CreateGEP(c_ty_, out, at), vector_align(width));
       }
     });
-    return Operand{out, c_ty_, s_.K, vector_align(width)};
+    return Operand{out, c_ty_, a.row_stride, vector_align(width), a.col_stride};
   }
 
   // The K×cols panel of B at `bcols`, copied (and widened) row by row into `panel`.
@@ -175,12 +190,81 @@ class DotEmitter {
     return Operand{panel, c_ty_, cols, vector_align(width)};
   }
 
+  // The K×cols panel of B from columns j0.. of a transposed B (buffer B^T, N×K row-major:
+  // column n of B is the K contiguous elements of row n of B^T), widened, into `panel`.
+  //
+  // Worked example, f32 on AVX-512, K = 64, cols = 32: for each of the 4 k blocks and 2
+  // column blocks, load 16 rows of B^T as 16 zmm (row c holds B[k0 .. k0+16)[j0+c]),
+  // transpose them in registers (4 rounds of 16 two-source shuffles: round h swaps
+  // h×h blocks between pairs of registers h apart), and store register i as panel row
+  // k0+i. 64 shuffles per 256 elements, against a 16-lane gather per 16 elements when the
+  // transposed tile is copied element by element. K or N below the vector width (tiny
+  // tiles) copy one element at a time.
+  Operand pack_transposed_b_panel(Value* j0, Value* panel, int cols, int width) {
+    Value* src = b_.CreateGEP(b_ty_, b_mat_, b_.CreateMul(j0, i64(s_.K)));
+    if (s_.K % width != 0) {
+      emit_loop(s_.K, "dot.pack_bt", [&](Value* k) {
+        for (int c = 0; c < cols; ++c) {
+          Value* at = b_.CreateAdd(k, i64(int64_t(c) * s_.K));
+          Value* v = load(b_ty_, b_.CreateGEP(b_ty_, src, at), b_ty_);
+          store(widen(v, c_ty_), b_.CreateGEP(c_ty_, panel, b_.CreateAdd(b_.CreateMul(k, i64(cols)), i64(c))),
+                c_ty_);
+        }
+      });
+      return Operand{panel, c_ty_, cols, elem_align(c_ty_)};
+    }
+    auto* in_ty = llvm::FixedVectorType::get(b_ty_, width);
+    auto* out_ty = llvm::FixedVectorType::get(c_ty_, width);
+    emit_loop(s_.K / width, "dot.pack_bt", [&](Value* kb) {
+      Value* k0 = b_.CreateMul(kb, i64(width));
+      for (int cb = 0; cb < cols / width; ++cb) {
+        std::vector<Value*> rows(width);
+        for (int c = 0; c < width; ++c) {
+          Value* at = b_.CreateAdd(k0, i64(int64_t(cb * width + c) * s_.K));
+          rows[c] = widen(load(in_ty, b_.CreateGEP(b_ty_, src, at), b_ty_), out_ty);
+        }
+        transpose_in_registers(rows);
+        for (int i = 0; i < width; ++i) {
+          Value* row = b_.CreateMul(b_.CreateAdd(k0, i64(i)), i64(cols));
+          b_.CreateAlignedStore(rows[i], b_.CreateGEP(c_ty_, panel, b_.CreateAdd(row, i64(cb * width))),
+                                vector_align(width));
+        }
+      }
+    });
+    return Operand{panel, c_ty_, cols, vector_align(width)};
+  }
+
+  // rows[i][j] = M[i][j] becomes rows[i][j] = M[j][i] (W = rows.size() vectors of W lanes,
+  // a power of two). Round h exchanges bit h of the row index with bit h of the lane
+  // index: for rows r and r + h (bit h of r clear), lanes with bit h clear stay, and
+  // lanes with bit h set come from the other row h lanes away.
+  void transpose_in_registers(std::vector<Value*>& rows) {
+    int w = static_cast<int>(rows.size());
+    for (int h = 1; h < w; h *= 2) {
+      std::vector<int> lo_mask(w), hi_mask(w);
+      for (int j = 0; j < w; ++j) {
+        bool set = (j & h) != 0;
+        lo_mask[j] = set ? w + j - h : j;  // row r:     a[j], or b[j - h]
+        hi_mask[j] = set ? w + j : j + h;  // row r + h: a[j + h], or b[j]
+      }
+      for (int r = 0; r < w; ++r) {
+        if (r & h) continue;
+        Value* a = rows[r];
+        Value* b = rows[r + h];
+        rows[r] = b_.CreateShuffleVector(a, b, lo_mask);
+        rows[r + h] = b_.CreateShuffleVector(a, b, hi_mask);
+      }
+    }
+  }
+
   // All row blocks of one column block starting at column j0 of C.
   void emit_row_blocks(const Operand& a, const Operand& bcols, Value* j0, int vectors, int width) {
     int row_blocks = s_.M / blk_.rows;
     int rem_rows = s_.M % blk_.rows;
     if (row_blocks > 0) {
       emit_loop(row_blocks, "dot.rows", [&](Value* ib) {
+        if (each_micro_tile_ && col_block_)
+          each_micro_tile_(b_.CreateAdd(b_.CreateMul(col_block_, i64(row_blocks)), ib), col_blocks_ * row_blocks);
         emit_micro_tile(a, bcols, b_.CreateMul(ib, i64(blk_.rows)), j0, blk_.rows, vectors, width);
       });
     }
@@ -217,7 +301,7 @@ class DotEmitter {
         b_vecs[v] = widen(raw, acc_vec_ty);
       }
       for (int r = 0; r < rows; ++r) {
-        Value* a_elem = load(a.elem, b_.CreateGEP(a.elem, a_rows[r], k), a.elem);
+        Value* a_elem = load(a.elem, b_.CreateGEP(a.elem, a_rows[r], b_.CreateMul(k, i64(a.col_stride))), a.elem);
         Value* a_splat = b_.CreateVectorSplat(width, widen(a_elem, c_ty_));
         for (int v = 0; v < vectors; ++v)
           acc[r * vectors + v] = mul_add(a_splat, b_vecs[v], acc[r * vectors + v]);
@@ -350,7 +434,11 @@ class DotEmitter {
     return after;
   }
 
+  const MicroTileHook& each_micro_tile_;
+  Value* col_block_ = nullptr;  // the column block's index while its row blocks are emitted
+  int64_t col_blocks_ = 0;
   DotStart start_;
+  DotLayout layout_;
   bool c_first_;
   llvm::IRBuilderBase& b_;
   Value* a_;
@@ -377,13 +465,15 @@ bool supported_types(llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty) {
 
 }  // namespace
 
-DotPacking choose_dot_packing(DotShape shape, llvm::Type* a_ty, llvm::Type* c_ty, int vector_bits) {
-  return choose_packing(shape, a_ty, c_ty, choose_blocking(vector_bits, c_ty));
+DotPacking choose_dot_packing(DotShape shape, llvm::Type* a_ty, llvm::Type* c_ty, int vector_bits,
+                              DotLayout layout) {
+  return choose_packing(shape, a_ty, c_ty, choose_blocking(vector_bits, c_ty), layout);
 }
 
 void emit_dot(llvm::IRBuilderBase& b, llvm::Value* a, llvm::Value* bm, llvm::Value* c,
               DotShape shape, llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty,
-              int vector_bits, DotStart start, bool c_first) {
+              int vector_bits, DotStart start, bool c_first, DotLayout layout,
+              const MicroTileHook& each_micro_tile) {
   if (!supported_types(a_ty, b_ty, c_ty))
     llvm::report_fatal_error(
         "Tessera bug: emit_dot supports f32/f16/bf16 -> f32, f64 -> f64 "
@@ -392,7 +482,7 @@ void emit_dot(llvm::IRBuilderBase& b, llvm::Value* a, llvm::Value* bm, llvm::Val
     llvm::report_fatal_error("Tessera bug: emit_dot needs power-of-two M, N, K");
   llvm::IRBuilderBase::FastMathFlagGuard keep_callers_flags(b);
   b.clearFastMathFlags();
-  DotEmitter(b, a, bm, c, shape, a_ty, b_ty, c_ty, vector_bits, start, c_first).emit();
+  DotEmitter(b, a, bm, c, shape, a_ty, b_ty, c_ty, vector_bits, start, c_first, layout, each_micro_tile).emit();
 }
 
 }  // namespace tessera::codegen::x86

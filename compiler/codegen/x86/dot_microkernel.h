@@ -3,6 +3,8 @@
 
 #include <llvm/IR/IRBuilder.h>
 
+#include <functional>
+
 namespace tessera::codegen::x86 {
 
 struct DotShape {
@@ -27,20 +29,38 @@ struct DotShape {
 //                `add(dot(A, B, 0), C)` with c_first = false: the operand order of
 //                the add, kept for NaN payloads) without a buffer for the dot.
 enum class DotStart { LoadC, Zero, ZeroThenAdd };
+
+// How A and B lie in their buffers: row-major (the default), or transposed, i.e. the
+// buffer is A^T (K×M row-major) or B^T (N×K row-major), as `tl.trans(tl.load(...))` of a
+// tile loaded along its rows leaves it (x @ W^T, q @ k^T, dz^T @ x). A transposed A is
+// read in place (its M elements at one k are adjacent: the broadcasts get cheaper); a
+// transposed B is transposed 16×16 blocks at a time in registers into the packed panels.
+struct DotLayout {
+  bool a_transposed = false;
+  bool b_transposed = false;
+};
+
+// `each_micro_tile(index, count)`, if given, emits code at the start of each of the
+// `count` full micro-tiles (index an i64 in [0, count)): the caller spreads work over
+// the dot with it (prefetches of the next K step's tiles).
+using MicroTileHook = std::function<void(llvm::Value* index, int64_t count)>;
 void emit_dot(llvm::IRBuilderBase& b, llvm::Value* a, llvm::Value* bm, llvm::Value* c,
               DotShape shape, llvm::Type* a_ty, llvm::Type* b_ty, llvm::Type* c_ty,
-              int vector_bits, DotStart start = DotStart::LoadC, bool c_first = true);
+              int vector_bits, DotStart start = DotStart::LoadC, bool c_first = true,
+              DotLayout layout = {}, const MicroTileHook& each_micro_tile = {});
 
 // Which operands emit_dot copies before the micro-tiles run (see dot_microkernel.cpp):
 //   pack_b:    each K×NR column panel of B is copied, widened to the accumulator type,
 //              into one contiguous buffer just before the row blocks that read it;
 //   convert_a: A is widened to the accumulator type once (f16/bf16/i8 inputs), so the
 //              micro-tiles broadcast from it without a conversion per use.
+// A transposed B is always packed (the copy is where it is transposed).
 // Exposed for the tests; the choice depends on the shape, the types and the blocking.
 struct DotPacking {
   bool pack_b = false;
   bool convert_a = false;
 };
-DotPacking choose_dot_packing(DotShape shape, llvm::Type* a_ty, llvm::Type* c_ty, int vector_bits);
+DotPacking choose_dot_packing(DotShape shape, llvm::Type* a_ty, llvm::Type* c_ty, int vector_bits,
+                              DotLayout layout = {});
 
 }  // namespace tessera::codegen::x86

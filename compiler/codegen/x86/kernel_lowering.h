@@ -32,6 +32,7 @@
 #include <unordered_set>
 
 #include "analysis/axis_info.h"
+#include "codegen/x86/dot_microkernel.h"
 #include "ir/ir.h"
 #include "tessera/compiler.h"
 
@@ -164,6 +165,8 @@ class KernelLowering {
   std::vector<llvm::Value*> emit_combine(const ir::Op& op, const std::vector<llvm::Value*>& lhs,
                                          const std::vector<llvm::Value*>& rhs);
   void lower_dot(const ir::Op& op);
+  TileRef dot_operand(const ir::Value* v, bool& transposed);
+  MicroTileHook next_k_step_prefetches(const ir::Op& dot);
   // The add of `acc += dot(a, b)` when it can be fused into the dot (see lower_dot);
   // sets `carried` to the loop-carried acc.
   const ir::Op* fusable_dot_add(const ir::Op& dot, const ir::Value*& carried);

@@ -250,16 +250,103 @@ const Op* KernelLowering::fusable_dot_add(const Op& dot, const Value*& carried) 
   return add;
 }
 
+// A dot operand's buffer, and whether it holds the operand transposed: a permuted view
+// of a dense buffer (`tl.trans(tl.load(...))`, strides (1, rows)) goes to emit_dot as
+// it is, which reads or packs it transposed, instead of being copied element by
+// element (a gather per vector) into a row-major buffer first.
+TileRef KernelLowering::dot_operand(const Value* v, bool& transposed) {
+  const TileRef& r = tile(v);
+  const auto& shape = v->type.shape;
+  transposed = !is_contiguous(r, v->type) && r.kind == TileRef::View && r.offset == 0 && shape.size() == 2 &&
+               r.strides[0] == 1 && r.strides[1] == shape[0];
+  return transposed ? r : materialize(v);
+}
+
+// The K loop of a matmul reads, next iteration, the tiles that follow the ones its dot
+// reads now along K: for an operand loaded with K as the loaded tile's minor dimension
+// (A as [BM, BK]; B^T as [BN, BK], then transposed) the continuation of each row; with
+// K as the major one (B as [BK, BN]; A^T as [BK, BM]) the next BK rows. The dot
+// prefetches those rows into L2, a few cache lines per micro-tile so that the requests
+// spread over its run, and the next iteration's loads find them in L2 instead of
+// waiting on L3 row by row (rows lie in different pages, which the hardware
+// prefetchers do not follow). Measured on the 2-core Zen 4 (one thread, CPU time, best
+// of 7, the two builds side by side in one process, four runs): x @ W^T at
+// 512x1024x1024 2-4% faster (11.70 -> 11.21 ms), dz @ W 1-3%, dz^T @ x 0-1%, q @ k^T
+// at 8x512x512x64 5%. prefetcht1 never faults: past the end of an array (the last K
+// step) it is harmless.
+MicroTileHook KernelLowering::next_k_step_prefetches(const Op& dot) {
+  const Block* body = dot.parent;
+  if (!body || !body->parent() || !body->parent()->parent() || body->parent()->parent()->kind != OpKind::For)
+    return {};
+  struct Rows {
+    llvm::Value* pointers;  // alloca: one pointer per row, a row length ahead
+    int64_t rows, lines_per_row;
+  };
+  std::vector<Rows> operands;
+  for (int i = 0; i < 2; ++i) {
+    const Value* v = dot.operands[i];
+    const Op* d = v->def();
+    bool transposed = d && d->kind == OpKind::Permute;
+    if (transposed) {
+      v = d->operands[0];
+      d = v->def();
+    }
+    if (!d || d->kind != OpKind::Load || d->parent != body || v->type.shape.size() != 2) continue;
+    bool k_is_minor = (i == 0) != transposed;  // A [M, K] as loaded, or B^T [N, K]
+    const Value* ptrs = d->operands[0];
+    int64_t rows = v->type.shape[0], row_bytes = v->type.shape[1] * v->type.elem.bytes();
+    const auto& ai = axis_.get(ptrs);
+    if (ai.contiguity.size() != 2 || ai.contiguity[1] < v->type.shape[1] || row_bytes < 64 || rows < 2) continue;
+    auto row_start = [&](llvm::Value* r) {
+      Chunk c;
+      c.idx = {r, b_.getInt64(0)};
+      c.width = 1;
+      return emit_chunk(ptrs, c);
+    };
+    // Bytes from a row to its next tile's: a row length along K, or `rows` rows down.
+    llvm::Value* ahead = b_.getInt64(row_bytes);
+    if (!k_is_minor) {
+      llvm::Value* row0 = b_.CreatePtrToInt(row_start(b_.getInt64(0)), b_.getInt64Ty());
+      llvm::Value* row1 = b_.CreatePtrToInt(row_start(b_.getInt64(1)), b_.getInt64Ty());
+      ahead = b_.CreateMul(b_.CreateSub(row1, row0), b_.getInt64(rows));
+    }
+    llvm::Value* table = alloca_in_entry(b_.getPtrTy(), rows);
+    counted_loop(rows, 1, [&](llvm::Value* r) {
+      b_.CreateStore(b_.CreateGEP(b_.getInt8Ty(), row_start(r), ahead), b_.CreateGEP(b_.getPtrTy(), table, r));
+    });
+    operands.push_back({table, rows, row_bytes / 64});
+  }
+  if (operands.empty()) return {};
+  return [this, operands](llvm::Value* tile, int64_t tiles) {
+    for (const Rows& o : operands) {
+      int64_t lines = o.rows * o.lines_per_row;
+      int64_t per_tile = (lines + tiles - 1) / tiles;
+      for (int64_t l = 0; l < per_tile; ++l) {
+        llvm::Value* line = b_.CreateAdd(b_.CreateMul(tile, b_.getInt64(per_tile)), b_.getInt64(l));
+        line = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, line, b_.getInt64(lines - 1));
+        llvm::Value* row = b_.CreateUDiv(line, b_.getInt64(o.lines_per_row));
+        llvm::Value* off = b_.CreateMul(b_.CreateURem(line, b_.getInt64(o.lines_per_row)), b_.getInt64(64));
+        llvm::Value* base = b_.CreateLoad(b_.getPtrTy(), b_.CreateGEP(b_.getPtrTy(), o.pointers, row));
+        b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {base->getType()},
+                           {b_.CreateGEP(b_.getInt8Ty(), base, off), /*rw=*/b_.getInt32(0),
+                            /*locality: L2=*/b_.getInt32(2), /*data=*/b_.getInt32(1)});
+      }
+    }
+  };
+}
+
 void KernelLowering::lower_dot(const Op& op) {
   const Type& at = op.operands[0]->type;
   const Type& bt = op.operands[1]->type;
   const Type& ct = op.result()->type;
-  TileRef a = materialize(op.operands[0]);
-  TileRef bm = materialize(op.operands[1]);
+  DotLayout layout;
+  TileRef a = dot_operand(op.operands[0], layout.a_transposed);
+  TileRef bm = dot_operand(op.operands[1], layout.b_transposed);
+  MicroTileHook prefetch = next_k_step_prefetches(op);
   DotShape shape{static_cast<int>(at.shape[0]), static_cast<int>(bt.shape[1]), static_cast<int>(at.shape[1])};
   auto dot_into = [&](const TileRef& c, DotStart start, bool c_first) {
     emit_dot(b_, a.base, bm.base, c.base, shape, llvm_mem_type(ctx_, at.elem), llvm_mem_type(ctx_, bt.elem),
-             llvm_mem_type(ctx_, ct.elem), target_.vector_bits, start, c_first);
+             llvm_mem_type(ctx_, ct.elem), target_.vector_bits, start, c_first, layout, prefetch);
   };
   const Value* carried = nullptr;
   if (const Op* add = fusable_dot_add(op, carried)) {
