@@ -24,6 +24,27 @@ ACT_NONE, ACT_RELU, ACT_GELU, ACT_GELU_TANH = 0, 1, 2, 3
 BM, BN, BK = 64, 64, 32
 
 
+def _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC):
+    """Both matmul kernels' epilogue, inlined into each (ACT, HAS_BIAS, STORE_Z and SCALE
+    are their constexprs): scale, bias, the pre-activation Z if asked, the activation,
+    the store of C (batch, M, N) contiguous."""
+    if SCALE:
+        acc = acc * scale
+    if HAS_BIAS:
+        acc += tl.load(BIAS + rn, mask=rn < N, other=0.0).to(ACC)[None, :]
+    out_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    offs = batch * s_cb + rm[:, None] * N + rn[None, :]
+    if STORE_Z:
+        tl.store(Z + offs, acc, mask=out_mask)
+    if ACT == 1:
+        acc = tl.maximum(acc, 0.0)
+    if ACT == 2:
+        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+    if ACT == 3:
+        acc = 0.5 * acc * (1.0 + tl.tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)))
+    tl.store(C + offs, acc, mask=out_mask)
+
+
 @tessera.kernel
 def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, scale,
                    A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr,
@@ -61,21 +82,7 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
         a_ptrs += BLOCK_K * s_ak
         b_ptrs += BLOCK_K * s_bk
-    if SCALE:
-        acc = acc * scale
-    if HAS_BIAS:
-        acc += tl.load(BIAS + rn, mask=rn < N, other=0.0).to(ACC)[None, :]
-    out_mask = (rm[:, None] < M) & (rn[None, :] < N)
-    offs = batch * s_cb + rm[:, None] * N + rn[None, :]
-    if STORE_Z:
-        tl.store(Z + offs, acc, mask=out_mask)
-    if ACT == 1:
-        acc = tl.maximum(acc, 0.0)
-    if ACT == 2:
-        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
-    if ACT == 3:
-        acc = 0.5 * acc * (1.0 + tl.tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)))
-    tl.store(C + offs, acc, mask=out_mask)
+    _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC)
 
 
 @tessera.kernel
@@ -114,21 +121,7 @@ def _matmul_kernel_cpu(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, 
             b = tl.load(b_base + (k + rk[:, None]) * s_bk + rn[None, :] * s_bn,
                         mask=(rk[:, None] < K - k) & (rn[None, :] < N), other=0.0)
         acc = tl.dot(a, b, acc, input_precision="ieee")
-    if SCALE:
-        acc = acc * scale
-    if HAS_BIAS:
-        acc += tl.load(BIAS + rn, mask=rn < N, other=0.0).to(ACC)[None, :]
-    out_mask = (rm[:, None] < M) & (rn[None, :] < N)
-    offs = batch * s_cb + rm[:, None] * N + rn[None, :]
-    if STORE_Z:
-        tl.store(Z + offs, acc, mask=out_mask)
-    if ACT == 1:
-        acc = tl.maximum(acc, 0.0)
-    if ACT == 2:
-        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
-    if ACT == 3:
-        acc = 0.5 * acc * (1.0 + tl.tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)))
-    tl.store(C + offs, acc, mask=out_mask)
+    _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC)
 
 
 def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_NONE, scale=None,
