@@ -9,24 +9,8 @@
 # `bash scripts/gpu_round.sh` on the GPU host with .carry carried along.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
-PY=${PYTHON:-python3}
-CORE="$ROOT/.carry/lib/libtessera_core.so"
-[ -f "$CORE" ] || { echo "missing $CORE: run scripts/prepare_gpu_round.sh on the development machine"; exit 2; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-
-BUILD=/tmp/tessera-binding-build
-GEN=$(command -v ninja >/dev/null && echo Ninja || echo "Unix Makefiles")
-cmake -S . -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_CORE=OFF -DTESSERA_BUILD_TESTS=OFF \
-  -DTESSERA_PREBUILT_CORE="$CORE" -DPython3_EXECUTABLE="$(command -v $PY)" > /tmp/tessera-cmake.log 2>&1 \
-  || { cat /tmp/tessera-cmake.log; exit 1; }
-cmake --build "$BUILD" -j 16 > /tmp/tessera-ninja.log 2>&1 || { cat /tmp/tessera-ninja.log; exit 1; }
-mkdir -p frontend/tessera/_lib
-cp -f "$BUILD"/frontend/csrc/_C*.so "$CORE" frontend/tessera/_lib/
-export PYTHONPATH="$ROOT/frontend${PYTHONPATH:+:$PYTHONPATH}"
-export TESSERA_CACHE_DIR=$(mktemp -d /tmp/tessera-gpu-cache.XXXXXX)
-OUT_DIR=${OUT:-/tmp/tessera-gpu-out}
-mkdir -p "$OUT_DIR"
+# shellcheck source=scripts/gpu_binding.sh
+. scripts/gpu_binding.sh
 
 echo "== GPU tests"
 $PY -m pytest -q -m gpu tests/python -p no:cacheprovider 2>&1 | tee "$OUT_DIR/gpu_tests.log" | tail -25
