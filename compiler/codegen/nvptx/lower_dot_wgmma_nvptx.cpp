@@ -32,18 +32,28 @@ namespace tessera::codegen::nvptx {
 
 using namespace ir;
 
+namespace {
+
+// K per wgmma instruction: 32 bytes of operand rows (k16 for 16-bit types, k8 for tf32).
+int64_t wgmma_k(MmaKind kind) { return kind == MmaKind::TF32 ? 8 : 16; }
+
+}  // namespace
+
 bool GpuLowering::wgmma_shape_ok(const Op& dot) const {
   if (!wgmma_ || num_warps_ % 4 != 0) return false;
   auto kind = mma_kind(dot);
-  if (!kind || (*kind != MmaKind::F16 && *kind != MmaKind::BF16)) return false;
+  // tf32x3 splits each operand into big and small halves in registers: mma.sync.
+  if (!kind || (*kind != MmaKind::F16 && *kind != MmaKind::BF16 && *kind != MmaKind::TF32)) return false;
   if (dot.result()->type.elem.kind != ScalarKind::F32) return false;
   const int64_t M = dot.operands[0]->type.shape[0], K = dot.operands[0]->type.shape[1];
   const int64_t N = dot.operands[1]->type.shape[1];
-  return M == 16 * num_warps_ && N >= 16 && N <= 256 && K % 16 == 0;
+  return M == 16 * num_warps_ && N >= 16 && N <= 256 && K % wgmma_k(*kind) == 0;
 }
 
 bool GpuLowering::wgmma_operand_ok(const StagedOperand& st, int kdim) const {
-  if (st.elem_bytes != 2) return false;
+  if (st.elem_bytes != 2 && st.elem_bytes != 4) return false;
+  // tf32 operands must be K-major: the PTX ISA gives imm-trans-a/b to 16-bit types only.
+  if (st.elem_bytes == 4 && st.contig_dim != kdim) return false;
   if (st.contig_dim == kdim) return st.row_bytes == 32 || st.row_bytes == 64 || st.row_bytes == 128;
   return st.row_bytes % 128 == 0;  // N-major B or M-major A, in 64-element blocks
 }
@@ -118,12 +128,18 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
   llvm::Value* a_start = smem_addr(a_base);
   llvm::Value* b_start = smem_addr(sb.buf);
 
-  const char* ty = kind == MmaKind::BF16 ? "bf16" : "f16";
+  // tf32 has no transpose immediates (both operands K-major, wgmma_operand_ok): the
+  // instruction ends after imm-scale-b.
+  const bool tf32 = kind == MmaKind::TF32;
+  const char* ty = tf32 ? "tf32" : kind == MmaKind::BF16 ? "bf16" : "f16";
+  const int64_t kstep = wgmma_k(kind);
   std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nacc + 2) + ", 0;\n" +
-                     "wgmma.mma_async.sync.aligned.m64n" + std::to_string(N) + "k16.f32." + ty + "." + ty + " {";
+                     "wgmma.mma_async.sync.aligned.m64n" + std::to_string(N) + "k" + std::to_string(kstep) + ".f32." +
+                     ty + "." + ty + " {";
   for (int i = 0; i < nacc; ++i) text += (i ? ", $" : "$") + std::to_string(i);
-  text += "}, $" + std::to_string(2 * nacc) + ", $" + std::to_string(2 * nacc + 1) + ", p, 1, 1, " +
-          (a_m_major ? "1, " : "0, ") + (b_n_major ? "1" : "0") + ";\n}";
+  text += "}, $" + std::to_string(2 * nacc) + ", $" + std::to_string(2 * nacc + 1) + ", p, 1, 1";
+  if (!tf32) text += std::string(", ") + (a_m_major ? "1, " : "0, ") + (b_n_major ? "1" : "0");
+  text += ";\n}";
   std::string cons;
   for (int i = 0; i < nacc; ++i) cons += "=f,";
   for (int i = 0; i < nacc; ++i) cons += std::to_string(i) + ",";
@@ -137,7 +153,9 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
   auto* wgmma = llvm::InlineAsm::get(fty, text, cons, /*hasSideEffects=*/true);
 
   emit_asm(b_, "wgmma.fence.sync.aligned;");
-  for (int64_t kk = 0; kk < K / 16; ++kk) {
+  // A K-major k-step is 32 bytes further along the rows (16 f16 or 8 tf32 elements);
+  // an MN-major one (16-bit only) 16 rows of 128 bytes further down.
+  for (int64_t kk = 0; kk < K / kstep; ++kk) {
     uint64_t a_off = a_m_major ? static_cast<uint64_t>(16 * kk * 128) : static_cast<uint64_t>(32 * kk);
     uint64_t b_off = b_n_major ? static_cast<uint64_t>(16 * kk * 128) : static_cast<uint64_t>(32 * kk);
     llvm::Value* da = b_.CreateOr(b_.CreateLShr(b_.CreateAdd(a_start, b_.getInt64(a_off)), 4), b_.getInt64(a_bits));

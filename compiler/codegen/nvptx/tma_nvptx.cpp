@@ -140,7 +140,7 @@ std::optional<GpuLowering::TmaMap> GpuLowering::match_tma_load(const Op& load, c
   const Value* res = load.result();
   if (res->type.rank() != 2 || load.operands.size() < 2) return std::nullopt;  // the bounds come from the mask
   const int eb = res->type.elem.bytes();
-  if (eb != 2) return std::nullopt;
+  if (eb != 2 && eb != 4) return std::nullopt;  // f16/bf16, or fp32 bits for tf32 (K-major rows only)
   TmaMap m;
   m.load = &load;
   m.elem_bytes = eb;
@@ -240,6 +240,7 @@ std::optional<GpuLowering::TmaMap> GpuLowering::match_tma_load(const Op& load, c
   m.box_outer = rows;
   if (!geom) return m;  // the address and mask qualify; the ring's format is not known yet
   if (geom->block_bytes) {
+    if (eb != 2) return std::nullopt;  // MN-major blocks hold 16-bit operands only
     m.box_inner = 128 / eb;
     m.swizzle_bytes = 128;
     m.copies = static_cast<int>(cols * eb / 128);
