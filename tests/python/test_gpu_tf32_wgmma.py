@@ -50,11 +50,11 @@ def _mm_nn(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
     tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def inputs(M, N, K, seed, pad=0):
-    """A (M x K) and W (N x K), rows padded to a multiple of 4 elements (16 bytes, the
-    TMA's stride rule) plus `pad`."""
+def inputs(M, N, K, seed, ld=None):
+    """A (M x K) and W (N x K) with row stride ld (default: K rounded up to 16 elements,
+    which the launch's specialization proves 16-byte aligned, so odd K still takes the TMA)."""
     g = torch.Generator(device=DEV).manual_seed(seed)
-    ld = -(-max(K, 4) // 4) * 4 + pad
+    ld = ld or -(-max(K, 16) // 16) * 16
     a = torch.randn(M, ld, device=DEV, generator=g)[:, :K]
     w = torch.randn(N, ld, device=DEV, generator=g)[:, :K]
     return a, w
@@ -127,11 +127,23 @@ def test_nt_tf32_cp_async_ring(monkeypatch, M, N, K):
 
 
 def test_nt_tf32_padded_row_strides(monkeypatch):
-    a, w = inputs(192, 160, 224, seed=11, pad=36)  # rows of 260 elements (1040 bytes)
+    a, w = inputs(192, 160, 224, seed=11, ld=224 + 48)  # the maps' row stride is not K
     c, ck = run("NT", a, w, 128, 128, 32, 8, 3, monkeypatch=monkeypatch)
     check(c, a, w)
     if HOPPER:
         assert ck.metadata.get("tensor_maps")
+
+
+def test_nt_tf32_row_stride_the_tma_cannot_take(monkeypatch):
+    # Rows of 260 elements (1040 bytes): 16-byte aligned, but the specialization only marks
+    # strides divisible by 16 elements, so nothing proves the TMA's rule -- cp.async ring,
+    # still wgmma.
+    a, w = inputs(192, 160, 224, seed=13, ld=260)
+    c, ck = run("NT", a, w, 128, 128, 32, 8, 3, monkeypatch=monkeypatch)
+    check(c, a, w)
+    if HOPPER:
+        assert not ck.metadata.get("tensor_maps")
+        assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ck.asm["ptx"]
 
 
 @pytest.mark.parametrize("M,N,K,BM,BN,BK,num_warps,num_stages",
