@@ -27,7 +27,7 @@ CONFIGS = {"NT": [(128, 128, 32, 8, 3), (128, 256, 32, 8, 4), (128, 128, 32, 4, 
 
 def run_layout(TR, layout, size, cfg):
     M = N = K = size
-    BM, BN, BK, warps, stages = cfg
+    BM, BN, BK, warps, stages, group_m = (*cfg, 8)[:6]
     g = torch.Generator(device="cuda").manual_seed(size + (1 if layout == "NT" else 0))
     A = torch.randn(M, K, device="cuda", generator=g)
     W = torch.randn(N, K, device="cuda", generator=g) if layout == "NT" else None
@@ -39,9 +39,9 @@ def run_layout(TR, layout, size, cfg):
         if layout == "NT":
             return lambda: mod.matmul_nt_kernel[grid](A, W, C, M, N, K, A.stride(0), A.stride(1), W.stride(0),
                                                       W.stride(1), C.stride(0), C.stride(1), BM=BM, BN=BN, BK=BK,
-                                                      GROUP_M=8, num_warps=warps, num_stages=stages)
+                                                      GROUP_M=group_m, num_warps=warps, num_stages=stages)
         return lambda: mod.matmul_kernel[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
-                                               C.stride(0), C.stride(1), BM=BM, BN=BN, BK=BK, GROUP_M=8,
+                                               C.stride(0), C.stride(1), BM=BM, BN=BN, BK=BK, GROUP_M=group_m,
                                                num_warps=warps, num_stages=stages)
 
     ref = A.double() @ B.double()
@@ -70,20 +70,26 @@ def main():
     ap.add_argument("--sizes", default="4096,8192")
     ap.add_argument("--layouts", default="NN,NT")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--configs", default="", help="replace the configurations: BMxBNxBK/warps/stages[/GROUP_M],...")
     args = ap.parse_args()
+    if args.configs:
+        cfgs = [tuple(int(v) for v in c.replace("x", "/").split("/")) for c in args.configs.split(",")]
+        for layout in CONFIGS:
+            CONFIGS[layout] = cfgs
     TR = BG.load_triton_kernels()
     f = lambda v: f"{v:.1f}" if v else "n/a"
     r = lambda a, b: f"{a / b:.2f}" if a and b else "n/a"
     lines = [f"# tf32 matmul — {torch.cuda.get_device_name()}", "",
              "TFLOP/s (2 M N K / time, M = N = K); cuBLAS = torch.matmul with allow_tf32; Tessera and Triton "
-             "run bench/gpu_kernels.py's matmul_kernel (NN) / matmul_nt_kernel (NT); config BMxBNxBK/warps/stages.",
+             "run bench/gpu_kernels.py's matmul_kernel (NN) / matmul_nt_kernel (NT); config "
+             "BMxBNxBK/warps/stages[/GROUP_M, default 8].",
              "", "| layout | size | config | tessera | cuBLAS | triton | tessera / cuBLAS | tessera / triton | note |",
              "|---|---|---|---|---|---|---|---|---|"]
     for layout in args.layouts.split(","):
         for size in map(int, args.sizes.split(",")):
             for cfg in CONFIGS[layout]:
                 t, cb, tr, err = run_layout(TR, layout, size, cfg)
-                label = f"{cfg[0]}x{cfg[1]}x{cfg[2]}/{cfg[3]}/{cfg[4]}"
+                label = f"{cfg[0]}x{cfg[1]}x{cfg[2]}/{cfg[3]}/{cfg[4]}" + (f"/G{cfg[5]}" if len(cfg) > 5 else "")
                 lines.append(f"| {layout} | {size} | {label} | {f(t)} | {f(cb)} | {f(tr)} | {r(t, cb)} | {r(t, tr)} "
                              f"| {err} |")
                 print(lines[-1], flush=True)
