@@ -9,7 +9,8 @@
 //   ptr[i, j]  = base + (x0 + i) * s0 + (x1 + j)        (inner stride the constant 1)
 //   mask[i, j] = (x0 + i < b0) & (x1 + j < b1)           (`>= 0` terms are implied)
 // with base, s0, b0, b1 kernel parameters or constants (base and s0 divisible by 16,
-// which the launch's specialization guarantees) and x0, x1 any scalars. The host
+// which the launch's specialization guarantees) and x0, x1 any scalars; 2-byte elements,
+// or 4-byte ones (tf32 wgmma) in K-major rows. The host
 // encodes one CUtensorMap per such load (runtime/cuda/driver.cpp: dims {b1, b0},
 // row stride s0, box = the tile, the ring's swizzle) and passes it as a 128-byte
 // __grid_constant__ parameter after the kernel's own; out-of-bounds boxes read as
