@@ -234,17 +234,26 @@ def main():
     # tl.dot's default input_precision "tf32" in both JITs vs cuBLAS with allow_tf32.
     # Skinny (M = 16..128, N = K = 8192, fp16): BM = M up to 64, 128x64 column tiles.
     mm_rows = []
+    TF32_NT = (128, 256, 32, 4)  # BM, BN, BK, stages (bench/results/gpu_matmul_tf32.md's best for both JITs)
 
-    def mm_row(label, dtype, M, N, K, BM, BN, BK, warps, max_rel_err, stages=3):
+    def mm_row(label, dtype, M, N, K, BM, BN, BK, warps, max_rel_err, stages=3, nt=False):
+        # nt: B is W^T, W an N x K row-major weight (x @ W^T, nn.Linear's layout):
+        # gpu_kernels.matmul_nt_kernel reads W's K-contiguous rows; cuBLAS gets the same view.
         g = torch.Generator(device="cuda").manual_seed(M * 7 + N)
         A = torch.randn(M, K, device="cuda", dtype=dtype, generator=g)
-        B = torch.randn(K, N, device="cuda", dtype=dtype, generator=g)
+        W = torch.randn(N, K, device="cuda", dtype=dtype, generator=g) if nt else None
+        B = W.t() if nt else torch.randn(K, N, device="cuda", dtype=dtype, generator=g)
         Cm = torch.empty(M, N, device="cuda", dtype=dtype)
         grid = (tessera.cdiv(M, BM) * tessera.cdiv(N, BN),)
-        mm = lambda Kmod: (lambda: Kmod.matmul_kernel[grid](A, B, Cm, M, N, K, A.stride(0), A.stride(1),
-                                                            B.stride(0), B.stride(1), Cm.stride(0), Cm.stride(1),
-                                                            BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=warps,
-                                                            num_stages=stages))
+        if nt:
+            mm = lambda Kmod: (lambda: Kmod.matmul_nt_kernel[grid](
+                A, W, Cm, M, N, K, A.stride(0), A.stride(1), W.stride(0), W.stride(1), Cm.stride(0), Cm.stride(1),
+                BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=warps, num_stages=stages))
+        else:
+            mm = lambda Kmod: (lambda: Kmod.matmul_kernel[grid](A, B, Cm, M, N, K, A.stride(0), A.stride(1),
+                                                                B.stride(0), B.stride(1), Cm.stride(0), Cm.stride(1),
+                                                                BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=warps,
+                                                                num_stages=stages))
         ref = A.double() @ B.double()
 
         def check():  # ||C - ref|| / ||ref|| against a float64 reference; NaN poison fails
@@ -270,6 +279,9 @@ def main():
             mm_row(f"matmul {dname} {size}^3", dtype, size, size, size, 128, 256, 64, 8, 1e-2, stages=4)
     for size in (4096, 8192):
         mm_row(f"matmul tf32 {size}^3", torch.float32, size, size, size, 128, 128, 32, 8, 3e-3)
+        # tf32 NT (x @ W^T): both operands K-major, wgmma from a TMA ring on sm_90a.
+        mm_row(f"matmul tf32 NT {size}^3", torch.float32, size, size, size, TF32_NT[0], TF32_NT[1], TF32_NT[2],
+               8, 3e-3, stages=TF32_NT[3], nt=True)
     for m in (16, 32, 64, 128):
         mm_row(f"matmul fp16 skinny {m}x8192x8192", torch.float16, m, 8192, 8192, min(m, 64), 128, 64, 4, 1e-2)
 

@@ -98,6 +98,35 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_
 
 
 @jit_module.jit
+def matmul_nt_kernel(a_ptr, w_ptr, c_ptr, M, N, K, s_am, s_ak, s_wn, s_wk, s_cm, s_cn,
+                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+    # C = A @ W^T with W stored N x K (nn.Linear's weight): both operands' tiles run
+    # along K, the layout tf32 wgmma reads from shared memory (no transpose for 32-bit
+    # types). Same program order as matmul_kernel.
+    pid = tl.program_id(0)
+    n_m = tl.cdiv(M, BM)
+    n_n = tl.cdiv(N, BN)
+    per_group = GROUP_M * n_n
+    first_m = (pid // per_group) * GROUP_M
+    rows_in_group = tl.minimum(n_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % rows_in_group
+    pid_n = (pid % per_group) // rows_in_group
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        kk = k * BK + rk
+        a = tl.load(a_ptr + rm[:, None] * s_am + kk[None, :] * s_ak,
+                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + rn[:, None] * s_wn + kk[None, :] * s_wk,
+                    mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
+        acc = tl.dot(a, tl.trans(w), acc)
+    tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@jit_module.jit
 def matmul_block_ptr_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     # matmul_kernel through block pointers (tl.make_block_ptr / tl.advance, boundary_check),

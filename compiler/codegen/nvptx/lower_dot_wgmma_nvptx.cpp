@@ -1,5 +1,16 @@
 // NVPTX lowering, part 4c: `dot` as Hopper warpgroup MMA (wgmma.mma_async, sm_90a)
-// for f16/bf16 operands that a cp.async ring (pipeline_nvptx.cpp) holds.
+// for f16/bf16 operands, or fp32 ones with tf32 inputs, that a ring (pipeline_nvptx.cpp,
+// tma_nvptx.cpp) holds.
+//
+// tf32 (wgmma.mma_async...m64nNk8.f32.tf32.tf32): the ring holds the fp32 bits as
+// loaded and the tensor core uses their tf32 part (no cvt.rna as on mma.sync's path).
+// The PTX ISA gives the transpose immediates to 16-bit types only, so both operands
+// must be K-major -- x @ W^T with W's rows along K (the nn.Linear layout); an N-major B
+// stays on mma.sync. A k8 step is 8 x 4 = 32 bytes along the rows, as a k16 step of
+// 16-bit elements, so the K-major descriptors and per-step offsets are the same; the
+// instruction just ends after imm-scale-b. Worked example, x @ W^T at 128x128x32 tf32,
+// 8 warps: A and W stages of [128][128 B] (TMA boxes of 32 x 128 fp32); each warpgroup
+// issues 4 wgmma.m64n128k8, A (its 64 rows) and B at +0, +32, +64, +96 bytes.
 //
 // Each warpgroup (4 consecutive warps) computes 64 rows of C with
 //   wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16|bf16}.{f16|bf16}
@@ -32,18 +43,28 @@ namespace tessera::codegen::nvptx {
 
 using namespace ir;
 
+namespace {
+
+// K per wgmma instruction: 32 bytes of operand rows (k16 for 16-bit types, k8 for tf32).
+int64_t wgmma_k(MmaKind kind) { return kind == MmaKind::TF32 ? 8 : 16; }
+
+}  // namespace
+
 bool GpuLowering::wgmma_shape_ok(const Op& dot) const {
   if (!wgmma_ || num_warps_ % 4 != 0) return false;
   auto kind = mma_kind(dot);
-  if (!kind || (*kind != MmaKind::F16 && *kind != MmaKind::BF16)) return false;
+  // tf32x3 splits each operand into big and small halves in registers: mma.sync.
+  if (!kind || (*kind != MmaKind::F16 && *kind != MmaKind::BF16 && *kind != MmaKind::TF32)) return false;
   if (dot.result()->type.elem.kind != ScalarKind::F32) return false;
   const int64_t M = dot.operands[0]->type.shape[0], K = dot.operands[0]->type.shape[1];
   const int64_t N = dot.operands[1]->type.shape[1];
-  return M == 16 * num_warps_ && N >= 16 && N <= 256 && K % 16 == 0;
+  return M == 16 * num_warps_ && N >= 16 && N <= 256 && K % wgmma_k(*kind) == 0;
 }
 
 bool GpuLowering::wgmma_operand_ok(const StagedOperand& st, int kdim) const {
-  if (st.elem_bytes != 2) return false;
+  if (st.elem_bytes != 2 && st.elem_bytes != 4) return false;
+  // tf32 operands must be K-major: the PTX ISA gives imm-trans-a/b to 16-bit types only.
+  if (st.elem_bytes == 4 && st.contig_dim != kdim) return false;
   if (st.contig_dim == kdim) return st.row_bytes == 32 || st.row_bytes == 64 || st.row_bytes == 128;
   return st.row_bytes % 128 == 0;  // N-major B or M-major A, in 64-element blocks
 }
@@ -118,12 +139,18 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
   llvm::Value* a_start = smem_addr(a_base);
   llvm::Value* b_start = smem_addr(sb.buf);
 
-  const char* ty = kind == MmaKind::BF16 ? "bf16" : "f16";
+  // tf32 has no transpose immediates (both operands K-major, wgmma_operand_ok): the
+  // instruction ends after imm-scale-b.
+  const bool tf32 = kind == MmaKind::TF32;
+  const char* ty = tf32 ? "tf32" : kind == MmaKind::BF16 ? "bf16" : "f16";
+  const int64_t kstep = wgmma_k(kind);
   std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, $" + std::to_string(2 * nacc + 2) + ", 0;\n" +
-                     "wgmma.mma_async.sync.aligned.m64n" + std::to_string(N) + "k16.f32." + ty + "." + ty + " {";
+                     "wgmma.mma_async.sync.aligned.m64n" + std::to_string(N) + "k" + std::to_string(kstep) + ".f32." +
+                     ty + "." + ty + " {";
   for (int i = 0; i < nacc; ++i) text += (i ? ", $" : "$") + std::to_string(i);
-  text += "}, $" + std::to_string(2 * nacc) + ", $" + std::to_string(2 * nacc + 1) + ", p, 1, 1, " +
-          (a_m_major ? "1, " : "0, ") + (b_n_major ? "1" : "0") + ";\n}";
+  text += "}, $" + std::to_string(2 * nacc) + ", $" + std::to_string(2 * nacc + 1) + ", p, 1, 1";
+  if (!tf32) text += std::string(", ") + (a_m_major ? "1, " : "0, ") + (b_n_major ? "1" : "0");
+  text += ";\n}";
   std::string cons;
   for (int i = 0; i < nacc; ++i) cons += "=f,";
   for (int i = 0; i < nacc; ++i) cons += std::to_string(i) + ",";
@@ -137,7 +164,9 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
   auto* wgmma = llvm::InlineAsm::get(fty, text, cons, /*hasSideEffects=*/true);
 
   emit_asm(b_, "wgmma.fence.sync.aligned;");
-  for (int64_t kk = 0; kk < K / 16; ++kk) {
+  // A K-major k-step is 32 bytes further along the rows (16 f16 or 8 tf32 elements);
+  // an MN-major one (16-bit only) 16 rows of 128 bytes further down.
+  for (int64_t kk = 0; kk < K / kstep; ++kk) {
     uint64_t a_off = a_m_major ? static_cast<uint64_t>(16 * kk * 128) : static_cast<uint64_t>(32 * kk);
     uint64_t b_off = b_n_major ? static_cast<uint64_t>(16 * kk * 128) : static_cast<uint64_t>(32 * kk);
     llvm::Value* da = b_.CreateOr(b_.CreateLShr(b_.CreateAdd(a_start, b_.getInt64(a_off)), 4), b_.getInt64(a_bits));

@@ -9,7 +9,8 @@
 //   ptr[i, j]  = base + (x0 + i) * s0 + (x1 + j)        (inner stride the constant 1)
 //   mask[i, j] = (x0 + i < b0) & (x1 + j < b1)           (`>= 0` terms are implied)
 // with base, s0, b0, b1 kernel parameters or constants (base and s0 divisible by 16,
-// which the launch's specialization guarantees) and x0, x1 any scalars. The host
+// which the launch's specialization guarantees) and x0, x1 any scalars; 2-byte elements,
+// or 4-byte ones (tf32 wgmma) in K-major rows. The host
 // encodes one CUtensorMap per such load (runtime/cuda/driver.cpp: dims {b1, b0},
 // row stride s0, box = the tile, the ring's swizzle) and passes it as a 128-byte
 // __grid_constant__ parameter after the kernel's own; out-of-bounds boxes read as
@@ -140,7 +141,7 @@ std::optional<GpuLowering::TmaMap> GpuLowering::match_tma_load(const Op& load, c
   const Value* res = load.result();
   if (res->type.rank() != 2 || load.operands.size() < 2) return std::nullopt;  // the bounds come from the mask
   const int eb = res->type.elem.bytes();
-  if (eb != 2) return std::nullopt;
+  if (eb != 2 && eb != 4) return std::nullopt;  // f16/bf16, or fp32 bits for tf32 (K-major rows only)
   TmaMap m;
   m.load = &load;
   m.elem_bytes = eb;
@@ -240,6 +241,7 @@ std::optional<GpuLowering::TmaMap> GpuLowering::match_tma_load(const Op& load, c
   m.box_outer = rows;
   if (!geom) return m;  // the address and mask qualify; the ring's format is not known yet
   if (geom->block_bytes) {
+    if (eb != 2) return std::nullopt;  // MN-major blocks hold 16-bit operands only
     m.box_inner = 128 / eb;
     m.swizzle_bytes = 128;
     m.copies = static_cast<int>(cols * eb / 128);

@@ -1,0 +1,167 @@
+"""fp32 matmuls with tf32 inputs on a GPU, checked against a float64 reference: NT
+(x @ W^T, W stored N x K -- both operands K-major, so on sm_90a wgmma.m64nNk8 tf32 reads
+them from a TMA- or cp.async-filled ring; lower_dot_wgmma_nvptx.cpp) and NN (B row-major,
+N contiguous: tf32 wgmma cannot transpose a shared-memory operand, so mma.sync), with
+odd extents whose edge tiles are masked (out-of-bounds boxes zero-filled), padded row
+strides, 2 to 4 stages, 32/64/128-byte rows, and the "ieee" / "tf32x3" precisions
+(mma.sync / FMA, unchanged). Outputs start as NaN so unwritten elements fail.
+The PTX checks without a GPU are in test_gpu_tf32_wgmma_compile.py."""
+import pytest
+
+import tessera
+import tessera.language as tl
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+DEV = "cuda"
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+def _mm_nt(a_ptr, w_ptr, c_ptr, M, N, K, s_am, s_ak, s_wn, s_wk, s_cm, s_cn,
+           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        kk = k * BK + rk
+        a = tl.load(a_ptr + rm[:, None] * s_am + kk[None, :] * s_ak,
+                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + rn[:, None] * s_wn + kk[None, :] * s_wk,
+                    mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
+        acc = tl.dot(a, tl.trans(w), acc, input_precision=PREC)
+    tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _mm_nn(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        kk = k * BK + rk
+        a = tl.load(a_ptr + rm[:, None] * s_am + kk[None, :] * s_ak,
+                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + kk[:, None] * s_bk + rn[None, :] * s_bn,
+                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PREC)
+    tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def inputs(M, N, K, seed, ld=None):
+    """A (M x K) and W (N x K) with row stride ld (default: K rounded up to 16 elements,
+    which the launch's specialization proves 16-byte aligned, so odd K still takes the TMA)."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    ld = ld or -(-max(K, 16) // 16) * 16
+    a = torch.randn(M, ld, device=DEV, generator=g)[:, :K]
+    w = torch.randn(N, ld, device=DEV, generator=g)[:, :K]
+    return a, w
+
+
+def run(layout, a, w, BM, BN, BK, num_warps, num_stages, prec="tf32", monkeypatch=None, tma="1"):
+    if monkeypatch is not None:
+        monkeypatch.setenv("TESSERA_TMA", tma)
+    kernel = tessera.jit(_mm_nt if layout == "NT" else _mm_nn)  # fresh specializations (TESSERA_TMA)
+    M, K = a.shape
+    N = w.shape[0]
+    b = w.t() if layout == "NT" else w.t().contiguous()  # NN: B row-major K x N
+    c = torch.full((M, N), float("nan"), device=DEV)
+    second = (w.stride(0), w.stride(1)) if layout == "NT" else (b.stride(0), b.stride(1))
+    ck = kernel[(tessera.cdiv(M, BM), tessera.cdiv(N, BN))](
+        a, w if layout == "NT" else b, c, M, N, K, a.stride(0), a.stride(1), *second, c.stride(0), c.stride(1),
+        BM=BM, BN=BN, BK=BK, PREC=prec, num_warps=num_warps, num_stages=num_stages)
+    torch.cuda.synchronize()
+    return c, ck
+
+
+def check(c, a, w, prec="tf32"):
+    assert not torch.isnan(c).any(), "unwritten (NaN) outputs"
+    a64, w64 = a.double(), w.double()
+    ref = a64 @ w64.t()
+    err = (c.double() - ref).abs()
+    # tf32 keeps 10 mantissa bits: each operand off by < 2^-10 relative (truncated by
+    # wgmma, rounded by mma.sync's cvt.rna), each product by < 2^-9 -- so every element
+    # is within 4e-3 of the sum of |products| (plus fp32 accumulation). tf32x3 and ieee
+    # are fp32-accurate.
+    scale = a64.abs() @ w64.abs().t()
+    bound = (4e-3 if prec == "tf32" else 1e-5) * scale + 1e-5
+    assert (err <= bound).all(), f"max error {err.max().item():.3e}, worst ratio {(err / bound).max().item():.2f}"
+    if prec == "tf32" and ref.norm() > 0:  # (K = 0: all zeros, checked above)
+        assert (err.norm() / ref.norm()).item() < 3e-3  # bench_gpu.py's tf32 tolerance
+
+
+SHAPES = [  # M, N, K, BM, BN, BK, num_warps, num_stages
+    (256, 256, 256, 128, 128, 32, 8, 3),    # m64n128k8 per warpgroup, 128-byte rows
+    (200, 184, 300, 128, 128, 32, 8, 3),    # M, N, K edges: masked tiles, zero-filled boxes
+    (333, 257, 129, 64, 64, 32, 4, 2),      # one warpgroup, 2 stages, K = 4 * 32 + 1
+    (130, 520, 1000, 128, 256, 32, 8, 4),   # m64n256k8, 4 stages (a wgmma group in flight)
+    (96, 80, 72, 64, 32, 16, 4, 3),         # 64-byte rows (BK 16), n32
+    (64, 48, 40, 64, 16, 8, 4, 3),          # 32-byte rows (BK 8), n16
+    (257, 129, 0, 128, 128, 32, 8, 3),      # K = 0: the accumulator's zeros
+]
+
+
+@pytest.mark.parametrize("M,N,K,BM,BN,BK,num_warps,num_stages", SHAPES)
+def test_nt_tf32_matches_reference(monkeypatch, M, N, K, BM, BN, BK, num_warps, num_stages):
+    a, w = inputs(M, N, K, seed=M + 7 * K)
+    c, ck = run("NT", a, w, BM, BN, BK, num_warps, num_stages, monkeypatch=monkeypatch)
+    check(c, a, w)
+    if HOPPER:  # wgmma tf32 from a TMA ring
+        ptx = ck.asm["ptx"]
+        assert f"wgmma.mma_async.sync.aligned.m64n{BN}k8.f32.tf32.tf32" in ptx
+        assert "mma.sync" not in ptx
+        assert ck.metadata.get("tensor_maps")
+
+
+@pytest.mark.parametrize("M,N,K", [(200, 184, 300), (256, 512, 128)])
+def test_nt_tf32_cp_async_ring(monkeypatch, M, N, K):
+    # TESSERA_TMA=0: the same wgmma, fed by cp.async.
+    a, w = inputs(M, N, K, seed=3 * M + K)
+    c, ck = run("NT", a, w, 128, 128, 32, 8, 3, monkeypatch=monkeypatch, tma="0")
+    check(c, a, w)
+    if HOPPER:
+        assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ck.asm["ptx"]
+        assert not ck.metadata.get("tensor_maps")
+
+
+def test_nt_tf32_padded_row_strides(monkeypatch):
+    a, w = inputs(192, 160, 224, seed=11, ld=224 + 48)  # the maps' row stride is not K
+    c, ck = run("NT", a, w, 128, 128, 32, 8, 3, monkeypatch=monkeypatch)
+    check(c, a, w)
+    if HOPPER:
+        assert ck.metadata.get("tensor_maps")
+
+
+def test_nt_tf32_row_stride_the_tma_cannot_take(monkeypatch):
+    # Rows of 260 elements (1040 bytes): 16-byte aligned, but the specialization only marks
+    # strides divisible by 16 elements, so nothing proves the TMA's rule -- cp.async ring,
+    # still wgmma.
+    a, w = inputs(192, 160, 224, seed=13, ld=260)
+    c, ck = run("NT", a, w, 128, 128, 32, 8, 3, monkeypatch=monkeypatch)
+    check(c, a, w)
+    if HOPPER:
+        assert not ck.metadata.get("tensor_maps")
+        assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ck.asm["ptx"]
+
+
+@pytest.mark.parametrize("M,N,K,BM,BN,BK,num_warps,num_stages",
+                         [(256, 256, 256, 128, 128, 32, 8, 3), (200, 184, 300, 128, 128, 32, 8, 3),
+                          (333, 257, 129, 64, 64, 32, 4, 2)])
+def test_nn_tf32_matches_reference(monkeypatch, M, N, K, BM, BN, BK, num_warps, num_stages):
+    # B N-contiguous: tf32 wgmma has no transpose for it, so mma.sync (cvt.rna operands).
+    a, w = inputs(M, N, K, seed=M + 5 * K)
+    c, ck = run("NN", a, w, BM, BN, BK, num_warps, num_stages, monkeypatch=monkeypatch)
+    check(c, a, w)
+    if HOPPER:
+        assert "wgmma" not in ck.asm["ptx"] and "mma.sync.aligned.m16n8k8" in ck.asm["ptx"]
+
+
+@pytest.mark.parametrize("layout", ["NT", "NN"])
+@pytest.mark.parametrize("prec", ["ieee", "tf32x3"])
+def test_other_precisions_keep_fp32_accuracy(monkeypatch, layout, prec):
+    a, w = inputs(200, 184, 300, seed=17)
+    c, ck = run(layout, a, w, 128, 128, 32, 8, 3, prec=prec, monkeypatch=monkeypatch)
+    check(c, a, w, prec)
+    assert "wgmma" not in ck.asm["ptx"]

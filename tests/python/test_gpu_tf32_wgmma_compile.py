@@ -1,0 +1,107 @@
+"""tf32 wgmma without a GPU (lower_dot_wgmma_nvptx.cpp): which fp32 dots run as
+wgmma.mma_async m64nNk8 .tf32 on sm_90a (both operands K-major in a ring: x @ W^T),
+which stay on mma.sync (N-contiguous B, tf32x3, ieee, sm_80), the tensor maps of the
+4-byte TMA boxes, and PTX that ptxas assembles for sm_90a. The same kernels run on a GPU
+in test_gpu_tf32_wgmma.py."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import tessera
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_gpu_tf32_wgmma as G  # noqa: E402  (the kernels; its tests need a GPU and skip here)
+
+PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
+                                  else None)
+# 16-byte aligned fp32 arrays, row strides divisible by 16 elements, unit inner strides.
+SIG_NT = {"a_ptr": "*fp32:16", "w_ptr": "*fp32:16", "c_ptr": "*fp32:16", "M": "i32", "N": "i32", "K": "i32",
+          "s_am": "i32:16", "s_wn": "i32:16", "s_cm": "i32:16"}
+UNIT_NT = {"s_ak": 1, "s_wk": 1, "s_cn": 1}
+SIG_NN = {"a_ptr": "*fp32:16", "b_ptr": "*fp32:16", "c_ptr": "*fp32:16", "M": "i32", "N": "i32", "K": "i32",
+          "s_am": "i32:16", "s_bk": "i32:16", "s_cm": "i32:16"}
+UNIT_NN = {"s_ak": 1, "s_bn": 1, "s_cn": 1}
+
+
+def build(monkeypatch, layout="NT", tma="1", prec="tf32", target="cuda:90a", BM=128, BN=128, BK=32, num_warps=8,
+          num_stages=3, sig=None):
+    monkeypatch.setenv("TESSERA_TMA", tma)
+    fn, sig0, unit = (G._mm_nt, SIG_NT, UNIT_NT) if layout == "NT" else (G._mm_nn, SIG_NN, UNIT_NN)
+    sig = {**sig0, **(sig or {})}
+    return tessera.compile(tessera.jit(fn), sig, {**unit, "BM": BM, "BN": BN, "BK": BK, "PREC": prec},
+                           target=target, num_warps=num_warps, num_stages=num_stages)
+
+
+def assemble(ptx, tmp_path, arch="sm_90a"):
+    if PTXAS is None:
+        pytest.skip("ptxas (CUDA toolkit) not installed")
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    r = subprocess.run([PTXAS, f"-arch={arch}", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr + "\n" + ptx
+    assert " 0 bytes spill stores" in r.stderr, r.stderr
+
+
+WGMMA_TF32 = r"wgmma\.mma_async\.sync\.aligned\.m64n{n}k8\.f32\.tf32\.tf32 \{{[^}}]*\}}, %rd\d+, %rd\d+, p, 1, 1;"
+
+
+@pytest.mark.parametrize("BN,BK,num_warps,num_stages,maps", [
+    # A: base 0, 4-byte elements, 128-byte swizzle, box 32 (K) x 128 (M), extents K (5) x M (3), stride s_am (6).
+    # W: base 1, box 32 (K) x BN rows, extents K (5) x N (4), stride s_wn (7) -- K-major like A.
+    (128, 32, 8, 3, "9|0:4:128:32:128:i5:i3:i6|1:4:128:32:128:i5:i4:i7"),
+    (256, 32, 8, 4, "9|0:4:128:32:128:i5:i3:i6|1:4:128:32:256:i5:i4:i7"),   # n256, a wgmma group in flight
+    (64, 16, 4, 3, "9|0:4:64:16:64:i5:i3:i6|1:4:64:16:64:i5:i4:i7"),        # 64-byte rows, one warpgroup
+    (32, 8, 4, 2, "9|0:4:32:8:64:i5:i3:i6|1:4:32:8:32:i5:i4:i7")])          # 32-byte rows
+def test_nt_tf32_runs_wgmma_from_a_tma_ring(BN, BK, num_warps, num_stages, maps, monkeypatch, tmp_path):
+    ck = build(monkeypatch, BN=BN, BK=BK, BM=16 * num_warps, num_warps=num_warps, num_stages=num_stages)
+    assert ck.metadata["tensor_maps"] == maps
+    ptx = ck.asm["ptx"]
+    # Per warpgroup BK / 8 k-steps, each 32 bytes further along the K-major rows; no
+    # transpose immediates (tf32 has none), no mma.sync, no register conversion.
+    assert len(re.findall(WGMMA_TF32.format(n=BN), ptx)) == BK // 8, ptx
+    assert "mma.sync" not in ptx and "cvt.rna.tf32" not in ptx
+    assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg" not in ptx
+    if num_stages >= 4:
+        assert "wgmma.wait_group.sync.aligned 1;" in ptx
+    assemble(ptx, tmp_path)
+
+
+@pytest.mark.parametrize("k_sig", ["i32", "i32:16"])
+def test_nt_tf32_cp_async_ring(k_sig, monkeypatch, tmp_path):
+    # TESSERA_TMA=0: the same wgmma from a cp.async ring (fence.proxy.async before its
+    # barrier). K's bound masks 4-byte runs unless K is known divisible by 16: then 16 B.
+    ck = build(monkeypatch, tma="0", sig={"K": k_sig})
+    ptx = ck.asm["ptx"]
+    assert not ck.metadata.get("tensor_maps")
+    assert len(re.findall(WGMMA_TF32.format(n=128), ptx)) == 4
+    assert "fence.proxy.async" in ptx
+    assert ("cp.async.cg" in ptx) == (k_sig == "i32:16")
+    assemble(ptx, tmp_path)
+
+
+def test_nn_tf32_stays_on_mma_sync(monkeypatch, tmp_path):
+    # B N-contiguous: wgmma's tf32 operands must be K-major (the transpose immediates are
+    # for 16-bit types), so the ring-less mma.sync path with B staged through registers.
+    ptx = build(monkeypatch, layout="NN").asm["ptx"]
+    assert "wgmma" not in ptx
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
+    assemble(ptx, tmp_path)
+
+
+@pytest.mark.parametrize("prec,instr", [("tf32x3", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+                                        ("ieee", "fma.rn.f32")])
+def test_other_precisions_do_not_use_wgmma(prec, instr, monkeypatch, tmp_path):
+    ptx = build(monkeypatch, prec=prec).asm["ptx"]
+    assert "wgmma" not in ptx and instr in ptx
+    assemble(ptx, tmp_path)
+
+
+def test_sm80_keeps_mma_sync(monkeypatch, tmp_path):
+    ptx = build(monkeypatch, target="cuda:80").asm["ptx"]
+    assert "wgmma" not in ptx and "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
+    assemble(ptx, tmp_path, arch="sm_80")
