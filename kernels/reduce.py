@@ -19,6 +19,8 @@ a 1-D kernel instead, one row per program, so its loads are wide vectors.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import tessera
@@ -118,7 +120,7 @@ def _as_3d(x, dim):
     def collapse(dims):
         if not dims:
             return 1, 0, True
-        size = int(np.prod([shape[k] for k in dims]))
+        size = math.prod(shape[k] for k in dims)
         # Collapsible when each dimension steps over the next one exactly (sizes 1 ignored).
         ok = all(shape[k + 1] == 1 or st[k] == st[k + 1] * shape[k + 1] for k in dims[:-1])
         return size, st[dims[-1]], ok
