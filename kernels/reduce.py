@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 
-
 import tessera
 import tessera.language as tl
 
