@@ -60,7 +60,11 @@ def _norm_fwd_kernel(X, R, W, B, Y, HOUT, Mean, Rstd, stride_x, stride_r, stride
 def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWp, DBp, stride_x, stride_dy, stride_dh,
                      n_rows, n_cols, n_progs,
                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
-                     HAS_DH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+                     HAS_DH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                     PREFETCH: tl.constexpr):
+    # Program pid takes the groups of ROWS consecutive rows pid, pid + n_progs, ...: a
+    # [ROWS, BLOCK] tile per step, so ROWS rows' loads are in flight before the step's
+    # reductions wait on them (one row per step left a GPU latency-bound).
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -72,35 +76,68 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWp, DBp, stride_x, stride
         b = tl.load(B + cols, mask=mask, other=0.0).to(ACC)
     else:
         b = tl.zeros([BLOCK], ACC)
-    dw_acc = tl.zeros([BLOCK], ACC)
-    db_acc = tl.zeros([BLOCK], ACC)
-    for r in range(pid, n_rows, n_progs):
-        row = r.to(tl.int64)
-        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
-        rstd = tl.load(Rstd + row)
+    w2 = w[None, :]
+    b2 = b[None, :]
+    dw_acc = tl.zeros([ROWS, BLOCK], ACC)
+    db_acc = tl.zeros([ROWS, BLOCK], ACC)
+    sub = tl.arange(0, ROWS)
+    n_groups = tl.cdiv(n_rows, ROWS)
+    if PREFETCH:  # the next group's x and dy load while this group's reductions run
+        rows = pid.to(tl.int64) * ROWS + sub
+        m2 = (rows < n_rows)[:, None] & mask[None, :]
+        x_next = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=m2, other=0.0)
+        dy_next = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=m2, other=0.0)
+    for grp in range(pid, n_groups, n_progs):
+        rows = grp.to(tl.int64) * ROWS + sub
+        row_ok = rows < n_rows
+        m2 = row_ok[:, None] & mask[None, :]
+        if PREFETCH:
+            x = x_next.to(ACC)
+            dy = dy_next.to(ACC)
+            nrows = rows + n_progs * ROWS
+            nm2 = (nrows < n_rows)[:, None] & mask[None, :]
+            x_next = tl.load(X + nrows[:, None] * stride_x + cols[None, :], mask=nm2, other=0.0)
+            dy_next = tl.load(DY + nrows[:, None] * stride_dy + cols[None, :], mask=nm2, other=0.0)
+        else:
+            x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=m2, other=0.0).to(ACC)
+            dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=m2, other=0.0).to(ACC)
+        rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)[:, None]
         if IS_RMS:
             xhat = x * rstd
         else:
-            xhat = tl.where(mask, (x - tl.load(Mean + row)) * rstd, 0.0)
-        dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
+            xhat = tl.where(m2, (x - tl.load(Mean + rows, mask=row_ok, other=0.0)[:, None]) * rstd, 0.0)
         if RELU:
-            dy = tl.where(xhat * w + b > 0, dy, 0.0)
-        g = dy * w
-        c1 = tl.sum(g * xhat, axis=0) / n_cols
+            dy = tl.where(xhat * w2 + b2 > 0, dy, 0.0)
+        g = dy * w2
+        c1 = (tl.sum(g * xhat, axis=1) / n_cols)[:, None]
         if IS_RMS:
             dx = (g - xhat * c1) * rstd
         else:
-            c2 = tl.sum(g, axis=0) / n_cols
+            c2 = (tl.sum(g, axis=1) / n_cols)[:, None]
             dx = (g - (xhat * c1 + c2)) * rstd
         if HAS_DH:
-            dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
-        tl.store(DX + row * n_cols + cols, dx, mask=mask)
+            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=m2, other=0.0).to(ACC)
+        tl.store(DX + rows[:, None] * n_cols + cols[None, :], dx, mask=m2)
         dw_acc += dy * xhat
         db_acc += dy
     if HAS_W:
-        tl.store(DWp + pid * n_cols + cols, dw_acc, mask=mask)
+        tl.store(DWp + pid * n_cols + cols, tl.sum(dw_acc, axis=0), mask=mask)
     if HAS_B:
-        tl.store(DBp + pid * n_cols + cols, db_acc, mask=mask)
+        tl.store(DBp + pid * n_cols + cols, tl.sum(db_acc, axis=0), mask=mask)
+
+
+# GPU plan of the backward kernel (bwd_plan); the benchmark's sweeps override it.
+GPU_BWD = {"programs": 512, "rows": 1, "max_warps": 16, "prefetch": False}
+
+
+def bwd_plan(like, rows, block):
+    """(programs, rows per step, launch options) of the backward kernel. On the CPU a
+    few programs per thread, one row a step; on a GPU GPU_BWD (see its measurements)."""
+    if not H.on_gpu(like):
+        return H.num_programs_for_partials(like, rows), 1, {}
+    per_step = max(1, min(GPU_BWD["rows"], tessera.next_power_of_2(max(rows, 1))))
+    progs = max(1, min(GPU_BWD["programs"], tessera.cdiv(max(rows, 1), per_step)))
+    return progs, per_step, H.row_launch_options(like, block, max_warps=GPU_BWD["max_warps"])
 
 
 def _io_type(x):
@@ -147,7 +184,8 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
     dhv = H.rows_view(dh, n) if dh is not None else dyv
     rows = xv.shape[0]
     dx = H.empty(xin, (rows, n))
-    progs = H.num_programs_for_partials(xin, rows)
+    block = H.block_for(n)
+    progs, per_step, options = bwd_plan(xin, rows, block)
     dwp = H.empty(xin, (progs, n), "acc") if weight is not None else dx
     dbp = H.empty(xin, (progs, n), "acc") if bias is not None else dx
     w = H.contiguous(weight) if weight is not None else xv
@@ -156,8 +194,7 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
         _norm_bwd_kernel[(progs,)](
             xv, w, b, dyv, dhv, dx, mean, rstd, dwp, dbp, H.row_stride(xv), H.row_stride(dyv), H.row_stride(dhv),
             rows, n, progs, IS_RMS=is_rms, HAS_W=weight is not None, HAS_B=bias is not None, RELU=relu,
-            HAS_DH=dh is not None, ACC=H.acc_dtype(xin), BLOCK=H.block_for(n),
-            **H.row_launch_options(xin, H.block_for(n)))
+            HAS_DH=dh is not None, ACC=H.acc_dtype(xin), BLOCK=block, ROWS=per_step, PREFETCH=bool(H.on_gpu(xin) and GPU_BWD["prefetch"]), **options)
     dw = column_sum(dwp, H.dtype_name(weight)) if weight is not None else None
     db = column_sum(dbp, H.dtype_name(bias)) if bias is not None else None
     return dx.reshape(tuple(xin.shape)), dw, db
