@@ -21,6 +21,12 @@ from tessera.kernels import norm as N  # noqa: E402
 from tessera.kernels import softmax_ce as S  # noqa: E402
 
 ROWS, COLS = 16384, 4096
+BEST = {}  # 'module.NAME' -> the fastest plan found (written by --plan-out)
+
+
+def keep_best(key, t, plan):
+    if key not in BEST or t < BEST[key][0]:
+        BEST[key] = (t, plan)
 
 
 def gpu_ms(fn, reps=20):
@@ -88,6 +94,8 @@ def sweep_norm(inputs):
             err = max((g.float() - r.float()).abs().max().item() for g, r in zip(got, ref))
             t = gpu_ms(lambda: N.norm_backward(x, w, b, mean, rstd, dy, None, False, False))
             print(f"    rows {rows} warps {warps:2d} prefetch {int(pf)} programs {progs:5d}: {t:.4f} ms  err {err:.3g}")
+            if err < 0.05:
+                keep_best("norm.GPU_BWD", t, dict(N.GPU_BWD))
     N.GPU_BWD.clear()
     N.GPU_BWD.update(saved)
 
@@ -100,7 +108,8 @@ def sweep_bias_gelu(inputs):
     A.FUSED_BIAS_BWD = False  # the old path: elementwise kernel, then a column sum of dx
     try:
         old = lambda: A.elementwise_backward(GELU, x, bias, dy, 0.0, 0, BIAS, False)  # noqa: E731
-        print(f"  bias_gelu backward, old path (ew kernel + column_sum of dx): {gpu_ms(old):.4f} ms")
+        t_old = gpu_ms(old)
+        print(f"  bias_gelu backward, old path (ew kernel + column_sum of dx): {t_old:.4f} ms")
     finally:
         A.FUSED_BIAS_BWD = True
     saved = dict(A.GPU_BIAS_BWD)
@@ -113,30 +122,41 @@ def sweep_bias_gelu(inputs):
                       for g, r in zip(got, ref))
             t = gpu_ms(lambda: A.elementwise_backward(GELU, x, bias, dy, 0.0, 0, BIAS, False))
             print(f"    rows {rows} block {block} warps {warps} programs {progs:5d}: {t:.4f} ms  err {err:.3g}")
+            if err < 0.02:
+                keep_best("activation.GPU_BIAS_BWD", t, dict(A.GPU_BIAS_BWD))
     A.GPU_BIAS_BWD.clear()
     A.GPU_BIAS_BWD.update(saved)
+    BEST["activation.FUSED_BIAS_BWD"] = (0.0, BEST.get("activation.GPU_BIAS_BWD", (t_old,))[0] < t_old)
 
 
 def sweep_softmax_xent(x, tgt):
     saved = dict(S.GPU_MAX_WARPS)
     dy = torch.randn_like(x)
+    times = {}
     for log in (False, True):
         y = S.softmax_forward(x, -1, log, 0.0, 0)
         for wp in (4, 8, 16):
             S.GPU_MAX_WARPS["softmax_bwd"] = wp
             t = gpu_ms(lambda: S.softmax_backward(y, dy, -1, log, 0.0, 0))
             print(f"  {'log_' if log else ''}softmax backward warps {wp:2d}: {t:.4f} ms")
+            times[wp] = times.get(wp, 0.0) + t
+    best = {"softmax_bwd": min(times, key=times.get)}
+    times = {}
     for wp in (2, 4, 8, 16):
         S.GPU_MAX_WARPS["xent_fwd"] = wp
-        t = gpu_ms(lambda: S.cross_entropy_forward(x, tgt, -100, 0.0))
+        t = times[wp] = gpu_ms(lambda: S.cross_entropy_forward(x, tgt, -100, 0.0))
         print(f"  cross_entropy forward warps {wp:2d}: {t:.4f} ms")
+    best["xent_fwd"] = min(times, key=times.get)
+    times = {}
     loss, lse = S.cross_entropy_forward(x, tgt, -100, 0.0)
     out, scale = S.reduce_loss(loss, tgt, -100, "mean", "float16")
     d = torch.ones_like(out)
     for wp in (4, 8, 16):
         S.GPU_MAX_WARPS["xent_bwd"] = wp
-        t = gpu_ms(lambda: S.cross_entropy_backward(x, tgt, lse, d, scale, -100, 0.0))
+        t = times[wp] = gpu_ms(lambda: S.cross_entropy_backward(x, tgt, lse, d, scale, -100, 0.0))
         print(f"  cross_entropy backward warps {wp:2d}: {t:.4f} ms")
+    best["xent_bwd"] = min(times, key=times.get)
+    BEST["softmax_ce.GPU_MAX_WARPS"] = (0.0, best)
     S.GPU_MAX_WARPS.clear()
     S.GPU_MAX_WARPS.update(saved)
 
@@ -146,6 +166,7 @@ def main():
     ap.add_argument("--ops", default="layer_norm,rms_norm,log_softmax,softmax,bias_gelu,cross_entropy")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--plan-out", default="", help="write the fastest plans found as JSON (bench/kernels.py --plan)")
     args = ap.parse_args()
     all_cases = cases(ROWS, COLS, "cuda", torch.float16)
     copy_src = torch.empty(ROWS * COLS // 2, dtype=torch.float32, device="cuda")
@@ -170,6 +191,12 @@ def main():
         if name == "cross_entropy":
             tgt = torch.randint(0, COLS, (ROWS,), device="cuda")
             sweep_softmax_xent(inputs[0], tgt)
+    if args.plan_out:
+        import json
+        plan = {k: v[1] for k, v in BEST.items()}
+        with open(args.plan_out, "w") as fh:
+            json.dump(plan, fh, indent=1)
+        print("fastest plans:", plan)
 
 
 if __name__ == "__main__":
