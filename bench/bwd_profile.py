@@ -1,6 +1,7 @@
-"""Where the fwd+bwd time of the row ops goes on a GPU, and launch-plan sweeps of their
-backward kernels: per-kernel GPU time from torch.profiler over autograd fwd+bwd
-(tk next to torch eager), then CUDA-event timings of each backward plan.
+"""Where the fwd+bwd time of the row ops goes on a GPU: per-kernel GPU time from
+torch.profiler over autograd fwd+bwd (tk next to torch eager) and the host time per
+call, then CUDA-event timings of the norm backward's plans (the fused walk, the split
+plan over its tiles).
 
     python bench/bwd_profile.py [--ops layer_norm,bias_gelu] [--no-sweep]
 """
@@ -16,9 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from kernels import _fwd_bwd, cases  # noqa: E402
 
-from tessera.kernels import activation as A  # noqa: E402
 from tessera.kernels import norm as N  # noqa: E402
-from tessera.kernels import softmax_ce as S  # noqa: E402
 
 ROWS, COLS = 16384, 4096
 BEST = {}  # 'module.NAME' -> the fastest plan found (written by --plan-out)
@@ -80,85 +79,39 @@ def host_us(fn, n=50):
 
 
 def sweep_norm(inputs):
+    """The norm backward on the GPU: the fused walk (the CPU's plan) against the split
+    plan (one-row dx kernel + the dweight/dbias column kernel) over its tiles."""
     x, w, b = inputs
     y, _, mean, rstd = N.norm_forward("layer_norm", x, None, w, b, 1e-5, False, False)
     dy = torch.randn_like(x)
-    ref = N.norm_backward(x, w, b, mean, rstd, dy, None, False, False)
-    saved = dict(N.GPU_BWD)
-    print("  layer_norm backward (kernel + column sums), ms:")
-    for rows, warps, pf in ((1, 16, False), (1, 16, True), (2, 16, False), (2, 16, True), (1, 8, False),
-                            (2, 8, False), (1, 4, False), (4, 16, False)):
-        for progs in (132, 264, 512, 1056):
-            N.GPU_BWD.update(programs=progs, rows=rows, max_warps=warps, prefetch=pf)
-            got = N.norm_backward(x, w, b, mean, rstd, dy, None, False, False)
-            err = max((g.float() - r.float()).abs().max().item() for g, r in zip(got, ref))
-            t = gpu_ms(lambda: N.norm_backward(x, w, b, mean, rstd, dy, None, False, False))
-            print(f"    rows {rows} warps {warps:2d} prefetch {int(pf)} programs {progs:5d}: {t:.4f} ms  err {err:.3g}")
-            if err < 0.05:
-                keep_best("norm.GPU_BWD", t, dict(N.GPU_BWD))
-    N.GPU_BWD.clear()
-    N.GPU_BWD.update(saved)
+    run = lambda: N.norm_backward(x, w, b, mean, rstd, dy, None, False, False)  # noqa: E731
+    ref = [t.float() for t in run()]
 
-
-def sweep_bias_gelu(inputs):
-    x, bias = inputs
-    dy = torch.randn_like(x)
-    from tessera.kernels.activation import BIAS, GELU
-    ref = A.elementwise_backward(GELU, x, bias, dy, 0.0, 0, BIAS, False)
-    A.FUSED_BIAS_BWD = False  # the old path: elementwise kernel, then a column sum of dx
+    def check():
+        got = run()
+        return max(((g.float() - r).abs().max() / r.abs().max().clamp(min=1)).item() for g, r in zip(got, ref))
+    split = N._split_backward
+    N._split_backward = lambda t: False
     try:
-        old = lambda: A.elementwise_backward(GELU, x, bias, dy, 0.0, 0, BIAS, False)  # noqa: E731
-        t_old = gpu_ms(old)
-        print(f"  bias_gelu backward, old path (ew kernel + column_sum of dx): {t_old:.4f} ms")
+        print(f"  layer_norm backward, fused walk (512 programs, 16 warps): {gpu_ms(run):.4f} ms  err {check():.3g}")
     finally:
-        A.FUSED_BIAS_BWD = True
-    saved = dict(A.GPU_BIAS_BWD)
-    for rows, block, warps in ((1, 2048, 8), (2, 1024, 4), (2, 1024, 8), (2, 2048, 8), (4, 1024, 4), (4, 1024, 8),
-                               (4, 2048, 8), (8, 1024, 8)):
-        for progs in (1056, 2112, 4224):
-            A.GPU_BIAS_BWD.update(programs=progs, rows=rows, block=block, num_warps=warps)
-            got = A.elementwise_backward(GELU, x, bias, dy, 0.0, 0, BIAS, False)
-            err = max((g.float() - r.float()).abs().max().item() / max(1.0, r.float().abs().max().item())
-                      for g, r in zip(got, ref))
-            t = gpu_ms(lambda: A.elementwise_backward(GELU, x, bias, dy, 0.0, 0, BIAS, False))
-            print(f"    rows {rows} block {block} warps {warps} programs {progs:5d}: {t:.4f} ms  err {err:.3g}")
-            if err < 0.02:
-                keep_best("activation.GPU_BIAS_BWD", t, dict(A.GPU_BIAS_BWD))
-    A.GPU_BIAS_BWD.clear()
-    A.GPU_BIAS_BWD.update(saved)
-    BEST["activation.FUSED_BIAS_BWD"] = (0.0, BEST.get("activation.GPU_BIAS_BWD", (t_old,))[0] < t_old)
-
-
-def sweep_softmax_xent(x, tgt):
-    saved = dict(S.GPU_MAX_WARPS)
-    dy = torch.randn_like(x)
-    times = {}
-    for log in (False, True):
-        y = S.softmax_forward(x, -1, log, 0.0, 0)
-        for wp in (4, 8, 16):
-            S.GPU_MAX_WARPS["softmax_bwd"] = wp
-            t = gpu_ms(lambda: S.softmax_backward(y, dy, -1, log, 0.0, 0))
-            print(f"  {'log_' if log else ''}softmax backward warps {wp:2d}: {t:.4f} ms")
-            times[wp] = times.get(wp, 0.0) + t
-    best = {"softmax_bwd": min(times, key=times.get)}
-    times = {}
-    for wp in (2, 4, 8, 16):
-        S.GPU_MAX_WARPS["xent_fwd"] = wp
-        t = times[wp] = gpu_ms(lambda: S.cross_entropy_forward(x, tgt, -100, 0.0))
-        print(f"  cross_entropy forward warps {wp:2d}: {t:.4f} ms")
-    best["xent_fwd"] = min(times, key=times.get)
-    times = {}
-    loss, lse = S.cross_entropy_forward(x, tgt, -100, 0.0)
-    out, scale = S.reduce_loss(loss, tgt, -100, "mean", "float16")
-    d = torch.ones_like(out)
-    for wp in (4, 8, 16):
-        S.GPU_MAX_WARPS["xent_bwd"] = wp
-        t = times[wp] = gpu_ms(lambda: S.cross_entropy_backward(x, tgt, lse, d, scale, -100, 0.0))
-        print(f"  cross_entropy backward warps {wp:2d}: {t:.4f} ms")
-    best["xent_bwd"] = min(times, key=times.get)
-    BEST["softmax_ce.GPU_MAX_WARPS"] = (0.0, best)
-    S.GPU_MAX_WARPS.clear()
-    S.GPU_MAX_WARPS.update(saved)
+        N._split_backward = split
+    saved = (N.DWDB_BLOCK_R, N.DWDB_BLOCK_C, N.DWDB_PROGRAMS, N.DX_MAX_WARPS)
+    for warps in (4, 8, 16):
+        N.DX_MAX_WARPS = warps
+        for br, bc, progs in ((64, 64, 1024), (32, 128, 1024), (64, 64, 2048), (128, 32, 1024), (16, 256, 1024),
+                              (32, 64, 2048)):
+            if warps != 8 and (br, bc, progs) != (64, 64, 1024):
+                continue
+            N.DWDB_BLOCK_R, N.DWDB_BLOCK_C, N.DWDB_PROGRAMS = br, bc, progs
+            t = gpu_ms(run)
+            err = check()
+            print(f"    split: dx warps {warps:2d}, dweight/dbias tile {br}x{bc}, ~{progs} programs: {t:.4f} ms  "
+                  f"err {err:.3g}")
+            if err < 1e-2:
+                keep_best("norm", t, {"DWDB_BLOCK_R": br, "DWDB_BLOCK_C": bc, "DWDB_PROGRAMS": progs,
+                                      "DX_MAX_WARPS": warps})
+    N.DWDB_BLOCK_R, N.DWDB_BLOCK_C, N.DWDB_PROGRAMS, N.DX_MAX_WARPS = saved
 
 
 def main():
@@ -186,14 +139,9 @@ def main():
             continue
         if name == "layer_norm":
             sweep_norm(inputs)
-        if name == "bias_gelu":
-            sweep_bias_gelu(inputs)
-        if name == "cross_entropy":
-            tgt = torch.randint(0, COLS, (ROWS,), device="cuda")
-            sweep_softmax_xent(inputs[0], tgt)
     if args.plan_out:
         import json
-        plan = {k: v[1] for k, v in BEST.items()}
+        plan = {f"norm.{k}": v for k, v in BEST["norm"][1].items()} if "norm" in BEST else {}
         with open(args.plan_out, "w") as fh:
             json.dump(plan, fh, indent=1)
         print("fastest plans:", plan)

@@ -30,10 +30,17 @@ def _cupy():
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
+_TORCH_DTYPE_NAMES = {}
+
+
 def dtype_name(x) -> str:
     """'float32', 'bfloat16', ... for numpy, torch and CuPy arrays alike."""
     if is_torch(x):
-        return str(x.dtype).replace("torch.", "")
+        d = x.dtype
+        name = _TORCH_DTYPE_NAMES.get(d)
+        if name is None:
+            name = _TORCH_DTYPE_NAMES[d] = str(d).replace("torch.", "")
+        return name
     return np.dtype(x.dtype).name if not hasattr(x.dtype, "name") else x.dtype.name
 
 
@@ -86,6 +93,10 @@ def rows_view(x, n_cols: int):
     input) the data is copied once into a contiguous array."""
     if x.shape and x.shape[-1] != n_cols:
         raise ValueError(f"last dimension is {x.shape[-1]}, expected {n_cols}")
+    if is_torch(x) and n_cols > 0 and x.dim() >= 1 and x.is_contiguous():
+        # The common case first: a contiguous torch tensor (a GPU op's host time is
+        # mostly such Python; see bench/results/kernels_cuda_float16_bwd.md).
+        return x if x.dim() == 2 else x.view(-1, n_cols)
     rows = int(np.prod(x.shape[:-1], dtype=np.int64)) if x.ndim > 1 else 1
     if x.ndim == 0:
         raise ValueError("a 0-d input has no last dimension")

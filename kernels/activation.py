@@ -141,66 +141,6 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
         tl.store(out, tl.where(a > 0, dy, 0.0), mask=mask)
 
 
-@tessera.kernel
-def _bias_gelu_bwd_kernel(X, Bias, DY, DX, DBp, stride_x, stride_dy, n_rows, n_cols, n_progs,
-                          TANH: tl.constexpr, ACC: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    # dx = dy * gelu'(x + bias) and the bias gradient in one pass: program (pid, c)
-    # walks the row groups pid, pid + n_progs, ... over columns c * BLOCK + [0, BLOCK)
-    # as [ROWS, BLOCK] tiles, summing dx over its rows into one partial row DBp[pid]
-    # (column_sum adds the n_progs partial rows). The separate column sum over dx this
-    # replaces read all of dx back.
-    pid = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    cmask = cols < n_cols
-    bias = tl.load(Bias + cols, mask=cmask, other=0.0).to(ACC)[None, :]
-    sub = tl.arange(0, ROWS)
-    db_acc = tl.zeros([ROWS, BLOCK], ACC)
-    for grp in range(pid, tl.cdiv(n_rows, ROWS), n_progs):
-        rows = grp.to(tl.int64) * ROWS + sub
-        m = (rows < n_rows)[:, None] & cmask[None, :]
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=m, other=0.0).to(ACC) + bias
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=m, other=0.0).to(ACC)
-        if TANH:
-            t = tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
-            dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
-        else:
-            dgelu = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476)) + x * (0.3989422804014327 * tl.exp(-0.5 * x * x))
-        dx = tl.where(m, dy * dgelu, 0.0)
-        tl.store(DX + rows[:, None] * n_cols + cols[None, :], dx, mask=m)
-        db_acc += dx
-    tl.store(DBp + pid * n_cols + cols, tl.sum(db_acc, axis=0), mask=cmask)
-
-
-# False: bias_gelu's backward as the other ops' (dx, then a column sum of dx); the
-# benchmark's sweeps compare the two.
-FUSED_BIAS_BWD = True
-# GPU plan of _bias_gelu_bwd_kernel (bias_gelu_bwd_plan); the benchmark's sweeps override it.
-GPU_BIAS_BWD = {"programs": 1024, "rows": 4, "block": 1024, "num_warps": 4}
-
-
-def bias_gelu_bwd_plan(like, rows, n):
-    """(row-group programs, rows per step, column block, launch options): on a GPU
-    about GPU_BIAS_BWD["programs"] programs in all; on the CPU a few per thread."""
-    block = max(1, min(H.block_for(n, 1 << 30), 2048 if not H.on_gpu(like) else GPU_BIAS_BWD["block"]))
-    col_blocks = tessera.cdiv(n, block)
-    if not H.on_gpu(like):
-        return max(1, min(rows, H.num_programs_for_partials(like, rows))), 1, block, {}
-    per_step = max(1, min(GPU_BIAS_BWD["rows"], tessera.next_power_of_2(max(rows, 1))))
-    progs = max(1, min(tessera.cdiv(GPU_BIAS_BWD["programs"], col_blocks), tessera.cdiv(max(rows, 1), per_step)))
-    return progs, per_step, block, {"num_warps": GPU_BIAS_BWD["num_warps"]}
-
-
-def _bias_gelu_backward(av, bv, dyv, rows, n, tanh, bias_dtype):
-    """(dx, dbias) of gelu(x + bias) with the bias gradient summed in the same pass."""
-    dx = H.empty(av, (rows, n))
-    progs, per_step, block, options = bias_gelu_bwd_plan(av, rows, n)
-    dbp = H.empty(av, (progs, n), "acc")
-    _bias_gelu_bwd_kernel[(progs, tessera.cdiv(n, block))](
-        av, bv, dyv, dx, dbp, H.row_stride(av), H.row_stride(dyv), rows, n, progs, TANH=tanh,
-        ACC=H.acc_dtype(av), ROWS=per_step, BLOCK=block, **options)
-    return dx, column_sum(dbp, bias_dtype)
-
-
 def _keep_from(p):
     """Dropout's threshold on a 16-bit draw: P(draw >= it) = 1 - p, p resolved to 2^-16
     (softmax_ce.py uses it too)."""
@@ -260,9 +200,6 @@ def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
     """(da, db): db is the bias gradient (a column sum) in BIAS mode, None without b."""
     av, bv, stride_b, rows, n = _views(op, a, b, bias_mode)
     dyv = H.rows_view(dy.reshape(-1) if rows == 1 else dy, n) if dy.ndim else dy.reshape(1, 1)
-    if op == GELU and bias_mode == BIAS and p == 0 and FUSED_BIAS_BWD and rows and H.numel(a):
-        da, db = _bias_gelu_backward(av, bv, dyv, rows, n, tanh, H.dtype_name(b))
-        return da.reshape(tuple(a.shape)), db
     da = H.empty(a, (rows, n))
     write_db = bias_mode == SAME_SHAPE
     db = H.empty(a, (rows, n)) if write_db else da

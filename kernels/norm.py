@@ -6,13 +6,21 @@ Forward: one program per row; the row stays in registers between the statistics
 and the output (one read of x, one write of y). Mean and 1/std per row are kept for
 the backward pass (4 bytes a row).
 
-Backward: P programs (a few per CPU thread, hundreds on a GPU) each walk rows
-pid, pid+P, ... computing dx row by row and summing dweight and dbias for their
-rows in registers; each writes one partial row, and a column sum of the P partial
-rows gives dweight/dbias. With xhat = (x - mean) * rstd and g = dy * w:
+Backward, on the CPU: P programs (a few per thread) each walk rows pid, pid+P, ...
+computing dx row by row and summing dweight and dbias for their rows in registers;
+each writes one partial row, and a column sum of the P partial rows gives
+dweight/dbias. With xhat = (x - mean) * rstd and g = dy * w:
 
     dx = rstd * (g - mean(g * xhat) * xhat - mean(g))     (layer norm)
     dx = rstd * (g - mean(g * xhat) * xhat)               (RMS norm: no centring)
+
+On a GPU the same kernel runs one row per program with no partials (grid = rows,
+as the forward), and a second kernel sums dweight/dbias down the columns. The fused
+walk holds a row plus two accumulator rows per program, which (BLOCK 4096) leaves
+one 16-warp program per SM: each row's loads then wait behind the previous row's two
+block reductions. On an H100, fp16 16384x4096: fused 0.41-0.48 ms for any program
+count, warps or rows per step tried (bench/results/norm_bwd_fused_sweep_h100.log); split:
+bench/results/bwd_profile_h100.log.
 """
 from __future__ import annotations
 
@@ -57,14 +65,12 @@ def _norm_fwd_kernel(X, R, W, B, Y, HOUT, Mean, Rstd, stride_x, stride_r, stride
 
 
 @tessera.kernel
-def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWp, DBp, stride_x, stride_dy, stride_dh,
+def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, stride_dh, stride_p,
                      n_rows, n_cols, n_progs,
                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
-                     HAS_DH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
-                     PREFETCH: tl.constexpr):
-    # Program pid takes the groups of ROWS consecutive rows pid, pid + n_progs, ...: a
-    # [ROWS, BLOCK] tile per step, so ROWS rows' loads are in flight before the step's
-    # reductions wait on them (one row per step left a GPU latency-bound).
+                     HAS_DH: tl.constexpr, PARTIALS: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    # PARTIALS: program pid writes its rows' dweight sum, then their dbias sum, as
+    # row pid of DWB (row stride stride_p); else dx only.
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -76,68 +82,86 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWp, DBp, stride_x, stride
         b = tl.load(B + cols, mask=mask, other=0.0).to(ACC)
     else:
         b = tl.zeros([BLOCK], ACC)
-    w2 = w[None, :]
-    b2 = b[None, :]
-    dw_acc = tl.zeros([ROWS, BLOCK], ACC)
-    db_acc = tl.zeros([ROWS, BLOCK], ACC)
-    sub = tl.arange(0, ROWS)
-    n_groups = tl.cdiv(n_rows, ROWS)
-    if PREFETCH:  # the next group's x and dy load while this group's reductions run
-        rows = pid.to(tl.int64) * ROWS + sub
-        m2 = (rows < n_rows)[:, None] & mask[None, :]
-        x_next = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=m2, other=0.0)
-        dy_next = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=m2, other=0.0)
-    for grp in range(pid, n_groups, n_progs):
-        rows = grp.to(tl.int64) * ROWS + sub
-        row_ok = rows < n_rows
-        m2 = row_ok[:, None] & mask[None, :]
-        if PREFETCH:
-            x = x_next.to(ACC)
-            dy = dy_next.to(ACC)
-            nrows = rows + n_progs * ROWS
-            nm2 = (nrows < n_rows)[:, None] & mask[None, :]
-            x_next = tl.load(X + nrows[:, None] * stride_x + cols[None, :], mask=nm2, other=0.0)
-            dy_next = tl.load(DY + nrows[:, None] * stride_dy + cols[None, :], mask=nm2, other=0.0)
-        else:
-            x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=m2, other=0.0).to(ACC)
-            dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=m2, other=0.0).to(ACC)
-        rstd = tl.load(Rstd + rows, mask=row_ok, other=0.0)[:, None]
+    dw_acc = tl.zeros([BLOCK], ACC)
+    db_acc = tl.zeros([BLOCK], ACC)
+    for r in range(pid, n_rows, n_progs):
+        row = r.to(tl.int64)
+        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
+        rstd = tl.load(Rstd + row)
         if IS_RMS:
             xhat = x * rstd
         else:
-            xhat = tl.where(m2, (x - tl.load(Mean + rows, mask=row_ok, other=0.0)[:, None]) * rstd, 0.0)
+            xhat = tl.where(mask, (x - tl.load(Mean + row)) * rstd, 0.0)
+        dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
         if RELU:
-            dy = tl.where(xhat * w2 + b2 > 0, dy, 0.0)
-        g = dy * w2
-        c1 = (tl.sum(g * xhat, axis=1) / n_cols)[:, None]
+            dy = tl.where(xhat * w + b > 0, dy, 0.0)
+        g = dy * w
+        c1 = tl.sum(g * xhat, axis=0) / n_cols
         if IS_RMS:
             dx = (g - xhat * c1) * rstd
         else:
-            c2 = (tl.sum(g, axis=1) / n_cols)[:, None]
+            c2 = tl.sum(g, axis=0) / n_cols
             dx = (g - (xhat * c1 + c2)) * rstd
         if HAS_DH:
-            dx += tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=m2, other=0.0).to(ACC)
-        tl.store(DX + rows[:, None] * n_cols + cols[None, :], dx, mask=m2)
+            dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
+        tl.store(DX + row * n_cols + cols, dx, mask=mask)
+        if PARTIALS:
+            dw_acc += dy * xhat
+            db_acc += dy
+    if PARTIALS:
+        if HAS_W:
+            tl.store(DWB + pid * stride_p + cols, dw_acc, mask=mask)
+        if HAS_B:
+            tl.store(DWB + pid * stride_p + (n_cols if HAS_W else 0) + cols, db_acc, mask=mask)
+
+
+@tessera.kernel
+def _norm_dwdb_kernel(X, W, B, DY, Mean, Rstd, DWB, stride_x, stride_dy, stride_p, n_rows, n_cols, rows_per_split,
+                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
+                      ACC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # The GPU's dweight/dbias: program (c, s) sums dy * xhat and dy over rows
+    # [s * rows_per_split, (s + 1) * rows_per_split) for columns c * BLOCK_C + [0, BLOCK_C),
+    # a [BLOCK_R, BLOCK_C] tile per step, into row s of DWB: dweight's columns, then
+    # dbias's (each present only with its parameter). column_sum adds the slices.
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = c < n_cols
+    first = tl.program_id(1) * rows_per_split
+    r = tl.arange(0, BLOCK_R)
+    if RELU:  # the forward's ReLU gate needs w and b for these columns
+        if HAS_W:
+            w = tl.load(W + c, mask=cmask, other=0.0).to(ACC)[None, :]
+        if HAS_B:
+            b = tl.load(B + c, mask=cmask, other=0.0).to(ACC)[None, :]
+    dw_acc = tl.zeros([BLOCK_R, BLOCK_C], ACC)
+    db_acc = tl.zeros([BLOCK_R, BLOCK_C], ACC)
+    for start in range(0, rows_per_split, BLOCK_R):
+        rows = first + start + r
+        rmask = rows < n_rows
+        # Compared after broadcasting: a broadcast 1-D column mask
+        # ((c < n_cols)[None, :]) leaves the loads scalar; this form gets 16-byte vectors.
+        m = (rows[:, None] < n_rows) & (c[None, :] < n_cols)
+        rows64 = rows.to(tl.int64)
+        x = tl.load(X + rows64[:, None] * stride_x + c[None, :], mask=m, other=0.0).to(ACC)
+        dy = tl.load(DY + rows64[:, None] * stride_dy + c[None, :], mask=m, other=0.0).to(ACC)
+        rstd = tl.load(Rstd + rows, mask=rmask, other=0.0)[:, None]
+        if IS_RMS:
+            xhat = x * rstd
+        else:
+            xhat = tl.where(m, (x - tl.load(Mean + rows, mask=rmask, other=0.0)[:, None]) * rstd, 0.0)
+        if RELU:
+            z = xhat
+            if HAS_W:
+                z = z * w
+            if HAS_B:
+                z = z + b
+            dy = tl.where(z > 0, dy, 0.0)
         dw_acc += dy * xhat
         db_acc += dy
+    out = DWB + tl.program_id(1).to(tl.int64) * stride_p + c
     if HAS_W:
-        tl.store(DWp + pid * n_cols + cols, tl.sum(dw_acc, axis=0), mask=mask)
+        tl.store(out, tl.sum(dw_acc, axis=0), mask=cmask)
     if HAS_B:
-        tl.store(DBp + pid * n_cols + cols, tl.sum(db_acc, axis=0), mask=mask)
-
-
-# GPU plan of the backward kernel (bwd_plan); the benchmark's sweeps override it.
-GPU_BWD = {"programs": 264, "rows": 2, "max_warps": 16, "prefetch": False}
-
-
-def bwd_plan(like, rows, block):
-    """(programs, rows per step, launch options) of the backward kernel. On the CPU a
-    few programs per thread, one row a step; on a GPU GPU_BWD (see its measurements)."""
-    if not H.on_gpu(like):
-        return H.num_programs_for_partials(like, rows), 1, {}
-    per_step = max(1, min(GPU_BWD["rows"], tessera.next_power_of_2(max(rows, 1))))
-    progs = max(1, min(GPU_BWD["programs"], tessera.cdiv(max(rows, 1), per_step)))
-    return progs, per_step, H.row_launch_options(like, block, max_warps=GPU_BWD["max_warps"])
+        tl.store(out + (n_cols if HAS_W else 0), tl.sum(db_acc, axis=0), mask=cmask)
 
 
 def _io_type(x):
@@ -175,6 +199,20 @@ def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
     return y.reshape(shape), (h.reshape(shape) if h is not None else None), mean, rstd
 
 
+def _split_backward(like) -> bool:
+    """Whether dx and dweight/dbias take separate kernels (on a GPU; see the module
+    docstring). Tests set it to always-true to run that plan on the CPU too."""
+    return H.on_gpu(like)
+
+
+# The dweight/dbias kernel's tile and program count on a GPU: BLOCK_C columns of
+# BLOCK_R rows per step, the rows split into slices until about DWDB_PROGRAMS programs
+# (as reduce.py's column sums).
+DWDB_BLOCK_R, DWDB_BLOCK_C, DWDB_PROGRAMS = 64, 64, 1024
+# Warps of the GPU's one-row dx kernel (at most; a warp per 256 elements below that).
+DX_MAX_WARPS = 8
+
+
 def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
     """(dx, dweight, dbias) of a forward pass whose normalized input was `xin` (x, or
     the new residual h); dh is the gradient reaching h directly (residual forms)."""
@@ -184,19 +222,44 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
     dhv = H.rows_view(dh, n) if dh is not None else dyv
     rows = xv.shape[0]
     dx = H.empty(xin, (rows, n))
+    has_w, has_b = weight is not None, bias is not None
+    width = n * (int(has_w) + int(has_b))  # a partial row: dweight, then dbias
+    w = H.contiguous(weight) if has_w else xv
+    b = H.contiguous(bias) if has_b else xv
+    acc = H.acc_dtype(xin)
     block = H.block_for(n)
-    progs, per_step, options = bwd_plan(xin, rows, block)
-    dwp = H.empty(xin, (progs, n), "acc") if weight is not None else dx
-    dbp = H.empty(xin, (progs, n), "acc") if bias is not None else dx
-    w = H.contiguous(weight) if weight is not None else xv
-    b = H.contiguous(bias) if bias is not None else xv
+    split = _split_backward(xin)
+    if split:
+        progs, partials = rows, None
+        slices = min(tessera.cdiv(DWDB_PROGRAMS, tessera.cdiv(n, DWDB_BLOCK_C)),
+                     max(1, rows // (4 * DWDB_BLOCK_R)))
+        rows_per_split = tessera.cdiv(tessera.cdiv(max(rows, 1), slices), DWDB_BLOCK_R) * DWDB_BLOCK_R
+        slices = tessera.cdiv(max(rows, 1), rows_per_split)
+        if has_w or has_b:
+            partials = H.empty(xin, (slices, width), "acc")
+    else:
+        progs = H.num_programs_for_partials(xin, rows)
+        partials = H.empty(xin, (progs, width), "acc") if has_w or has_b else None
     if rows and n:
         _norm_bwd_kernel[(progs,)](
-            xv, w, b, dyv, dhv, dx, mean, rstd, dwp, dbp, H.row_stride(xv), H.row_stride(dyv), H.row_stride(dhv),
-            rows, n, progs, IS_RMS=is_rms, HAS_W=weight is not None, HAS_B=bias is not None, RELU=relu,
-            HAS_DH=dh is not None, ACC=H.acc_dtype(xin), BLOCK=block, ROWS=per_step, PREFETCH=bool(H.on_gpu(xin) and GPU_BWD["prefetch"]), **options)
-    dw = column_sum(dwp, H.dtype_name(weight)) if weight is not None else None
-    db = column_sum(dbp, H.dtype_name(bias)) if bias is not None else None
+            xv, w, b, dyv, dhv, dx, mean, rstd, partials if partials is not None and not split else dx,
+            H.row_stride(xv), H.row_stride(dyv), H.row_stride(dhv), width, rows, n, progs,
+            IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None,
+            PARTIALS=(has_w or has_b) and not split, ACC=acc, BLOCK=block,
+            **H.row_launch_options(xin, block, max_warps=DX_MAX_WARPS if split else 16))
+        if split and (has_w or has_b):
+            _norm_dwdb_kernel[(tessera.cdiv(n, DWDB_BLOCK_C), slices)](
+                xv, w, b, dyv, mean, rstd, partials, H.row_stride(xv), H.row_stride(dyv), width, rows, n,
+                rows_per_split, IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, ACC=acc, BLOCK_R=DWDB_BLOCK_R,
+                BLOCK_C=DWDB_BLOCK_C)
+    dw = db = None
+    if has_w or has_b:
+        if rows and n:
+            sums = column_sum(partials, H.dtype_name(xin))
+        else:
+            sums = H.zeros(xin, (width,))
+        dw = sums[:n] if has_w else None
+        db = sums[width - n:] if has_b else None
     return dx.reshape(tuple(xin.shape)), dw, db
 
 

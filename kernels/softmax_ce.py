@@ -26,9 +26,6 @@ import tessera.language as tl
 from . import _host as H
 from .activation import _keep_from
 
-# GPU warps per program (at most; a warp per 256 elements below that) of the row
-# kernels here; the benchmark's sweeps override them.
-GPU_MAX_WARPS = {"softmax_fwd": 8, "softmax_bwd": 16, "xent_fwd": 8, "xent_bwd": 16}
 CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
 
@@ -220,7 +217,7 @@ def softmax_forward(x, dim, log, p, seed):
         _softmax_fwd_kernel[(rows,)](xv, y, H.row_stride(xv), n, H.scalar(x, p), int(seed), _keep_from(p),
                                      LOG=log, DROPOUT=p > 0,
                                      ACC=H.acc_dtype(x), BLOCK=_softmax_block(n, p),
-                                     **H.row_launch_options(x, H.block_for(n), max_warps=GPU_MAX_WARPS["softmax_fwd"]))
+                                     **H.row_launch_options(x, H.block_for(n), max_warps=8))
     y = y.reshape(tuple(xm.shape))
     return _moveaxis(y, -1, d) if d != x.ndim - 1 else y
 
@@ -238,7 +235,7 @@ def softmax_backward(saved, dy, dim, log, p, seed):
         _softmax_bwd_kernel[(rows,)](sv, dyv, dx, H.row_stride(sv), H.row_stride(dyv), n, H.scalar(saved, p), int(seed),
                                      _keep_from(p),
                                      LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=_softmax_block(n, p),
-                                     **H.row_launch_options(saved, H.block_for(n), max_warps=GPU_MAX_WARPS["softmax_bwd"]))
+                                     **H.row_launch_options(saved, H.block_for(n)))
     dx = dx.reshape(tuple(sm.shape))
     return _moveaxis(dx, -1, d) if move else dx
 
@@ -310,7 +307,7 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing):
         one = block >= n
         _xent_fwd_kernel[(rows,)](xv, target, loss, lse, H.row_stride(xv), n, int(ignore_index), H.scalar(logits, smoothing),
                                   SMOOTH=smoothing > 0, ONE_CHUNK=one, ACC=H.acc_dtype(logits), BLOCK=block,
-                                  **H.row_launch_options(logits, block, max_warps=GPU_MAX_WARPS["xent_fwd"]))
+                                  **H.row_launch_options(logits, block, max_warps=8))
     return loss, lse
 
 
@@ -326,7 +323,7 @@ def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoo
         _xent_bwd_kernel[(rows,)](xv, target, lse, dl, scale if scale is not None else lse, dx, H.row_stride(xv),
                                   0 if scale is not None else 1, n, int(ignore_index), H.scalar(logits, smoothing),
                                   SMOOTH=smoothing > 0, HAS_SCALE=scale is not None, ACC=H.acc_dtype(logits),
-                                  BLOCK=_ce_block(n), **H.row_launch_options(logits, _ce_block(n), max_warps=GPU_MAX_WARPS["xent_bwd"]))
+                                  BLOCK=_ce_block(n), **H.row_launch_options(logits, _ce_block(n)))
     return dx
 
 
