@@ -289,22 +289,6 @@ HEADER = ["op", "shape", "tk ms", "torch ms", "numpy ms", "torch.compile ms", "t
           "tk fwd+bwd ms", "torch fwd+bwd ms", "torch/tk fwd+bwd", "tk of copy", "check"]
 
 
-def apply_plan(path):
-    """Set the library's launch-plan tunables from a JSON file: 'module.NAME' -> a dict
-    (merged into the module's dict) or a value."""
-    import importlib
-    with open(path) as fh:
-        plan = json.load(fh)
-    for key, value in plan.items():
-        mod_name, attr = key.rsplit(".", 1)
-        mod = importlib.import_module("tessera.kernels." + mod_name)
-        if isinstance(value, dict):
-            getattr(mod, attr).update(value)
-        else:
-            setattr(mod, attr, value)
-        print(f"plan: {key} = {getattr(mod, attr)}")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller inputs, fewer samples")
@@ -316,12 +300,8 @@ def main():
     ap.add_argument("--no-triton", dest="triton", action="store_false",
                     help="skip the Triton build of the same kernel sources (GPU)")
     ap.add_argument("--out", default=RESULTS_DIR)
-    ap.add_argument("--plan", default="", help="JSON file of GPU launch-plan overrides (bench/bwd_profile.py's "
-                    "sweeps write one): {'norm.GPU_BWD': {...}, 'activation.FUSED_BIAS_BWD': false, ...}")
     ap.add_argument("--tag", default="", help="suffix of the result files' names")
     args = ap.parse_args()
-    if args.plan:
-        apply_plan(args.plan)
     t0 = time.time()
     load_at_start = tuple(round(v, 2) for v in os.getloadavg())
     table, records = run(args)

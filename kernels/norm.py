@@ -6,21 +6,19 @@ Forward: one program per row; the row stays in registers between the statistics
 and the output (one read of x, one write of y). Mean and 1/std per row are kept for
 the backward pass (4 bytes a row).
 
-Backward, on the CPU: P programs (a few per thread) each walk rows pid, pid+P, ...
-computing dx row by row and summing dweight and dbias for their rows in registers;
-each writes one partial row, and a column sum of the P partial rows gives
-dweight/dbias. With xhat = (x - mean) * rstd and g = dy * w:
+Backward: P programs (a few per CPU thread, 512 on a GPU) each walk rows pid, pid+P,
+... computing dx row by row and summing dweight and dbias for their rows in
+registers; each writes one partial row (dweight's columns, then dbias's), and one
+column sum of the P partial rows gives both. With xhat = (x - mean) * rstd and
+g = dy * w:
 
     dx = rstd * (g - mean(g * xhat) * xhat - mean(g))     (layer norm)
     dx = rstd * (g - mean(g * xhat) * xhat)               (RMS norm: no centring)
 
-On a GPU the same kernel runs one row per program with no partials (grid = rows,
-as the forward), and a second kernel sums dweight/dbias down the columns. The fused
-walk holds a row plus two accumulator rows per program, which (BLOCK 4096) leaves
-one 16-warp program per SM: each row's loads then wait behind the previous row's two
-block reductions. On an H100, fp16 16384x4096: fused 0.41-0.48 ms for any program
-count, warps or rows per step tried (bench/results/norm_bwd_fused_sweep_h100.log); split:
-bench/results/bwd_profile_h100.log.
+On an H100 (fp16 16384x4096 layer norm) this walk takes 0.238 ms with its column
+sum, torch's two backward kernels 0.333 ms; a split plan (dx one row per program, as
+the forward, plus a dweight/dbias column kernel) took 0.255 ms in the same run
+(bench/results/bwd_profile_h100.log), so the walk stays.
 """
 from __future__ import annotations
 
@@ -68,9 +66,9 @@ def _norm_fwd_kernel(X, R, W, B, Y, HOUT, Mean, Rstd, stride_x, stride_r, stride
 def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, stride_dh, stride_p,
                      n_rows, n_cols, n_progs,
                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
-                     HAS_DH: tl.constexpr, PARTIALS: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    # PARTIALS: program pid writes its rows' dweight sum, then their dbias sum, as
-    # row pid of DWB (row stride stride_p); else dx only.
+                     HAS_DH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    # Program pid writes its rows' dweight sum, then their dbias sum, as row pid of
+    # DWB (row stride stride_p).
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -105,63 +103,12 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
         if HAS_DH:
             dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
         tl.store(DX + row * n_cols + cols, dx, mask=mask)
-        if PARTIALS:
-            dw_acc += dy * xhat
-            db_acc += dy
-    if PARTIALS:
-        if HAS_W:
-            tl.store(DWB + pid * stride_p + cols, dw_acc, mask=mask)
-        if HAS_B:
-            tl.store(DWB + pid * stride_p + (n_cols if HAS_W else 0) + cols, db_acc, mask=mask)
-
-
-@tessera.kernel
-def _norm_dwdb_kernel(X, W, B, DY, Mean, Rstd, DWB, stride_x, stride_dy, stride_p, n_rows, n_cols, rows_per_split,
-                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
-                      ACC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    # The GPU's dweight/dbias: program (c, s) sums dy * xhat and dy over rows
-    # [s * rows_per_split, (s + 1) * rows_per_split) for columns c * BLOCK_C + [0, BLOCK_C),
-    # a [BLOCK_R, BLOCK_C] tile per step, into row s of DWB: dweight's columns, then
-    # dbias's (each present only with its parameter). column_sum adds the slices.
-    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = c < n_cols
-    first = tl.program_id(1) * rows_per_split
-    r = tl.arange(0, BLOCK_R)
-    if RELU:  # the forward's ReLU gate needs w and b for these columns
-        if HAS_W:
-            w = tl.load(W + c, mask=cmask, other=0.0).to(ACC)[None, :]
-        if HAS_B:
-            b = tl.load(B + c, mask=cmask, other=0.0).to(ACC)[None, :]
-    dw_acc = tl.zeros([BLOCK_R, BLOCK_C], ACC)
-    db_acc = tl.zeros([BLOCK_R, BLOCK_C], ACC)
-    for start in range(0, rows_per_split, BLOCK_R):
-        rows = first + start + r
-        rmask = rows < n_rows
-        # Compared after broadcasting: a broadcast 1-D column mask
-        # ((c < n_cols)[None, :]) leaves the loads scalar; this form gets 16-byte vectors.
-        m = (rows[:, None] < n_rows) & (c[None, :] < n_cols)
-        rows64 = rows.to(tl.int64)
-        x = tl.load(X + rows64[:, None] * stride_x + c[None, :], mask=m, other=0.0).to(ACC)
-        dy = tl.load(DY + rows64[:, None] * stride_dy + c[None, :], mask=m, other=0.0).to(ACC)
-        rstd = tl.load(Rstd + rows, mask=rmask, other=0.0)[:, None]
-        if IS_RMS:
-            xhat = x * rstd
-        else:
-            xhat = tl.where(m, (x - tl.load(Mean + rows, mask=rmask, other=0.0)[:, None]) * rstd, 0.0)
-        if RELU:
-            z = xhat
-            if HAS_W:
-                z = z * w
-            if HAS_B:
-                z = z + b
-            dy = tl.where(z > 0, dy, 0.0)
         dw_acc += dy * xhat
         db_acc += dy
-    out = DWB + tl.program_id(1).to(tl.int64) * stride_p + c
     if HAS_W:
-        tl.store(out, tl.sum(dw_acc, axis=0), mask=cmask)
+        tl.store(DWB + pid * stride_p + cols, dw_acc, mask=mask)
     if HAS_B:
-        tl.store(out + (n_cols if HAS_W else 0), tl.sum(db_acc, axis=0), mask=cmask)
+        tl.store(DWB + pid * stride_p + (n_cols if HAS_W else 0) + cols, db_acc, mask=mask)
 
 
 def _io_type(x):
@@ -199,20 +146,6 @@ def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
     return y.reshape(shape), (h.reshape(shape) if h is not None else None), mean, rstd
 
 
-def _split_backward(like) -> bool:
-    """Whether dx and dweight/dbias take separate kernels (on a GPU; see the module
-    docstring). Tests set it to always-true to run that plan on the CPU too."""
-    return H.on_gpu(like)
-
-
-# The dweight/dbias kernel's tile and program count on a GPU: BLOCK_C columns of
-# BLOCK_R rows per step, the rows split into slices until about DWDB_PROGRAMS programs
-# (as reduce.py's column sums).
-DWDB_BLOCK_R, DWDB_BLOCK_C, DWDB_PROGRAMS = 64, 64, 1024
-# Warps of the GPU's one-row dx kernel (at most; a warp per 256 elements below that).
-DX_MAX_WARPS = 8
-
-
 def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
     """(dx, dweight, dbias) of a forward pass whose normalized input was `xin` (x, or
     the new residual h); dh is the gradient reaching h directly (residual forms)."""
@@ -226,32 +159,14 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
     width = n * (int(has_w) + int(has_b))  # a partial row: dweight, then dbias
     w = H.contiguous(weight) if has_w else xv
     b = H.contiguous(bias) if has_b else xv
-    acc = H.acc_dtype(xin)
     block = H.block_for(n)
-    split = _split_backward(xin)
-    if split:
-        progs, partials = rows, None
-        slices = min(tessera.cdiv(DWDB_PROGRAMS, tessera.cdiv(n, DWDB_BLOCK_C)),
-                     max(1, rows // (4 * DWDB_BLOCK_R)))
-        rows_per_split = tessera.cdiv(tessera.cdiv(max(rows, 1), slices), DWDB_BLOCK_R) * DWDB_BLOCK_R
-        slices = tessera.cdiv(max(rows, 1), rows_per_split)
-        if has_w or has_b:
-            partials = H.empty(xin, (slices, width), "acc")
-    else:
-        progs = H.num_programs_for_partials(xin, rows)
-        partials = H.empty(xin, (progs, width), "acc") if has_w or has_b else None
+    progs = H.num_programs_for_partials(xin, rows)
+    partials = H.empty(xin, (progs, width), "acc") if has_w or has_b else dx
     if rows and n:
         _norm_bwd_kernel[(progs,)](
-            xv, w, b, dyv, dhv, dx, mean, rstd, partials if partials is not None and not split else dx,
-            H.row_stride(xv), H.row_stride(dyv), H.row_stride(dhv), width, rows, n, progs,
-            IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None,
-            PARTIALS=(has_w or has_b) and not split, ACC=acc, BLOCK=block,
-            **H.row_launch_options(xin, block, max_warps=DX_MAX_WARPS if split else 16))
-        if split and (has_w or has_b):
-            _norm_dwdb_kernel[(tessera.cdiv(n, DWDB_BLOCK_C), slices)](
-                xv, w, b, dyv, mean, rstd, partials, H.row_stride(xv), H.row_stride(dyv), width, rows, n,
-                rows_per_split, IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, ACC=acc, BLOCK_R=DWDB_BLOCK_R,
-                BLOCK_C=DWDB_BLOCK_C)
+            xv, w, b, dyv, dhv, dx, mean, rstd, partials, H.row_stride(xv), H.row_stride(dyv), H.row_stride(dhv),
+            width, rows, n, progs, IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None,
+            ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block))
     dw = db = None
     if has_w or has_b:
         if rows and n:
