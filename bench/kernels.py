@@ -300,6 +300,7 @@ def main():
     ap.add_argument("--no-triton", dest="triton", action="store_false",
                     help="skip the Triton build of the same kernel sources (GPU)")
     ap.add_argument("--out", default=RESULTS_DIR)
+    ap.add_argument("--tag", default="", help="suffix of the result files' names")
     args = ap.parse_args()
     t0 = time.time()
     load_at_start = tuple(round(v, 2) for v in os.getloadavg())
@@ -316,7 +317,7 @@ def main():
     summary = {"ops": len(records), "tk_ahead_of_torch_eager_fwd": ahead, "tk_behind_torch_eager_fwd": behind,
                "tk_behind_fwd_median": behind_on("fwd_median_ms"), "tk_behind_fwd_bwd": behind_on("fwd_bwd_ms"),
                "tk_behind_fwd_bwd_median": behind_on("fwd_bwd_median_ms"), "seconds": time.time() - t0}
-    tag = f"kernels_{args.device}" + ("" if args.dtype == "float32" else f"_{args.dtype}")
+    tag = f"kernels_{args.device}" + ("" if args.dtype == "float32" else f"_{args.dtype}") + args.tag
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, tag + ".json"), "w") as fh:
         json.dump({"machine": machine, "args": vars(args), "summary": summary, "records": records}, fh, indent=1,

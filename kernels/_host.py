@@ -38,9 +38,10 @@ _TORCH_DTYPE_NAMES = {}
 def dtype_name(x) -> str:
     """'float32', 'bfloat16', ... for numpy, torch and CuPy arrays alike."""
     if is_torch(x):
-        name = _TORCH_DTYPE_NAMES.get(x.dtype)
+        d = x.dtype
+        name = _TORCH_DTYPE_NAMES.get(d)
         if name is None:
-            name = _TORCH_DTYPE_NAMES[x.dtype] = str(x.dtype).replace("torch.", "")
+            name = _TORCH_DTYPE_NAMES[d] = str(d).replace("torch.", "")
         return name
     return np.dtype(x.dtype).name if not hasattr(x.dtype, "name") else x.dtype.name
 
@@ -94,6 +95,10 @@ def rows_view(x, n_cols: int):
     input) the data is copied once into a contiguous array."""
     if x.shape and x.shape[-1] != n_cols:
         raise ValueError(f"last dimension is {x.shape[-1]}, expected {n_cols}")
+    if is_torch(x) and n_cols > 0 and x.dim() >= 1 and x.is_contiguous():
+        # The common case first: a contiguous torch tensor (a GPU op's host time is
+        # mostly such Python; see bench/results/kernels_cuda_float16_bwd.md).
+        return x if x.dim() == 2 else x.view(-1, n_cols)
     rows = math.prod(x.shape[:-1]) if x.ndim > 1 else 1  # math.prod: np.prod costs ~5 us a call
     if x.ndim == 0:
         raise ValueError("a 0-d input has no last dimension")

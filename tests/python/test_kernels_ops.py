@@ -295,3 +295,22 @@ def test_gpu_cupy_arrays_match_torch_cuda(case):
     for g, w in zip(got, want):
         assert isinstance(g, cupy.ndarray)
         np.testing.assert_array_equal(cupy.asnumpy(g), w.cpu().numpy())
+
+
+@pytest.mark.parametrize("rows", [0, 70])
+def test_layer_norm_bias_without_weight_backward(rows):
+    """A bias but no weight: dbias takes the partial rows' only columns; no rows: zero
+    gradients for the parameters."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(rows, 40, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(40, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(40, generator=g, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(rows, 40, generator=g, dtype=torch.float64)
+    want = torch.autograd.grad(F.layer_norm(x, (40,), None, b), (x, b), dy)
+    got = torch.autograd.grad(tk.layer_norm(x, None, b), (x, b), dy)
+    for gv, wv in zip(got, want):
+        torch.testing.assert_close(gv, wv, rtol=1e-9, atol=1e-9)
+    want = torch.autograd.grad(F.layer_norm(x, (40,), w, b), (x, w, b), dy)
+    got = torch.autograd.grad(tk.layer_norm(x, w, b), (x, w, b), dy)
+    for gv, wv in zip(got, want):
+        torch.testing.assert_close(gv, wv, rtol=1e-9, atol=1e-9)
