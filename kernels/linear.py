@@ -24,10 +24,13 @@ ACT_NONE, ACT_RELU, ACT_GELU, ACT_GELU_TANH = 0, 1, 2, 3
 BM, BN, BK = 64, 64, 32
 
 
-def _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC):
-    """Both matmul kernels' epilogue, inlined into each (ACT, HAS_BIAS, STORE_Z and SCALE
-    are their constexprs): scale, bias, the pre-activation Z if asked, the activation,
-    the store of C (batch, M, N) contiguous."""
+@tessera.kernel
+def _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+              STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr):
+    """Both matmul kernels' epilogue, inlined into each: scale, bias, the pre-activation
+    Z if asked, the activation, the store of C (batch, M, N) contiguous. A kernel (not a
+    plain function) so that bench/kernels.py's Triton build of this file, where
+    @tessera.kernel becomes @triton.jit, can call it too."""
     if SCALE:
         acc = acc * scale
     if HAS_BIAS:

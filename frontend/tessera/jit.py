@@ -273,6 +273,11 @@ class Kernel(_C.KernelLauncher):
         return self._sources
 
     def __call__(self, *args, **kwargs):
+        from .language import core as _lang_core
+        if _lang_core._interpreter_impl is not None:
+            # Called from a kernel the interpreter is running (TESSERA_INTERPRET=1): run
+            # its body in place, as the compiler inlines it.
+            return self.fn(*args, **kwargs)
         raise RuntimeError(
             f"kernel {self.__name__} must be launched with a grid: {self.__name__}[grid](...); "
             f"inside another kernel it is inlined by the compiler")

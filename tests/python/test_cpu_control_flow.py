@@ -458,3 +458,31 @@ def test_carried_numbers_in_a_kernel_with_a_closure():
     out = poisoned(1, np.float32)
     run_interpreted(closure_kernel, (1,), out, 4)
     assert out[0] == 12
+
+
+# --- a kernel calling another kernel -------------------------------------------------------
+@tessera.kernel
+def _scaled_store(ptr, offs, v, SCALE: tl.constexpr):
+    if SCALE:
+        v = v * 2.0
+    tl.store(ptr + offs, v)
+
+
+@tessera.kernel
+def calls_a_kernel(x_ptr, out_ptr, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    _scaled_store(out_ptr, offs, tl.load(x_ptr + offs) + 1.0, SCALE)
+
+
+@pytest.mark.parametrize("scale", [False, True])
+def test_a_kernel_called_from_a_kernel_is_inlined_compiled_and_interpreted(scale):
+    # Compiled, the callee is inlined (its constexpr parameter folds the branch); the
+    # interpreter runs its body in place. Launched on its own it still needs a grid.
+    x = np.arange(16, dtype=np.float32)
+    compiled, interpreted = run_compiled_and_interpreted(calls_a_kernel, (1,), x, np.zeros(16, np.float32),
+                                                         SCALE=scale, BLOCK=16)
+    expected = (x + 1) * (2 if scale else 1)
+    np.testing.assert_array_equal(compiled[1], expected)
+    np.testing.assert_array_equal(interpreted[1], expected)
+    with pytest.raises(RuntimeError, match="must be launched with a grid"):
+        _scaled_store(x, 0, 1.0, True)
