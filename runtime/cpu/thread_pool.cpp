@@ -10,12 +10,16 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #if defined(__linux__)
+#include <dlfcn.h>
+#include <link.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -72,6 +76,9 @@ constexpr int64_t kChunksPerThread = 4;
 // Sleeping workers each thread wakes for a job: caller and woken workers alike.
 constexpr int kWakesPerThread = 2;
 constexpr int kMaxThreads = 1024;
+// How often a pool with no OpenMP runtime in the process looks for one (a walk over
+// the loaded libraries, a few microseconds): torch may be imported after Tessera.
+constexpr auto kOpenMPLookupInterval = std::chrono::milliseconds(200);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -147,6 +154,58 @@ int thread_count_from_environment() {
   return std::clamp(usable_cpu_count(), 1, kMaxThreads);
 }
 
+// ---------------------------------------------------------------- sharing an OpenMP team
+//
+// torch (and numpy builds on OpenMP BLAS) run their parallel ops on an OpenMP team,
+// whose workers then spin-wait for the next parallel region: libgomp's default
+// GOMP_SPINCOUNT is 300k pauses, 12-15 ms on the 2-core EPYC we benchmark on. A
+// Tessera launch right after a torch op then has our workers compete with a spinning
+// OpenMP worker for the same cores: attention_score's forward (2.0 ms alone) took a
+// median 8 ms right after torch.ones_like (bench/pool_interference.py). Launching on
+// that same team instead (GOMP_parallel, which every OpenMP runtime on Linux exports:
+// libgomp, LLVM's libomp, Intel's libiomp5) puts our chunks on the threads already
+// spinning for work, so no thread waits for a core. We only use a runtime the process
+// has already loaded; we never load one, nor change its settings.
+// TESSERA_CPU_THREADS=own keeps launches on Tessera's own workers.
+
+using GompParallelFn = void (*)(void (*)(void*), void*, unsigned, unsigned);
+
+bool openmp_sharing_disabled_by_environment() {
+  const char* text = std::getenv("TESSERA_CPU_THREADS");
+  return text && std::strcmp(text, "own") == 0;
+}
+
+// GOMP_parallel of an OpenMP runtime already loaded in this process, or nullptr.
+GompParallelFn find_loaded_openmp_runtime() {
+#if defined(__linux__)
+  // The runtime is usually a dependency of a library loaded RTLD_LOCAL (torch's
+  // libtorch_cpu), so dlsym(RTLD_DEFAULT) misses it; and wheels rename it
+  // (libgomp-<hash>.so.1). Walk the loaded objects instead.
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) -> int {
+        const char* name = info->dlpi_name;
+        if (!name || !*name) return 0;
+        const char* base = std::strrchr(name, '/');
+        base = base ? base + 1 : name;
+        for (const char* prefix : {"libgomp", "libomp", "libiomp5"})
+          if (std::strncmp(base, prefix, std::strlen(prefix)) == 0) {
+            *static_cast<std::string*>(out) = name;
+            return 1;
+          }
+        return 0;
+      },
+      &path);
+  if (path.empty()) return nullptr;
+  // RTLD_NOLOAD: a handle to the loaded copy (kept open, so it stays loaded).
+  void* handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (!handle) return nullptr;
+  return reinterpret_cast<GompParallelFn>(dlsym(handle, "GOMP_parallel"));
+#else
+  return nullptr;
+#endif
+}
+
 }  // namespace
 
 struct ThreadPool::Impl {
@@ -176,6 +235,11 @@ struct ThreadPool::Impl {
   std::atomic<bool> stopping{false};
 
   std::mutex call_mutex;  // serializes parallel_for calls from different threads
+  // The process's OpenMP runtime, once one is loaded (guarded by call_mutex):
+  // looked for again at most every kOpenMPLookupInterval until found.
+  bool share_openmp_team = false;
+  GompParallelFn gomp_parallel = nullptr;
+  std::chrono::steady_clock::time_point next_openmp_lookup{};
   std::vector<pthread_t> workers;
   int num_threads = 1;  // workers + the caller
 
@@ -185,7 +249,18 @@ struct ThreadPool::Impl {
   void worker_loop();
   void wake_sleeping_workers(int how_many);
   void wait_for_workers_to_leave();
+  GompParallelFn loaded_openmp_runtime();
+  void rethrow_first_error();
 };
+
+GompParallelFn ThreadPool::Impl::loaded_openmp_runtime() {
+  if (!share_openmp_team || gomp_parallel) return gomp_parallel;
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_openmp_lookup) return nullptr;
+  next_openmp_lookup = now + kOpenMPLookupInterval;
+  gomp_parallel = find_loaded_openmp_runtime();
+  return gomp_parallel;
+}
 
 // Takes chunks until none are left or some body has thrown. Never throws.
 void ThreadPool::Impl::run_chunks() {
@@ -280,12 +355,13 @@ ThreadPool& ThreadPool::global() {
   // destructors (or a still-running kernel) may use it.
   static ThreadPool* pool = [] {
     pthread_atfork(nullptr, nullptr, [] { g_in_forked_child.store(true); });
-    return new ThreadPool(thread_count_from_environment());
+    return new ThreadPool(thread_count_from_environment(), !openmp_sharing_disabled_by_environment());
   }();
   return *pool;
 }
 
-ThreadPool::ThreadPool(int threads) : impl_(new Impl) {
+ThreadPool::ThreadPool(int threads, bool share_openmp_team) : impl_(new Impl) {
+  impl_->share_openmp_team = share_openmp_team;
   threads = std::clamp(threads, 1, kMaxThreads);
   pthread_attr_t attributes;
   pthread_attr_init(&attributes);
@@ -343,6 +419,19 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   pool.first_error = nullptr;
   pool.failed.store(false, std::memory_order_relaxed);
   pool.next_index.store(0, std::memory_order_relaxed);
+  if (GompParallelFn gomp_parallel = pool.loaded_openmp_runtime()) {
+    // Every thread of the team (the caller is its master) takes chunks as our own
+    // workers would; GOMP_parallel returns after all of them are done.
+    auto run_on_team = [](void* impl) {
+      bool was_in_pool = t_running_in_pool;
+      t_running_in_pool = true;  // a nested launch runs inline, as on our workers
+      static_cast<Impl*>(impl)->run_chunks();
+      t_running_in_pool = was_in_pool;
+    };
+    gomp_parallel(run_on_team, &pool, static_cast<unsigned>(std::min<int64_t>(num_chunks, pool.num_threads)), 0);
+    pool.rethrow_first_error();
+    return;
+  }
   pool.open_seats.store(seats, std::memory_order_relaxed);
   const uint64_t open_state = pool.job_state.load(std::memory_order_relaxed) + 1;
   pool.job_state.store(open_state, std::memory_order_seq_cst);
@@ -354,16 +443,18 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 
   pool.job_state.store(open_state + 1, std::memory_order_seq_cst);
   pool.wait_for_workers_to_leave();
+  pool.rethrow_first_error();
+}
 
-  if (pool.failed.load(std::memory_order_relaxed)) {
-    std::exception_ptr error;
-    {
-      std::lock_guard<std::mutex> lock(pool.error_mutex);
-      error = pool.first_error;
-      pool.first_error = nullptr;
-    }
-    std::rethrow_exception(error);
+void ThreadPool::Impl::rethrow_first_error() {
+  if (!failed.load(std::memory_order_relaxed)) return;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(error_mutex);
+    error = first_error;
+    first_error = nullptr;
   }
+  std::rethrow_exception(error);
 }
 
 }  // namespace tessera::runtime
