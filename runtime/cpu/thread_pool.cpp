@@ -19,6 +19,7 @@
 
 #if defined(__linux__)
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -240,6 +241,12 @@ struct ThreadPool::Impl {
   bool share_openmp_team = false;
   GompParallelFn gomp_parallel = nullptr;
   std::chrono::steady_clock::time_point next_openmp_lookup{};
+  // /proc/self/task/<tid>/stat of each team worker that has run our chunks (kept
+  // open: re-reading one costs about a microsecond), to tell whether they spin.
+  std::vector<int> team_worker_stat_fds;
+  std::mutex new_team_workers_mutex;
+  std::vector<int> new_team_worker_tids;  // guarded by new_team_workers_mutex
+  std::thread::id team_master;  // the caller of the open GOMP_parallel
   std::vector<pthread_t> workers;
   int num_threads = 1;  // workers + the caller
 
@@ -250,8 +257,58 @@ struct ThreadPool::Impl {
   void wake_sleeping_workers(int how_many);
   void wait_for_workers_to_leave();
   GompParallelFn loaded_openmp_runtime();
+  bool team_workers_awake();
+  void note_team_worker();
   void rethrow_first_error();
 };
+
+// Called on a team worker running our chunks: remembers its thread id, once.
+void ThreadPool::Impl::note_team_worker() {
+#if defined(__linux__)
+  thread_local const Impl* t_noted_for = nullptr;
+  if (t_noted_for == this) return;
+  t_noted_for = this;
+  std::lock_guard<std::mutex> lock(new_team_workers_mutex);
+  new_team_worker_tids.push_back(static_cast<int>(syscall(SYS_gettid)));
+#endif
+}
+
+// True when a worker of the OpenMP team is running or runnable, i.e. spin-waiting
+// after a parallel region (it cannot be inside one: this thread is its master),
+// and false when they all sleep. Also true before we know the team's threads, so
+// the first launch on the team finds them out.
+bool ThreadPool::Impl::team_workers_awake() {
+#if defined(__linux__)
+  {
+    std::lock_guard<std::mutex> lock(new_team_workers_mutex);
+    for (int tid : new_team_worker_tids) {
+      std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) team_worker_stat_fds.push_back(fd);
+    }
+    new_team_worker_tids.clear();
+  }
+  if (team_worker_stat_fds.empty()) return true;
+  bool awake = false;
+  for (size_t i = 0; i < team_worker_stat_fds.size();) {
+    // "<tid> (<name>) <state> ...": the name may hold spaces and parentheses.
+    char text[256];
+    ssize_t got = pread(team_worker_stat_fds[i], text, sizeof(text) - 1, 0);
+    if (got <= 0) {  // the thread exited
+      close(team_worker_stat_fds[i]);
+      team_worker_stat_fds.erase(team_worker_stat_fds.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    text[got] = '\0';
+    const char* name_end = std::strrchr(text, ')');
+    if (name_end && name_end[1] == ' ' && name_end[2] == 'R') awake = true;
+    ++i;
+  }
+  return awake;
+#else
+  return true;
+#endif
+}
 
 GompParallelFn ThreadPool::Impl::loaded_openmp_runtime() {
   if (!share_openmp_team || gomp_parallel) return gomp_parallel;
@@ -419,15 +476,22 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   pool.first_error = nullptr;
   pool.failed.store(false, std::memory_order_relaxed);
   pool.next_index.store(0, std::memory_order_relaxed);
-  if (GompParallelFn gomp_parallel = pool.loaded_openmp_runtime()) {
+  GompParallelFn gomp_parallel = pool.loaded_openmp_runtime();
+  // Only while the team's workers are awake: asleep, they would have to be woken
+  // and GOMP_parallel would wait for each of them (our own pool never waits for a
+  // late worker), and they compete with nothing.
+  if (gomp_parallel && pool.team_workers_awake()) {
     // Every thread of the team (the caller is its master) takes chunks as our own
     // workers would; GOMP_parallel returns after all of them are done.
     auto run_on_team = [](void* impl) {
+      Impl& pool = *static_cast<Impl*>(impl);
       bool was_in_pool = t_running_in_pool;
+      if (!was_in_pool && std::this_thread::get_id() != pool.team_master) pool.note_team_worker();
       t_running_in_pool = true;  // a nested launch runs inline, as on our workers
-      static_cast<Impl*>(impl)->run_chunks();
+      pool.run_chunks();
       t_running_in_pool = was_in_pool;
     };
+    pool.team_master = std::this_thread::get_id();
     gomp_parallel(run_on_team, &pool, static_cast<unsigned>(std::min<int64_t>(num_chunks, pool.num_threads)), 0);
     pool.rethrow_first_error();
     return;

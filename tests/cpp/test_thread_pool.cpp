@@ -317,13 +317,49 @@ TEST(ThreadPoolInOpenMPProcess, RethrowsAndNestsInline) {
   std::atomic<int> inner_elsewhere{0}, inner_indices{0};
   team_pool.parallel_for(8, [&](int64_t, int64_t) {
     auto outer = std::this_thread::get_id();
+    int outer_level = omp.level();
     team_pool.parallel_for(10, [&](int64_t begin, int64_t end) {
-      if (std::this_thread::get_id() != outer || omp.level() != 1) ++inner_elsewhere;
+      if (std::this_thread::get_id() != outer || omp.level() != outer_level) ++inner_elsewhere;
       inner_indices += static_cast<int>(end - begin);
     });
   });
   EXPECT_EQ(inner_elsewhere.load(), 0);
   EXPECT_EQ(inner_indices.load(), 8 * 10);
+}
+
+// The team is used only while its workers spin (right after an OpenMP region, e.g.
+// a torch op); once they sleep, launches go back to our own workers.
+TEST(ThreadPoolInOpenMPProcess, UsesTheTeamOnlyWhileItsWorkersSpin) {
+  if (!in_openmp_child()) GTEST_SKIP() << "runs in SharesALoadedOpenMPTeam's child";
+  OpenMP omp = load_openmp();
+  if (!omp.handle) GTEST_SKIP() << "no libgomp.so.1 on this machine";
+  auto omp_parallel = reinterpret_cast<void (*)(void (*)(void*), void*, unsigned, unsigned)>(
+      dlsym(omp.handle, "GOMP_parallel"));
+  ASSERT_TRUE(omp.level && omp_parallel) << dlerror();
+  ThreadPool team_pool(2, /*share_openmp_team=*/true);
+  auto level_of_a_launch = [&] {
+    std::atomic<int> max_level{0};
+    team_pool.parallel_for(16, [&](int64_t, int64_t) {
+      int level = omp.level();
+      for (int seen = max_level.load(); level > seen && !max_level.compare_exchange_weak(seen, level);) {
+      }
+    });
+    return max_level.load();
+  };
+  EXPECT_EQ(level_of_a_launch(), 1);  // the first launch meets the team's threads
+  // libgomp's workers sleep after GOMP_SPINCOUNT pauses (about 10 ms here, longer
+  // under load): then a launch runs on our workers.
+  bool ran_on_own_workers = false;
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!ran_on_own_workers && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ran_on_own_workers = level_of_a_launch() == 0;
+  }
+  EXPECT_TRUE(ran_on_own_workers);
+  // An OpenMP region of someone else (a torch op) leaves the workers spinning: the
+  // next launch joins them.
+  omp_parallel([](void*) {}, nullptr, 2, 0);
+  EXPECT_EQ(level_of_a_launch(), 1);
 }
 
 // share_openmp_team=false (TESSERA_CPU_THREADS=own for the global pool) keeps
