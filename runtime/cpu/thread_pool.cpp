@@ -165,8 +165,13 @@ int thread_count_from_environment() {
 // median 8 ms right after torch.ones_like (bench/pool_interference.py). Launching on
 // that same team instead (GOMP_parallel, which every OpenMP runtime on Linux exports:
 // libgomp, LLVM's libomp, Intel's libiomp5) puts our chunks on the threads already
-// spinning for work, so no thread waits for a core. We only use a runtime the process
-// has already loaded; we never load one, nor change its settings.
+// spinning for work, so no thread waits for a core. Only while they spin, though:
+// GOMP_parallel waits for every team thread at its end, so a sleeping (or descheduled)
+// team worker delays the whole launch, where our own pool never waits for a worker
+// that has not started. Whether they spin is their scheduler state ('R' in
+// /proc/self/task/<tid>/stat; they cannot be running a region of their own, since
+// the caller is their master). We only use a runtime the process has already
+// loaded; we never load one, nor change its settings.
 // TESSERA_CPU_THREADS=own keeps launches on Tessera's own workers.
 
 using GompParallelFn = void (*)(void (*)(void*), void*, unsigned, unsigned);

@@ -17,11 +17,11 @@ namespace tessera::runtime {
 // stack (8 MB on a default Linux main thread).
 //
 // Sharing an OpenMP team: when the process has already loaded an OpenMP runtime
-// (torch does), the global pool runs each launch on that runtime's team
-// (GOMP_parallel) instead of its own workers. The team's workers spin-wait for
-// work after every torch op (12-15 ms with libgomp's defaults here), so our own
-// workers would compete with them for the cores; the team's threads take the
-// chunks at once instead. Chunks then run on the team's stacks (OMP_STACKSIZE, by
+// (torch does) and that runtime's workers are awake, the global pool runs the launch
+// on that team (GOMP_parallel) instead of its own workers. The team's workers
+// spin-wait for work after every torch op (12-15 ms with libgomp's defaults here),
+// so our own workers would compete with them for the cores; the team's threads take
+// the chunks at once instead. Once they sleep, launches go back to our own workers. Chunks then run on the team's stacks (OMP_STACKSIZE, by
 // default the same size as the caller's). $TESSERA_CPU_THREADS=own turns this off.
 class ThreadPool {
  public:
