@@ -357,9 +357,14 @@ TEST(ThreadPoolInOpenMPProcess, UsesTheTeamOnlyWhileItsWorkersSpin) {
   }
   EXPECT_TRUE(ran_on_own_workers);
   // An OpenMP region of someone else (a torch op) leaves the workers spinning: the
-  // next launch joins them.
-  omp_parallel([](void*) {}, nullptr, 2, 0);
-  EXPECT_EQ(level_of_a_launch(), 1);
+  // next launch joins them. (Tried a few times: a loaded machine can leave the one
+  // check between the two calls unlucky; it failed once in ~20 runs at load 4.)
+  bool joined_the_team = false;
+  for (int attempt = 0; attempt < 10 && !joined_the_team; ++attempt) {
+    omp_parallel([](void*) {}, nullptr, 2, 0);
+    joined_the_team = level_of_a_launch() == 1;
+  }
+  EXPECT_TRUE(joined_the_team);
 }
 
 // share_openmp_team=false (TESSERA_CPU_THREADS=own for the global pool) keeps
