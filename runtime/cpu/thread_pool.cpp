@@ -36,7 +36,7 @@
 //   write body, n, chunk, open_seats;
 //   next_index = 0
 //   job_state = odd  (the job is open)  -->  sees a new odd job_state (spinning
-//   wake up to 2 sleepers, if any sleep       ~50 us, then asleep on a futex)
+//   wake up to 2 sleepers, if any sleep       ~500 us, then asleep on a futex)
 //   take chunks from next_index              takes a seat, or skips the job
 //                                            (woken from sleep: wakes 2 more)
 //                                            workers_inside += 1
@@ -63,10 +63,14 @@
 namespace tessera::runtime {
 namespace {
 
-// Workers stay awake this long after a job so back-to-back launches (a kernel
-// sequence, a loop over launches) skip the wake-up (microseconds, far more from
-// a deep idle state).
-constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
+// Workers stay awake this long after a job closes so back-to-back launches (a kernel
+// sequence, a loop over launches) skip the wake-up (microseconds, far more from a
+// deep idle state, or a vCPU the hypervisor descheduled). 50 us was too short for
+// Python-driven launches on the 2-vCPU benchmark VM: attention_score's forward
+// (8x512x64, 2 threads, back to back) had a median of 4.2-4.9 ms with 50 us, 2.7-3.0
+// with 200-500 us, 2.6-2.7 with 1 ms (best 2.1-2.5 ms throughout). A waiting worker
+// yields its core after kSpinWithoutYield, so the spin costs little to other threads.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(500);
 // For the first few microseconds of that, spin on the core; after that, yield it
 // between checks. The thread we wait for may be queued on our own core (more
 // threads than cores, or the scheduler put a woken worker there), and spinning
@@ -110,19 +114,28 @@ void wake_sleepers_on(std::atomic<int>& word, int count) {
 }
 
 // Waits until done() is true, spinning and then yielding for up to
-// kSpinBeforeSleep; returns false if the caller should go to sleep instead.
-template <typename Done>
-bool spin_until(Done done) {
+// kSpinBeforeSleep; returns false if the caller should go to sleep instead. While
+// hold_clock() is true the wait has not really begun (see wait_for_new_job), so the
+// clock starts again.
+template <typename Done, typename HoldClock>
+bool spin_until(Done done, HoldClock hold_clock) {
   auto start = std::chrono::steady_clock::now();
   for (uint32_t spins = 1;; ++spins) {
     if (done()) return true;
     cpu_relax();
     // Reading the clock costs ~20 ns; every 32 pauses keeps that out of the loop.
     if (spins % 32 != 0) continue;
-    auto waited = std::chrono::steady_clock::now() - start;
+    auto now = std::chrono::steady_clock::now();
+    if (hold_clock()) start = now;
+    auto waited = now - start;
     if (waited > kSpinBeforeSleep) return false;
-    if (waited > kSpinWithoutYield) sched_yield();
+    if (waited > kSpinWithoutYield || hold_clock()) sched_yield();
   }
+}
+
+template <typename Done>
+bool spin_until(Done done) {
+  return spin_until(done, [] { return false; });
 }
 
 // True on worker threads, and on a caller while it runs its share of a job:
@@ -346,10 +359,17 @@ uint64_t ThreadPool::Impl::wait_for_new_job(uint64_t last_seen, bool& slept) {
   auto is_new_job = [last_seen](uint64_t state) { return (state & 1) && state != last_seen; };
   uint64_t state = 0;
   slept = false;
-  if (spin_until([&] {
-        state = job_state.load(std::memory_order_acquire);
-        return is_new_job(state) || stopping.load(std::memory_order_relaxed);
-      }))
+  // The spin-before-sleep window starts when the job we were in closes, not when we
+  // ran out of its chunks: the caller may still be running its last chunk for a
+  // while (attention_score's forward: up to ~400 us), and a worker asleep by the next
+  // launch joins it late (waking a vCPU from idle took long enough here that 2-thread
+  // launches ran at about 1-thread speed: median 4.2 ms against 2.1 ms).
+  if (spin_until(
+          [&] {
+            state = job_state.load(std::memory_order_acquire);
+            return is_new_job(state) || stopping.load(std::memory_order_relaxed);
+          },
+          [&] { return state == last_seen && (state & 1); }))
     return state;
   slept = true;
   // Dekker pair with parallel_for's "open the job, then read sleeping_workers":
