@@ -10,12 +10,17 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #if defined(__linux__)
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -31,7 +36,7 @@
 //   write body, n, chunk, open_seats;
 //   next_index = 0
 //   job_state = odd  (the job is open)  -->  sees a new odd job_state (spinning
-//   wake up to 2 sleepers, if any sleep       ~50 us, then asleep on a futex)
+//   wake up to 2 sleepers, if any sleep       ~500 us, then asleep on a futex)
 //   take chunks from next_index              takes a seat, or skips the job
 //                                            (woken from sleep: wakes 2 more)
 //                                            workers_inside += 1
@@ -58,10 +63,14 @@
 namespace tessera::runtime {
 namespace {
 
-// Workers stay awake this long after a job so back-to-back launches (a kernel
-// sequence, a loop over launches) skip the wake-up (microseconds, far more from
-// a deep idle state).
-constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
+// Workers stay awake this long after a job closes so back-to-back launches (a kernel
+// sequence, a loop over launches) skip the wake-up (microseconds, far more from a
+// deep idle state, or a vCPU the hypervisor descheduled). 50 us was too short for
+// Python-driven launches on the 2-vCPU benchmark VM: attention_score's forward
+// (8x512x64, 2 threads, back to back) had a median of 4.2-4.9 ms with 50 us, 2.7-3.0
+// with 200-500 us, 2.6-2.7 with 1 ms (best 2.1-2.5 ms throughout). A waiting worker
+// yields its core after kSpinWithoutYield, so the spin costs little to other threads.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(500);
 // For the first few microseconds of that, spin on the core; after that, yield it
 // between checks. The thread we wait for may be queued on our own core (more
 // threads than cores, or the scheduler put a woken worker there), and spinning
@@ -72,6 +81,9 @@ constexpr int64_t kChunksPerThread = 4;
 // Sleeping workers each thread wakes for a job: caller and woken workers alike.
 constexpr int kWakesPerThread = 2;
 constexpr int kMaxThreads = 1024;
+// How often a pool with no OpenMP runtime in the process looks for one (a walk over
+// the loaded libraries, a few microseconds): torch may be imported after Tessera.
+constexpr auto kOpenMPLookupInterval = std::chrono::milliseconds(200);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -102,19 +114,28 @@ void wake_sleepers_on(std::atomic<int>& word, int count) {
 }
 
 // Waits until done() is true, spinning and then yielding for up to
-// kSpinBeforeSleep; returns false if the caller should go to sleep instead.
-template <typename Done>
-bool spin_until(Done done) {
+// kSpinBeforeSleep; returns false if the caller should go to sleep instead. While
+// hold_clock() is true the wait has not really begun (see wait_for_new_job), so the
+// clock starts again.
+template <typename Done, typename HoldClock>
+bool spin_until(Done done, HoldClock hold_clock) {
   auto start = std::chrono::steady_clock::now();
   for (uint32_t spins = 1;; ++spins) {
     if (done()) return true;
     cpu_relax();
     // Reading the clock costs ~20 ns; every 32 pauses keeps that out of the loop.
     if (spins % 32 != 0) continue;
-    auto waited = std::chrono::steady_clock::now() - start;
+    auto now = std::chrono::steady_clock::now();
+    if (hold_clock()) start = now;
+    auto waited = now - start;
     if (waited > kSpinBeforeSleep) return false;
-    if (waited > kSpinWithoutYield) sched_yield();
+    if (waited > kSpinWithoutYield || hold_clock()) sched_yield();
   }
+}
+
+template <typename Done>
+bool spin_until(Done done) {
+  return spin_until(done, [] { return false; });
 }
 
 // True on worker threads, and on a caller while it runs its share of a job:
@@ -147,6 +168,63 @@ int thread_count_from_environment() {
   return std::clamp(usable_cpu_count(), 1, kMaxThreads);
 }
 
+// ---------------------------------------------------------------- sharing an OpenMP team
+//
+// torch (and numpy builds on OpenMP BLAS) run their parallel ops on an OpenMP team,
+// whose workers then spin-wait for the next parallel region: libgomp's default
+// GOMP_SPINCOUNT is 300k pauses, 12-15 ms on the 2-core EPYC we benchmark on. A
+// Tessera launch right after a torch op then has our workers compete with a spinning
+// OpenMP worker for the same cores: attention_score's forward (2.0 ms alone) took a
+// median 8 ms right after torch.ones_like (bench/pool_interference.py). Launching on
+// that same team instead (GOMP_parallel, which every OpenMP runtime on Linux exports:
+// libgomp, LLVM's libomp, Intel's libiomp5) puts our chunks on the threads already
+// spinning for work, so no thread waits for a core. Only while they spin, though:
+// GOMP_parallel waits for every team thread at its end, so a sleeping (or descheduled)
+// team worker delays the whole launch, where our own pool never waits for a worker
+// that has not started. Whether they spin is their scheduler state ('R' in
+// /proc/self/task/<tid>/stat; they cannot be running a region of their own, since
+// the caller is their master). We only use a runtime the process has already
+// loaded; we never load one, nor change its settings.
+// TESSERA_CPU_THREADS=own keeps launches on Tessera's own workers.
+
+using GompParallelFn = void (*)(void (*)(void*), void*, unsigned, unsigned);
+
+bool openmp_sharing_disabled_by_environment() {
+  const char* text = std::getenv("TESSERA_CPU_THREADS");
+  return text && std::strcmp(text, "own") == 0;
+}
+
+// GOMP_parallel of an OpenMP runtime already loaded in this process, or nullptr.
+GompParallelFn find_loaded_openmp_runtime() {
+#if defined(__linux__)
+  // The runtime is usually a dependency of a library loaded RTLD_LOCAL (torch's
+  // libtorch_cpu), so dlsym(RTLD_DEFAULT) misses it; and wheels rename it
+  // (libgomp-<hash>.so.1). Walk the loaded objects instead.
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) -> int {
+        const char* name = info->dlpi_name;
+        if (!name || !*name) return 0;
+        const char* base = std::strrchr(name, '/');
+        base = base ? base + 1 : name;
+        for (const char* prefix : {"libgomp", "libomp", "libiomp5"})
+          if (std::strncmp(base, prefix, std::strlen(prefix)) == 0) {
+            *static_cast<std::string*>(out) = name;
+            return 1;
+          }
+        return 0;
+      },
+      &path);
+  if (path.empty()) return nullptr;
+  // RTLD_NOLOAD: a handle to the loaded copy (kept open, so it stays loaded).
+  void* handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (!handle) return nullptr;
+  return reinterpret_cast<GompParallelFn>(dlsym(handle, "GOMP_parallel"));
+#else
+  return nullptr;
+#endif
+}
+
 }  // namespace
 
 struct ThreadPool::Impl {
@@ -176,6 +254,17 @@ struct ThreadPool::Impl {
   std::atomic<bool> stopping{false};
 
   std::mutex call_mutex;  // serializes parallel_for calls from different threads
+  // The process's OpenMP runtime, once one is loaded (guarded by call_mutex):
+  // looked for again at most every kOpenMPLookupInterval until found.
+  bool share_openmp_team = false;
+  GompParallelFn gomp_parallel = nullptr;
+  std::chrono::steady_clock::time_point next_openmp_lookup{};
+  // /proc/self/task/<tid>/stat of each team worker that has run our chunks (kept
+  // open: re-reading one costs about a microsecond), to tell whether they spin.
+  std::vector<int> team_worker_stat_fds;
+  std::mutex new_team_workers_mutex;
+  std::vector<int> new_team_worker_tids;  // guarded by new_team_workers_mutex
+  std::thread::id team_master;  // the caller of the open GOMP_parallel
   std::vector<pthread_t> workers;
   int num_threads = 1;  // workers + the caller
 
@@ -185,7 +274,68 @@ struct ThreadPool::Impl {
   void worker_loop();
   void wake_sleeping_workers(int how_many);
   void wait_for_workers_to_leave();
+  GompParallelFn loaded_openmp_runtime();
+  bool team_workers_awake();
+  void note_team_worker();
+  void rethrow_first_error();
 };
+
+// Called on a team worker running our chunks: remembers its thread id, once.
+void ThreadPool::Impl::note_team_worker() {
+#if defined(__linux__)
+  thread_local const Impl* t_noted_for = nullptr;
+  if (t_noted_for == this) return;
+  t_noted_for = this;
+  std::lock_guard<std::mutex> lock(new_team_workers_mutex);
+  new_team_worker_tids.push_back(static_cast<int>(syscall(SYS_gettid)));
+#endif
+}
+
+// True when a worker of the OpenMP team is running or runnable, i.e. spin-waiting
+// after a parallel region (it cannot be inside one: this thread is its master),
+// and false when they all sleep. Also true before we know the team's threads, so
+// the first launch on the team finds them out.
+bool ThreadPool::Impl::team_workers_awake() {
+#if defined(__linux__)
+  {
+    std::lock_guard<std::mutex> lock(new_team_workers_mutex);
+    for (int tid : new_team_worker_tids) {
+      std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) team_worker_stat_fds.push_back(fd);
+    }
+    new_team_worker_tids.clear();
+  }
+  if (team_worker_stat_fds.empty()) return true;
+  bool awake = false;
+  for (size_t i = 0; i < team_worker_stat_fds.size();) {
+    // "<tid> (<name>) <state> ...": the name may hold spaces and parentheses.
+    char text[256];
+    ssize_t got = pread(team_worker_stat_fds[i], text, sizeof(text) - 1, 0);
+    if (got <= 0) {  // the thread exited
+      close(team_worker_stat_fds[i]);
+      team_worker_stat_fds.erase(team_worker_stat_fds.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    text[got] = '\0';
+    const char* name_end = std::strrchr(text, ')');
+    if (name_end && name_end[1] == ' ' && name_end[2] == 'R') awake = true;
+    ++i;
+  }
+  return awake;
+#else
+  return true;
+#endif
+}
+
+GompParallelFn ThreadPool::Impl::loaded_openmp_runtime() {
+  if (!share_openmp_team || gomp_parallel) return gomp_parallel;
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_openmp_lookup) return nullptr;
+  next_openmp_lookup = now + kOpenMPLookupInterval;
+  gomp_parallel = find_loaded_openmp_runtime();
+  return gomp_parallel;
+}
 
 // Takes chunks until none are left or some body has thrown. Never throws.
 void ThreadPool::Impl::run_chunks() {
@@ -209,10 +359,17 @@ uint64_t ThreadPool::Impl::wait_for_new_job(uint64_t last_seen, bool& slept) {
   auto is_new_job = [last_seen](uint64_t state) { return (state & 1) && state != last_seen; };
   uint64_t state = 0;
   slept = false;
-  if (spin_until([&] {
-        state = job_state.load(std::memory_order_acquire);
-        return is_new_job(state) || stopping.load(std::memory_order_relaxed);
-      }))
+  // The spin-before-sleep window starts when the job we were in closes, not when we
+  // ran out of its chunks: the caller may still be running its last chunk for a
+  // while (attention_score's forward: up to ~400 us), and a worker asleep by the next
+  // launch joins it late (waking a vCPU from idle took long enough here that 2-thread
+  // launches ran at about 1-thread speed: median 4.2 ms against 2.1 ms).
+  if (spin_until(
+          [&] {
+            state = job_state.load(std::memory_order_acquire);
+            return is_new_job(state) || stopping.load(std::memory_order_relaxed);
+          },
+          [&] { return state == last_seen && (state & 1); }))
     return state;
   slept = true;
   // Dekker pair with parallel_for's "open the job, then read sleeping_workers":
@@ -280,12 +437,13 @@ ThreadPool& ThreadPool::global() {
   // destructors (or a still-running kernel) may use it.
   static ThreadPool* pool = [] {
     pthread_atfork(nullptr, nullptr, [] { g_in_forked_child.store(true); });
-    return new ThreadPool(thread_count_from_environment());
+    return new ThreadPool(thread_count_from_environment(), !openmp_sharing_disabled_by_environment());
   }();
   return *pool;
 }
 
-ThreadPool::ThreadPool(int threads) : impl_(new Impl) {
+ThreadPool::ThreadPool(int threads, bool share_openmp_team) : impl_(new Impl) {
+  impl_->share_openmp_team = share_openmp_team;
   threads = std::clamp(threads, 1, kMaxThreads);
   pthread_attr_t attributes;
   pthread_attr_init(&attributes);
@@ -343,6 +501,26 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   pool.first_error = nullptr;
   pool.failed.store(false, std::memory_order_relaxed);
   pool.next_index.store(0, std::memory_order_relaxed);
+  GompParallelFn gomp_parallel = pool.loaded_openmp_runtime();
+  // Only while the team's workers are awake: asleep, they would have to be woken
+  // and GOMP_parallel would wait for each of them (our own pool never waits for a
+  // late worker), and they compete with nothing.
+  if (gomp_parallel && pool.team_workers_awake()) {
+    // Every thread of the team (the caller is its master) takes chunks as our own
+    // workers would; GOMP_parallel returns after all of them are done.
+    auto run_on_team = [](void* impl) {
+      Impl& pool = *static_cast<Impl*>(impl);
+      bool was_in_pool = t_running_in_pool;
+      if (!was_in_pool && std::this_thread::get_id() != pool.team_master) pool.note_team_worker();
+      t_running_in_pool = true;  // a nested launch runs inline, as on our workers
+      pool.run_chunks();
+      t_running_in_pool = was_in_pool;
+    };
+    pool.team_master = std::this_thread::get_id();
+    gomp_parallel(run_on_team, &pool, static_cast<unsigned>(std::min<int64_t>(num_chunks, pool.num_threads)), 0);
+    pool.rethrow_first_error();
+    return;
+  }
   pool.open_seats.store(seats, std::memory_order_relaxed);
   const uint64_t open_state = pool.job_state.load(std::memory_order_relaxed) + 1;
   pool.job_state.store(open_state, std::memory_order_seq_cst);
@@ -354,16 +532,18 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 
   pool.job_state.store(open_state + 1, std::memory_order_seq_cst);
   pool.wait_for_workers_to_leave();
+  pool.rethrow_first_error();
+}
 
-  if (pool.failed.load(std::memory_order_relaxed)) {
-    std::exception_ptr error;
-    {
-      std::lock_guard<std::mutex> lock(pool.error_mutex);
-      error = pool.first_error;
-      pool.first_error = nullptr;
-    }
-    std::rethrow_exception(error);
+void ThreadPool::Impl::rethrow_first_error() {
+  if (!failed.load(std::memory_order_relaxed)) return;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(error_mutex);
+    error = first_error;
+    first_error = nullptr;
   }
+  std::rethrow_exception(error);
 }
 
 }  // namespace tessera::runtime

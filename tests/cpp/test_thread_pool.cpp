@@ -1,8 +1,15 @@
 // GoogleTests for the CPU thread pool: coverage of [0, n), chunking, exceptions,
-// nesting, concurrent callers, big stacks, and the sleep/wake paths.
+// nesting, concurrent callers, big stacks, the sleep/wake paths, and sharing a
+// loaded OpenMP runtime's team.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
 
 #include <atomic>
 #include <chrono>
@@ -90,14 +97,17 @@ TEST(ThreadPoolTest, ManyTinyLaunches) {
 
 // Pauses longer than the workers' spin make them sleep, so launches also go
 // through the futex wake; slow bodies make the caller sleep while it waits.
+// Gaps below and above the workers' spin-before-sleep window (500 us), and jobs
+// whose first chunk outlasts the others (workers out of chunks keep spinning until
+// the job closes, then start their window).
 TEST(ThreadPoolTest, WorksAcrossSleepAndWake) {
   std::mt19937 random(3);
   for (int round = 0; round < 60; ++round) {
-    std::this_thread::sleep_for(std::chrono::microseconds(random() % 300));
-    bool slow = round % 3 == 0;
+    std::this_thread::sleep_for(std::chrono::microseconds(random() % 1500));
+    bool slow = round % 3 == 0, first_chunk_slow = round % 3 == 1;
     std::vector<std::atomic<int>> hits(64);
     pool().parallel_for(64, [&](int64_t begin, int64_t end) {
-      if (slow) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (slow || (first_chunk_slow && begin == 0)) std::this_thread::sleep_for(std::chrono::microseconds(700));
       for (int64_t i = begin; i < end; ++i) ++hits[i];
     });
     for (auto& hit : hits) ASSERT_EQ(hit.load(), 1) << "round " << round;
@@ -221,6 +231,160 @@ TEST(ThreadPoolTest, WorksInForkedChild) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status)) << "child died (signal " << WTERMSIG(status) << ")";
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// ---------------------------------------------------------------- sharing an OpenMP team
+//
+// Loading an OpenMP runtime changes the whole process (the global pool starts using
+// it, and it can never be unloaded once its threads run), so these tests run in a
+// child process: SharesALoadedOpenMPTeam re-runs this binary with only the
+// ThreadPoolInOpenMPProcess tests and TESSERA_TEST_OPENMP_CHILD set.
+
+extern "C" char** environ;
+
+struct OpenMP {
+  void* handle = nullptr;
+  int (*level)() = nullptr;        // omp_get_level: 1 inside a parallel region
+  int (*thread_num)() = nullptr;   // omp_get_thread_num: 0 on the master
+};
+
+OpenMP load_openmp() {
+  OpenMP omp;
+  omp.handle = dlopen("libgomp.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!omp.handle) return omp;
+  omp.level = reinterpret_cast<int (*)()>(dlsym(omp.handle, "omp_get_level"));
+  omp.thread_num = reinterpret_cast<int (*)()>(dlsym(omp.handle, "omp_get_thread_num"));
+  return omp;
+}
+
+bool in_openmp_child() { return std::getenv("TESSERA_TEST_OPENMP_CHILD") != nullptr; }
+
+TEST(ThreadPoolTest, SharesALoadedOpenMPTeam) {
+  if (in_openmp_child()) GTEST_SKIP() << "the parent's test";
+  std::string filter = "--gtest_filter=ThreadPoolInOpenMPProcess.*";
+  std::string self = "/proc/self/exe";
+  char* child_argv[] = {self.data(), filter.data(), nullptr};
+  std::vector<std::string> env_strings = {"TESSERA_TEST_OPENMP_CHILD=1"};
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  std::vector<char*> child_env;
+  for (auto& e : env_strings) child_env.push_back(e.data());
+  child_env.push_back(nullptr);
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, self.c_str(), nullptr, nullptr, child_argv, child_env.data()), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "child died (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a ThreadPoolInOpenMPProcess test failed (its output is above)";
+}
+
+// Every chunk runs inside an OpenMP parallel region, on the team's threads (the
+// master waits until another thread of the team has run one), each index once.
+TEST(ThreadPoolInOpenMPProcess, RunsChunksOnTheTeam) {
+  if (!in_openmp_child()) GTEST_SKIP() << "runs in SharesALoadedOpenMPTeam's child";
+  OpenMP omp = load_openmp();
+  if (!omp.handle) GTEST_SKIP() << "no libgomp.so.1 on this machine";
+  ASSERT_TRUE(omp.level && omp.thread_num) << dlerror();
+  ThreadPool team_pool(2, /*share_openmp_team=*/true);
+  const int64_t n = 1000;
+  std::vector<std::atomic<int>> hits(n);
+  std::atomic<int> outside_region{0}, non_master_chunks{0};
+  team_pool.parallel_for(n, [&](int64_t begin, int64_t end) {
+    if (omp.level() != 1) ++outside_region;
+    if (omp.thread_num() != 0) {
+      ++non_master_chunks;
+    } else {
+      auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (non_master_chunks.load() == 0 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::yield();
+    }
+    for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+  });
+  EXPECT_EQ(outside_region.load(), 0);
+  EXPECT_GT(non_master_chunks.load(), 0);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "index " << i;
+}
+
+TEST(ThreadPoolInOpenMPProcess, RethrowsAndNestsInline) {
+  if (!in_openmp_child()) GTEST_SKIP() << "runs in SharesALoadedOpenMPTeam's child";
+  OpenMP omp = load_openmp();
+  if (!omp.handle) GTEST_SKIP() << "no libgomp.so.1 on this machine";
+  ASSERT_TRUE(omp.level) << dlerror();
+  ThreadPool team_pool(2, /*share_openmp_team=*/true);
+  EXPECT_THROW(team_pool.parallel_for(100,
+                                      [](int64_t begin, int64_t) {
+                                        if (begin == 0) throw std::runtime_error("chunk 0 failed");
+                                      }),
+               std::runtime_error);
+  // The pool still works after a failed launch, and a launch from inside a chunk
+  // runs inline on that thread (no second region).
+  std::atomic<int> inner_elsewhere{0}, inner_indices{0};
+  team_pool.parallel_for(8, [&](int64_t, int64_t) {
+    auto outer = std::this_thread::get_id();
+    int outer_level = omp.level();
+    team_pool.parallel_for(10, [&](int64_t begin, int64_t end) {
+      if (std::this_thread::get_id() != outer || omp.level() != outer_level) ++inner_elsewhere;
+      inner_indices += static_cast<int>(end - begin);
+    });
+  });
+  EXPECT_EQ(inner_elsewhere.load(), 0);
+  EXPECT_EQ(inner_indices.load(), 8 * 10);
+}
+
+// The team is used only while its workers spin (right after an OpenMP region, e.g.
+// a torch op); once they sleep, launches go back to our own workers.
+TEST(ThreadPoolInOpenMPProcess, UsesTheTeamOnlyWhileItsWorkersSpin) {
+  if (!in_openmp_child()) GTEST_SKIP() << "runs in SharesALoadedOpenMPTeam's child";
+  OpenMP omp = load_openmp();
+  if (!omp.handle) GTEST_SKIP() << "no libgomp.so.1 on this machine";
+  auto omp_parallel = reinterpret_cast<void (*)(void (*)(void*), void*, unsigned, unsigned)>(
+      dlsym(omp.handle, "GOMP_parallel"));
+  ASSERT_TRUE(omp.level && omp_parallel) << dlerror();
+  ThreadPool team_pool(2, /*share_openmp_team=*/true);
+  auto level_of_a_launch = [&] {
+    std::atomic<int> max_level{0};
+    team_pool.parallel_for(16, [&](int64_t, int64_t) {
+      int level = omp.level();
+      for (int seen = max_level.load(); level > seen && !max_level.compare_exchange_weak(seen, level);) {
+      }
+    });
+    return max_level.load();
+  };
+  EXPECT_EQ(level_of_a_launch(), 1);  // the first launch meets the team's threads
+  // libgomp's workers sleep after GOMP_SPINCOUNT pauses (about 10 ms here, longer
+  // under load): then a launch runs on our workers.
+  bool ran_on_own_workers = false;
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!ran_on_own_workers && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ran_on_own_workers = level_of_a_launch() == 0;
+  }
+  EXPECT_TRUE(ran_on_own_workers);
+  // An OpenMP region of someone else (a torch op) leaves the workers spinning: the
+  // next launch joins them. (Tried a few times: a loaded machine can leave the one
+  // check between the two calls unlucky; it failed once in about 30 runs.)
+  bool joined_the_team = false;
+  for (int attempt = 0; attempt < 10 && !joined_the_team; ++attempt) {
+    omp_parallel([](void*) {}, nullptr, 2, 0);
+    joined_the_team = level_of_a_launch() == 1;
+  }
+  EXPECT_TRUE(joined_the_team);
+}
+
+// share_openmp_team=false (TESSERA_CPU_THREADS=own for the global pool) keeps
+// launches on Tessera's own workers, with their large stacks.
+TEST(ThreadPoolInOpenMPProcess, OwnWorkersWhenSharingIsOff) {
+  if (!in_openmp_child()) GTEST_SKIP() << "runs in SharesALoadedOpenMPTeam's child";
+  OpenMP omp = load_openmp();
+  if (!omp.handle) GTEST_SKIP() << "no libgomp.so.1 on this machine";
+  ASSERT_TRUE(omp.level) << dlerror();
+  ThreadPool own_pool(2, /*share_openmp_team=*/false);
+  std::atomic<int> in_region{0}, chunks{0};
+  own_pool.parallel_for(64, [&](int64_t, int64_t) {
+    if (omp.level() != 0) ++in_region;
+    ++chunks;
+  });
+  EXPECT_EQ(in_region.load(), 0);
+  EXPECT_GT(chunks.load(), 0);
 }
 
 }  // namespace

@@ -15,9 +15,19 @@ namespace tessera::runtime {
 // every call in a child of fork(), where the workers no longer exist.
 // Only workers get kWorkerStackBytes: chunks the caller runs use the caller's own
 // stack (8 MB on a default Linux main thread).
+//
+// Sharing an OpenMP team: when the process has already loaded an OpenMP runtime
+// (torch does) and that runtime's workers are awake, the global pool runs the launch
+// on that team (GOMP_parallel) instead of its own workers. The team's workers
+// spin-wait for work after every torch op (12-15 ms with libgomp's defaults here),
+// so our own workers would compete with them for the cores; the team's threads take
+// the chunks at once instead. Once they sleep, launches go back to our own workers. Chunks then run on the team's stacks (OMP_STACKSIZE, by
+// default the same size as the caller's). $TESSERA_CPU_THREADS=own turns this off.
 class ThreadPool {
  public:
   static ThreadPool& global();
+  // A pool of `threads` threads, the caller included; share_openmp_team as above.
+  ThreadPool(int threads, bool share_openmp_team);
   int num_threads() const;  // including the caller
   // Runs body over [0, n) in chunks of at least min_chunk indices (the last may be
   // shorter). n <= min_chunk runs body(0, n) inline, with no synchronization.
@@ -29,7 +39,6 @@ class ThreadPool {
   ~ThreadPool();
 
  private:
-  explicit ThreadPool(int threads);
   struct Impl;
   Impl* impl_;
 };
