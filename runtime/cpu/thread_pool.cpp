@@ -169,6 +169,8 @@ int thread_count_from_environment() {
 }
 
 // ---------------------------------------------------------------- sharing an OpenMP team
+constexpr int64_t kMinProgramsOnTeam = 16;
+
 //
 // torch (and numpy builds on OpenMP BLAS) run their parallel ops on an OpenMP team,
 // whose workers then spin-wait for the next parallel region: libgomp's default
@@ -505,7 +507,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   // Only while the team's workers are awake: asleep, they would have to be woken
   // and GOMP_parallel would wait for each of them (our own pool never waits for a
   // late worker), and they compete with nothing.
-  if (gomp_parallel && pool.team_workers_awake()) {
+  // And only for launches of many programs: a region costs a few microseconds (a
+  // tiny 4-program launch: 4.1 us on the team, 0.5 us on our workers), and every
+  // region of ours keeps the team spinning, so small launches would pay it forever.
+  if (gomp_parallel && n >= kMinProgramsOnTeam && pool.team_workers_awake()) {
     // Every thread of the team (the caller is its master) takes chunks as our own
     // workers would; GOMP_parallel returns after all of them are done.
     auto run_on_team = [](void* impl) {
