@@ -3,6 +3,7 @@ GPU: run the ops (forward and backward) on the CPU, record each specialization t
 launches compile, then compile the same specializations for sm_90a and assemble the
 PTX with ptxas. This catches a construct the NVPTX back end lacks before a GPU round."""
 import importlib
+import inspect
 import os
 import shutil
 import subprocess
@@ -22,11 +23,16 @@ MODULES = ["norm", "softmax_ce", "activation", "reduce", "rope", "linear"]
 
 
 def _library_kernels():
+    """The kernels the library launches: every module-level kernel except those only
+    called from another kernel (inlined there, e.g. linear's _epilogue)."""
+    kernels = []
     for m in MODULES:
         mod = importlib.import_module(f"tessera.kernels.{m}")
-        for v in vars(mod).values():
-            if isinstance(v, J.Kernel):
-                yield v
+        kernels += [v for v in vars(mod).values() if isinstance(v, J.Kernel)]
+    sources = {k.__name__: inspect.getsource(k.fn) for k in kernels}
+    for k in kernels:
+        if not any(f"{k.__name__}(" in src for name, src in sources.items() if name != k.__name__):
+            yield k
 
 
 def _record_specializations(monkeypatch, dtype):
