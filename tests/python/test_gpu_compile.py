@@ -75,6 +75,26 @@ def test_vector_add_stages_and_ptx(target, arch, tmp_path):
     assemble(ptx, arch, tmp_path)
 
 
+@tessera.kernel
+def rows_copy_expanded_mask_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    r = tl.arange(0, 4)
+    c = tl.arange(0, BLOCK)
+    m = (c < n)[None, :]  # a 1-D mask expanded and broadcast over the rows
+    offs = r[:, None] * BLOCK + c[None, :]
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m, other=0.0), mask=m)
+
+
+def test_expanded_1d_mask_keeps_16_byte_accesses(tmp_path):
+    # (c < n)[None, :] is as constant over runs of 8 fp16 as c[None, :] < n: both give
+    # ld/st.global.v4 (the expanded form gave 2-byte accesses).
+    ck = tessera.compile(rows_copy_expanded_mask_kernel, signature="*fp16:16,*fp16:16,i32:16",
+                         constexprs={"BLOCK": 1024}, target="cuda:90a", num_warps=4)
+    ptx = ck.asm["ptx"]
+    assert "ld.global.b16" not in ptx and "st.global.b16" not in ptx
+    assert ptx.count("ld.global.v4.b32") == 4 and ptx.count("st.global.v4.b32") == 4
+    assemble(ptx, "sm_90a", tmp_path)
+
+
 @pytest.mark.parametrize("target,arch", [("cuda:90a", "sm_90a"), ("cuda:80", "sm_80")])
 def test_vector_add_specialized_uses_v4_accesses(target, arch, tmp_path):
     attrs = {n: {"divisibility": 16} for n in ADD_SIG}

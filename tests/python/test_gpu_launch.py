@@ -256,3 +256,15 @@ def test_argmax_argmin_rows(n):
     argmax_argmin_kernel[(7,)](x, imax, imin, n, BLOCK=tessera.next_power_of_2(n))
     torch.testing.assert_close(imax, torch.argmax(x, 1).to(torch.int32))
     torch.testing.assert_close(imin, torch.argmin(x, 1).to(torch.int32))
+
+
+@pytest.mark.parametrize("n", [1024, 1000, 7])
+def test_expanded_1d_mask_on_rows(n):
+    # 16-byte accesses when n is a multiple of 16 (specialized), 2-byte ones otherwise;
+    # masked-off columns keep their poison.
+    from test_gpu_compile import rows_copy_expanded_mask_kernel
+    x = torch.randn(4, 1024, device=DEV, dtype=torch.float16)
+    y = torch.full_like(x, float("nan"))
+    rows_copy_expanded_mask_kernel[(1,)](x, y, n, BLOCK=1024)
+    torch.testing.assert_close(y[:, :n], x[:, :n], rtol=0, atol=0)
+    assert torch.isnan(y[:, n:]).all()

@@ -206,6 +206,12 @@ int64_t GpuLowering::mask_constancy(const Value* m, int dim) {
   if (op->kind == OpKind::Broadcast && op->operands[0]->type.shape[dim] != 1) {
     return std::max(base, mask_constancy(op->operands[0], dim));
   }
+  // `(cols < n)[None, :]`: the operand's dimension dim - 1 (the new axis is size 1).
+  if (op->kind == OpKind::ExpandDims) {
+    int64_t axis = op->int_attr("axis");
+    if (dim != axis && !op->operands[0]->type.is_scalar())
+      return std::max(base, mask_constancy(op->operands[0], dim > axis ? dim - 1 : dim));
+  }
   return base;
 }
 
