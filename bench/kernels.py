@@ -279,9 +279,10 @@ def run(args):
                       bwd.get("tk", float("nan")) * 1e3, bwd.get("torch eager", float("nan")) * 1e3,
                       row.get("torch_over_tk_fwd_bwd", float("nan")),
                       row.get("tk_frac_of_copy", "n/a"), status])
+        fb_ratio = row.get("torch_over_tk_fwd_bwd")
+        fb_text = f"{fb_ratio:5.2f}" if fb_ratio else "  n/a"  # --no-backward: not measured
         print(f"{name:28s} tk {bw['tk'] * 1e3:8.3f} ms  torch {bw['torch eager'] * 1e3:8.3f} ms  "
-              f"torch/tk {row['torch_over_tk_fwd']:5.2f}  fwd+bwd torch/tk {row.get('torch_over_tk_fwd_bwd', 0):5.2f}"
-              f"  {status}", flush=True)
+              f"torch/tk {row['torch_over_tk_fwd']:5.2f}  fwd+bwd torch/tk {fb_text}  {status}", flush=True)
     return table, records
 
 

@@ -148,8 +148,8 @@ _MIN_TILES_PER_SLICE = 4
 
 
 def _gpu_plan(x) -> bool:
-    """Whether to launch as on a GPU (split slices, the 1-D row kernel). Tests set it
-    to always-true to run those plans on the CPU too."""
+    """Whether to launch as on a GPU (rows split into slices summed by a second launch).
+    Tests set it to always-true to run that plan on the CPU too."""
     return H.on_gpu(x)
 
 
@@ -168,7 +168,7 @@ def _reduce(x, y, outer, n, inner, s_o, s_r, s_i, op, mean_over=None):
     mean = mean_over is not None
     inv_n = H.scalar(x, 1.0 / max(mean_over or 1, 1))
     acc = H.acc_dtype(x)
-    if inner == 1 and _gpu_plan(x):
+    if inner == 1:  # a contiguous row per program: vector loads on both targets
         block = min(tessera.next_power_of_2(max(n, 1)), 4096)
         _reduce_row_kernel[(outer,)](x, y, n, s_o, s_r, inv_n, OP=op, MEAN=mean, ACC=acc, BLOCK=block,
                                      **H.row_launch_options(x, block, max_warps=8))
