@@ -518,7 +518,7 @@ def _device_assert(cg, cond, msg=""):
 
 def _make_hint(name):
     def impl(cg, input, values):
-        return cg.sem.hint(input, name, values)
+        return cg.sem.hint(input, name, values, check=cg.options.get("debug", False))
     BUILTINS[name] = impl
 
 

@@ -301,7 +301,7 @@ class TileOps:
         cond = self.to_bool(cond)
         self.builder.create("assert", [cond.handle], attrs={"msg": msg})
 
-    def hint(self, x, kind, values):
+    def hint(self, x, kind, values, check=False):
         if not isinstance(x, Value):
             raise SemanticError(f"tl.{kind} expects a tensor, got {describe(x)}")
         if not isinstance(values, (tuple, list)):
@@ -310,13 +310,27 @@ class TileOps:
         for v in values:
             if not isinstance(v, int) or isinstance(v, bool):
                 raise SemanticError(f"tl.{kind} values must be compile-time integers, got {describe(v)}")
+        key = {"multiple_of": "divisibility", "max_contiguous": "contiguity",
+               "max_constancy": "constancy"}[kind]
         if not x.shape:
-            return x  # hints describe tiles; on a scalar there is nothing to say
+            # On a scalar only divisibility means something: `n = tl.multiple_of(n, 16)`
+            # makes `offs < n` constant over 16 lanes (wide masked loads), as a launch
+            # with n divisible by 16 would by specialization.
+            if kind != "multiple_of" or len(values) != 1:
+                raise SemanticError(f"tl.{kind} on a scalar: only tl.multiple_of(x, value) with one "
+                                    f"value describes a scalar, got tl.{kind}({describe(x)}, {values})")
+            if not x.dtype.is_int() and not x.dtype.is_ptr():
+                raise SemanticError(f"tl.multiple_of needs an integer or pointer scalar, got {describe(x)}")
+            if values[0] < 1:
+                raise SemanticError(f"tl.multiple_of needs a positive value, got {values[0]}")
+            if check and x.dtype.is_int():
+                # A wrong hint gives wrong answers; debug mode checks it like a device_assert.
+                self.device_assert(self.cmp("eq", self.mod(x, values[0]), 0),
+                                   f"tl.multiple_of: the value is not a multiple of {values[0]}")
+            return self._op("hint", [x], x.dtype, (), {key: values})
         if len(values) != len(x.shape):
             raise SemanticError(f"tl.{kind} needs one value per dimension of {describe(x)}, "
                                 f"got {len(values)}")
-        key = {"multiple_of": "divisibility", "max_contiguous": "contiguity",
-               "max_constancy": "constancy"}[kind]
         return self._op("hint", [x], x.dtype, x.shape, {key: values})
 
     def assume(self, cond):
