@@ -236,7 +236,7 @@ def main():
     mm_rows = []
     TF32_NT = (128, 256, 32, 4)  # BM, BN, BK, stages (bench/results/gpu_matmul_tf32.md's best for both JITs)
 
-    def mm_row(label, dtype, M, N, K, BM, BN, BK, warps, max_rel_err, stages=3, nt=False):
+    def mm_row(label, dtype, M, N, K, BM, BN, BK, warps, max_rel_err, stages=3, nt=False, persistent=False):
         # nt: B is W^T, W an N x K row-major weight (x @ W^T, nn.Linear's layout):
         # gpu_kernels.matmul_nt_kernel reads W's K-contiguous rows; cuBLAS gets the same view.
         g = torch.Generator(device="cuda").manual_seed(M * 7 + N)
@@ -245,7 +245,12 @@ def main():
         B = W.t() if nt else torch.randn(K, N, device="cuda", dtype=dtype, generator=g)
         Cm = torch.empty(M, N, device="cuda", dtype=dtype)
         grid = (tessera.cdiv(M, BM) * tessera.cdiv(N, BN),)
-        if nt:
+        if persistent:  # one program per SM, each looping over output tiles
+            grid = (min(grid[0], torch.cuda.get_device_properties(0).multi_processor_count),)
+            mm = lambda Kmod: (lambda: Kmod.persistent_matmul_kernel[grid](
+                A, B, Cm, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1), Cm.stride(0), Cm.stride(1),
+                BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=warps, num_stages=stages))
+        elif nt:
             mm = lambda Kmod: (lambda: Kmod.matmul_nt_kernel[grid](
                 A, W, Cm, M, N, K, A.stride(0), A.stride(1), W.stride(0), W.stride(1), Cm.stride(0), Cm.stride(1),
                 BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=warps, num_stages=stages))
@@ -277,6 +282,9 @@ def main():
     for dname, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         for size in (1024, 2048, 4096, 8192):
             mm_row(f"matmul {dname} {size}^3", dtype, size, size, size, 128, 256, 64, 8, 1e-2, stages=4)
+    for size in (4096, 8192):  # gpu_kernels.persistent_matmul_kernel: same tiles on one program per SM
+        mm_row(f"matmul fp16 {size}^3 persistent", torch.float16, size, size, size, 128, 256, 64, 8, 1e-2, stages=4,
+               persistent=True)
     for size in (4096, 8192):
         mm_row(f"matmul tf32 {size}^3", torch.float32, size, size, size, 128, 128, 32, 8, 3e-3)
         # tf32 NT (x @ W^T): both operands K-major, wgmma from a TMA ring on sm_90a.

@@ -68,20 +68,22 @@ def tiny_kernel(x_ptr, BLOCK: tl.constexpr):
 
 
 @jit_module.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
-    # C = A @ B with fp32 accumulation, stored in C's dtype. Programs walk GROUP_M
-    # row-blocks per column-block so that neighbouring CTAs share A and B tiles in L2.
+def _grouped_tile(t, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    # Output tile t in groups of GROUP_M row-blocks walked column by column, so that
+    # neighbouring CTAs share A and B tiles in L2: (row-block, column-block).
+    n_m = tl.cdiv(M, BM)
+    per_group = GROUP_M * tl.cdiv(N, BN)
+    first_m = (t // per_group) * GROUP_M
+    rows_in_group = tl.minimum(n_m - first_m, GROUP_M)
+    return first_m + (t % per_group) % rows_in_group, (t % per_group) // rows_in_group
+
+
+@jit_module.jit
+def _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # One BM x BN tile of C = A @ B with fp32 accumulation, stored in C's dtype.
     # Addresses are recomputed from k each iteration (no pointer tiles carried around
     # the loop: Tessera would keep every element's 64-bit pointer in registers).
-    pid = tl.program_id(0)
-    n_m = tl.cdiv(M, BM)
-    n_n = tl.cdiv(N, BN)
-    per_group = GROUP_M * n_n
-    first_m = (pid // per_group) * GROUP_M
-    rows_in_group = tl.minimum(n_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows_in_group
-    pid_n = (pid % per_group) // rows_in_group
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -98,19 +100,30 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_
 
 
 @jit_module.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+    # A program per output tile.
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
+    _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n, BM, BN, BK)
+
+
+@jit_module.jit
+def persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+    # The same tiles in the same order on a fixed grid (e.g. one program per SM): each
+    # program loops over output tiles with a stride of the grid size.
+    for t in range(tl.program_id(0), tl.cdiv(M, BM) * tl.cdiv(N, BN), tl.num_programs(0)):
+        pid_m, pid_n = _grouped_tile(t, M, N, BM, BN, GROUP_M)
+        _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n, BM, BN, BK)
+
+
+@jit_module.jit
 def matmul_nt_kernel(a_ptr, w_ptr, c_ptr, M, N, K, s_am, s_ak, s_wn, s_wk, s_cm, s_cn,
                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     # C = A @ W^T with W stored N x K (nn.Linear's weight): both operands' tiles run
     # along K, the layout tf32 wgmma reads from shared memory (no transpose for 32-bit
     # types). Same program order as matmul_kernel.
-    pid = tl.program_id(0)
-    n_m = tl.cdiv(M, BM)
-    n_n = tl.cdiv(N, BN)
-    per_group = GROUP_M * n_n
-    first_m = (pid // per_group) * GROUP_M
-    rows_in_group = tl.minimum(n_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows_in_group
-    pid_n = (pid % per_group) // rows_in_group
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
@@ -131,14 +144,7 @@ def matmul_block_ptr_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn
                             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     # matmul_kernel through block pointers (tl.make_block_ptr / tl.advance, boundary_check),
     # the form whose tile shape and strides a TMA descriptor states directly.
-    pid = tl.program_id(0)
-    n_m = tl.cdiv(M, BM)
-    n_n = tl.cdiv(N, BN)
-    per_group = GROUP_M * n_n
-    first_m = (pid // per_group) * GROUP_M
-    rows_in_group = tl.minimum(n_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows_in_group
-    pid_n = (pid % per_group) // rows_in_group
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     a_bp = tl.make_block_ptr(a_ptr, (M, K), (s_am, s_ak), (pid_m * BM, 0), (BM, BK), (1, 0))
     b_bp = tl.make_block_ptr(b_ptr, (K, N), (s_bk, s_bn), (0, pid_n * BN), (BK, BN), (1, 0))
     acc = tl.zeros((BM, BN), dtype=tl.float32)

@@ -1,16 +1,22 @@
-"""A persistent matmul (grid smaller than the number of output tiles, each program
+"""bench/gpu_kernels.py's persistent matmul (grid smaller than the number of output tiles, each program
 looping over tiles): on the CPU against numpy, compiled for sm_90a to TMA-filled wgmma
 rings that ptxas assembles (no GPU needed), and on a GPU against float64 with rings of
 2-4 stages whose K loops run a number of iterations that is not a multiple of the
 stages (each tile's ring restarts its mbarrier phases). Outputs start as NaN."""
+import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
 
 import tessera
 from cpu_helpers import poisoned
-from persistent_matmul import persistent_matmul
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import gpu_kernels  # noqa: E402  (the benchmark's kernels: the same source runs in Triton there)
+
+persistent_matmul = gpu_kernels.persistent_matmul_kernel.fn  # undecorated: a fresh kernel per test
 
 PTXAS = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
 
