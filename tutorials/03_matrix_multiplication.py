@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -167,8 +172,11 @@ results = benchmark.run(print_data=True, show_plots=True)
 # CUDA tensors or `tessera.Array`s on `cuda:0`); there `num_warps` and `num_stages` in the
 # configs matter too.
 #
-# **GPU numbers** (measured on an H100, fp16 inputs, the benchmark's matmul kernel of the
-# same structure without the activation; `bench/results/gpu.md`, `bench/results/gpu_matmul.md`):
-# at 4096³ Tessera 446 TFLOP/s (128×256×64 tiles: 482), Triton 498, cuBLAS 696 — tensor cores
-# with a cp.async ring and wgmma, about 0.65 of cuBLAS so far; at 8192³ the 128×256×64 tile
-# reaches 499–512, ahead of Triton's 487–490.
+# **GPU numbers** (fp16 inputs, the benchmark's matmul kernel of the same structure without
+# the activation, 128×256×64 tiles, 8 warps, 4 stages; `bench/results/gpu.md`,
+# `bench/results/gpu_h200.md`): on sm_90a the K loop's tiles arrive through a 4-stage ring
+# filled by the TMA and the dot runs as `wgmma`. On an H100, 4096³ / 8192³: Tessera
+# 671 / 647 TFLOP/s, cuBLAS 687 / 658 (0.98 / 0.98), Triton on the same source 646 / 635;
+# on an H200: 696 / 651 against cuBLAS 691 / 659. A persistent form of the kernel (one
+# program per SM looping over the tiles: `bench/gpu_kernels.py`) reached 677 / 665 on an
+# H100 in a run where the plain one gave 717 / 653 and cuBLAS 727 / 667.
