@@ -275,6 +275,10 @@ bool current_stream(const Specialization& s, PyObject* explicit_stream, uintptr_
     r = explicit_stream;
     Py_INCREF(r);
   } else if (s.stream_getter) {
+    if (TorchStreamFn read = torch_stream_reader_for(s.stream_getter); read && read(s.device, stream) == 0) {
+      ++torch_args_stats().native_streams;
+      return true;
+    }
     PyObject* index = PyLong_FromLong(s.device);
     r = PyObject_CallOneArg(s.stream_getter, index);
     Py_DECREF(index);
