@@ -2,13 +2,16 @@
 reading the tensors and torch's current stream in C++ (_C_torch) and through Python
 attributes (the path without it), torch's own add_, Triton on the same kernel source
 (bench/gpu_kernels.py), and the C floor (cuLaunchKernel of an empty kernel alone,
-bench/launch/launch_floor.c) before and after. On the GPU host:
+bench/launch/launch_floor.c) before and after, and the same C loop inside this process
+(bench/launch/launch_loop.c) on an empty kernel and on Tessera's compiled tiny_kernel.
+On the GPU host:
     python3 bench/launch/launch_native.py --out DIR   (writes DIR/launch_native.{md,json})
 Each Python row is the loop of bench_gpu.py's launch row (2000 back-to-back calls,
 then one synchronize), repeated round-robin; best and median over the rounds."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
@@ -41,6 +44,40 @@ def c_floor():
     return (min(legacy) if legacy else None), out
 
 
+NOP_PTX = b""".version 7.0
+.target sm_50
+.address_size 64
+.visible .entry nop(.param .u64 p) { ret; }
+\0"""
+
+
+def in_process_loops(ck, arg):
+    """{row name: () -> us} for launch_loop.c's C loop in this process, or {} (why printed)."""
+    lib_path = os.path.join(tempfile.mkdtemp(prefix="tessera-loop-"), "loop.so")
+    cc = subprocess.run(["cc", "-O2", "-shared", "-fPIC", os.path.join(HERE, "launch_loop.c"), "-o", lib_path, "-ldl"],
+                        capture_output=True, text=True)
+    if cc.returncode:
+        print("launch_loop.c did not build:", cc.stderr[-300:])
+        return {}
+    lib = ctypes.CDLL(lib_path)
+    lib.loop_us.restype = ctypes.c_double
+    lib.loop_us.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_uint64]
+    if lib.loop_init():
+        print("launch_loop.c: no libcuda")
+        return {}
+    rows = {}
+    for name, image, entry, threads in (("empty kernel (32 threads)", NOP_PTX, b"nop", 32),
+                                        ("Tessera's compiled tiny_kernel", bytes(ck.binary) + b"\0",
+                                         ck.entry_symbol.encode(), 32 * int(ck.metadata.get("num_warps", 4)))):
+        fn = ctypes.c_void_p()
+        r = lib.loop_load(image, entry, ctypes.byref(fn))
+        if r:
+            print(f"launch_loop.c: loading {name} failed with CUresult {r}")
+            continue
+        rows[f"C loop in this process: {name}"] = (lambda f=fn, t=threads: lib.loop_us(f, t, 2000, arg))
+    return rows
+
+
 class AttributePath:
     """Within it, torch tensors are read through Python attributes (no _C_torch)."""
 
@@ -62,14 +99,20 @@ def main():
     x, y, out = (torch.rand(1024, device="cuda") for _ in range(3))
     k, add = TK.tiny_kernel, TK.add_kernel
     floor_start, floor_log = c_floor()
+    k[(1,)](tiny, BLOCK=16)
+    loops = in_process_loops(next(iter(k._compiled.values())), tiny.data_ptr())
 
-    rows = {  # name -> (fn, reader)
+    rows = {  # name -> (fn, reader); reader "C": fn returns its own sample
+        **{name: (fn, "C") for name, fn in loops.items()},
         "tessera tiny_kernel[(1,)](t, BLOCK=16), C++ torch reader": (lambda: k[(1,)](tiny, BLOCK=16), "native"),
         "tessera tiny_kernel, attribute reads": (lambda: k[(1,)](tiny, BLOCK=16), "attr"),
         "tessera tiny_kernel, stream=0, C++ torch reader": (lambda: k[(1,)](tiny, BLOCK=16, stream=0), "native"),
         "tessera add_kernel[(1,)](x, y, out, n), C++ torch reader": (
             lambda: add[(1,)](x, y, out, 1024, BLOCK=1024), "native"),
         "tessera add_kernel, attribute reads": (lambda: add[(1,)](x, y, out, 1024, BLOCK=1024), "attr"),
+        # An empty grid: the whole path (binding, key, packing) but the stream and the driver call.
+        "tessera tiny_kernel[(0,)], C++ torch reader (no driver call)": (lambda: k[(0,)](tiny, BLOCK=16), "native"),
+        "tessera tiny_kernel[(0,)], attribute reads (no driver call)": (lambda: k[(0,)](tiny, BLOCK=16), "attr"),
         "torch tiny.add_(1.0)": (lambda: tiny.add_(1.0), None),
         "python loop (lambda: None)": (lambda: None, None),
     }
@@ -84,6 +127,8 @@ def main():
             if reader == "attr":
                 with AttributePath():
                     samples[name].append(host_us(fn))
+            elif reader == "C":
+                samples[name].append(fn())
             else:
                 samples[name].append(host_us(fn))
     after = native.stats()

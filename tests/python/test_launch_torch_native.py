@@ -64,7 +64,7 @@ def _axpy_checked(dtype, device="cpu", n=100, offset=0):
     x = base.to(device)[offset:]
     y = torch.randint(-8, 8, (n,), generator=g).to(dtype).to(device)
     out = torch.full((n,), 99, dtype=dtype, device=device)
-    axpy[(2,)](x, y, out, 3, n, BLOCK=64)
+    axpy[((n + 63) // 64,)](x, y, out, 3, n, BLOCK=64)
     torch.testing.assert_close(out.cpu(), (x * 3 + y).cpu())
 
 
