@@ -91,7 +91,7 @@ class AttributePath:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "results"))
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
     TR = bench_gpu.load_triton_kernels()
     host_us = bench_gpu.host_us
