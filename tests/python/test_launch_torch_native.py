@@ -97,6 +97,26 @@ def test_parameters_are_read_natively_and_subclasses_through_python():
 
 
 @needs_module
+def test_an_active_torch_function_mode_sees_the_attribute_reads():
+    class Counting(torch.overrides.TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Counting.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    x = torch.zeros(16)
+    add_one[(1,)](x, BLOCK=16)
+    add_one[(1,)](x, BLOCK=16)
+    nat, attr, _ = _counts()
+    with Counting():
+        add_one[(1,)](x, BLOCK=16)
+    assert _counts()[:2] == (nat, attr + 1)
+    assert Counting.calls >= 3  # is_cuda, is_cpu, dtype, data_ptr went through the mode
+    torch.testing.assert_close(x, torch.full((16,), 3.0))
+
+
+@needs_module
 def test_specializations_are_shared_by_both_readers():
     """The dtype identity read in C++ is the torch.dtype object Python reads, so a
     specialization registered under one reader is launched under the other."""
