@@ -354,7 +354,10 @@ def main():
         lines.append(f"| {name} | {f(t) if t else 'n/a'} | {f(tr) if tr else 'n/a'} |")
     lines += ["", "| host cost | tessera | torch | triton |", "|---|---|---|---|"]
     for name, t, to, tr in host:
-        lines.append(f"| {name} | {t:.1f} | {to:.1f} | {tr:.1f} |" if tr else f"| {name} | {t:.1f} | {to:.1f} | n/a |")
+        lines.append(f"| {name} | {t:.2f} | {to:.2f} | {tr:.2f} |" if tr else f"| {name} | {t:.2f} | {to:.2f} | n/a |")
+    from tessera import _torch_native
+    lines += ["", f"Torch tensors in the launch row: C++ reader {_torch_native.state()} "
+              "(bench/launch/launch_native.py has the breakdown and the C floor)."]
     text = "\n".join(lines)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "gpu.md"), "w") as fh:

@@ -65,6 +65,24 @@ Names& names() {
 }
 
 PyTypeObject* g_ndarray_type = nullptr;
+const TorchArgsApi* g_torch_api = nullptr;   // the installed _C_torch reader
+PyObject* g_torch_capsule = nullptr;         // owned: keeps g_torch_api's module alive
+PyObject* g_torch_stream_getter = nullptr;   // owned: the Python getter it replaces
+TorchArgsStats g_torch_stats;
+
+// Asks tessera._torch_native to install _C_torch, once: the first time a torch
+// tensor type is met, when torch is imported for sure. Any failure leaves the
+// attribute path, silently (tessera._torch_native.state() says why).
+void load_torch_args_once() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  PyObject* mod = PyImport_ImportModule("tessera._torch_native");
+  PyObject* r = mod ? PyObject_CallMethod(mod, "install", nullptr) : nullptr;
+  Py_XDECREF(r);
+  Py_XDECREF(mod);
+  PyErr_Clear();
+}
 PyTypeObject* g_numpy_generic = nullptr;
 
 void import_numpy_types() {
@@ -121,7 +139,10 @@ Reader classify_type(PyTypeObject* type) {
   import_numpy_types();
   if (type == g_ndarray_type) return Reader::kNdarray;
   if (g_numpy_generic && PyType_IsSubtype(type, g_numpy_generic)) return Reader::kNone;  // numpy scalars
-  if (is_torch_tensor_type(type)) return Reader::kTorch;
+  if (is_torch_tensor_type(type)) {
+    load_torch_args_once();
+    return Reader::kTorch;
+  }
   if (std::strcmp(type->tp_name, "Array") == 0 && module_starts_with(type, "tessera.array"))
     return Reader::kTesseraArray;
   if (g_ndarray_type && PyType_IsSubtype(type, g_ndarray_type)) return Reader::kNone;  // subclasses: general path
@@ -154,6 +175,16 @@ bool long_of(PyObject* o, long long* out) {
 }
 
 ArrayRead read_torch(PyObject* v, ArrayArg* out) {
+  TorchTensorInfo info;
+  if (g_torch_api && g_torch_api->read_tensor(v, &info) == 0) {
+    ++g_torch_stats.native_tensors;
+    out->data = info.data;
+    out->family = DtypeFamily::kTorchDtype;
+    out->dtype_id = reinterpret_cast<uint64_t>(info.dtype);  // the same singleton as tensor.dtype
+    out->device = info.device;
+    return ArrayRead::kOk;
+  }
+  ++g_torch_stats.attribute_tensors;
   Names& n = names();
   PyObject* is_cuda = PyObject_GetAttr(v, n.is_cuda);
   if (!is_cuda) return PyErr_Clear(), ArrayRead::kGeneralPath;
@@ -325,6 +356,31 @@ struct DLManagedTensor {
 };
 
 }  // namespace
+
+bool install_torch_args(PyObject* capsule, PyObject* getter) {
+  const TorchArgsApi* api = nullptr;
+  if (capsule != Py_None) {
+    api = static_cast<const TorchArgsApi*>(PyCapsule_GetPointer(capsule, kTorchArgsCapsule));
+    if (!api) return false;
+    if (api->abi != kTorchArgsAbi || !api->read_tensor) {
+      PyErr_Format(PyExc_ImportError, "_C_torch speaks interface %u, this _C %u: rebuild tessera", api->abi,
+                   kTorchArgsAbi);
+      return false;
+    }
+  }
+  Py_XDECREF(g_torch_capsule);
+  Py_XDECREF(g_torch_stream_getter);
+  g_torch_api = api;
+  g_torch_capsule = api ? (Py_INCREF(capsule), capsule) : nullptr;
+  g_torch_stream_getter = api && getter != Py_None ? (Py_INCREF(getter), getter) : nullptr;
+  return true;
+}
+
+TorchStreamFn torch_stream_reader_for(PyObject* getter) {
+  return g_torch_api && getter && getter == g_torch_stream_getter ? g_torch_api->current_stream : nullptr;
+}
+
+TorchArgsStats& torch_args_stats() { return g_torch_stats; }
 
 bool is_numpy_scalar_type(PyTypeObject* type) {
   import_numpy_types();

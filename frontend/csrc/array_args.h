@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "torch_args_api.h"
+
 namespace tessera::binding {
 
 // Where a dtype identity comes from. Identities of different families never
@@ -36,6 +38,27 @@ enum class ArrayRead {
 // `value` must not be a Python scalar (bool, int, float, None): those are read by
 // the caller. Never leaves a Python error set.
 ArrayRead read_array_arg(PyObject* value, ArrayArg* out);
+
+// The optional torch reader _C_torch (torch_args_api.h). Installed by
+// tessera._torch_native.install(), which _C calls the first time it meets a torch
+// tensor type; until then, and wherever it declines, torch tensors are read through
+// Python attributes.
+// (capsule, getter) installs, (None, None) uninstalls; false with a Python error set.
+// `getter` is torch._C._cuda_getCurrentRawStream: launches whose stream getter is that
+// object read the stream through the reader instead (torch_current_stream).
+bool install_torch_args(PyObject* capsule, PyObject* getter);
+// The installed reader's stream function, when `getter` is the one it replaces;
+// nullptr otherwise.
+using TorchStreamFn = int (*)(int device, uintptr_t* stream);
+TorchStreamFn torch_stream_reader_for(PyObject* getter);
+
+// How torch arguments were read since the process started (for tests and benchmarks).
+struct TorchArgsStats {
+  uint64_t native_tensors = 0;     // through _C_torch
+  uint64_t attribute_tensors = 0;  // through Python attributes
+  uint64_t native_streams = 0;     // current streams through _C_torch
+};
+TorchArgsStats& torch_args_stats();
 
 // True when `type` is a numpy scalar type (np.int32, np.float32, ...).
 bool is_numpy_scalar_type(PyTypeObject* type);

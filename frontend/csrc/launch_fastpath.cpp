@@ -37,16 +37,18 @@ constexpr size_t kMaxSpecializations = 256;
 
 enum Tag : uint64_t { kBool = 1, kConstOne, kInt32, kInt64, kUInt64, kFloat, kNone, kNumpyScalar, kArray };
 
-// One runtime argument's part of the key.
+// One runtime argument's part of the key. No default member initializers: a
+// CallKey holds kMaxParams of them on the stack, and zeroing those 2 KB on every
+// launch was the largest single cost of this path (runtime_key fills what is used).
 struct ArgKey {
-  uint64_t tag = 0;
-  uint64_t value = 0;
+  uint64_t tag;
+  uint64_t value;
 };
 
 // One runtime argument as the launch needs it.
 struct ArgValue {
-  PyObject* object = nullptr;  // borrowed from the call
-  uint64_t data = 0;           // arrays: the address of the first element
+  PyObject* object;  // borrowed from the call
+  uint64_t data;     // arrays: the address of the first element
 };
 
 struct Specialization {
@@ -138,7 +140,8 @@ bool same_name(PyObject* a, PyObject* b) {
 
 // False: not a value this path knows (the Python path judges it).
 bool runtime_key(PyObject* v, ArgKey* key, ArgValue* val) {
-  val->object = v;
+  *key = ArgKey{0, 0};
+  *val = ArgValue{v, 0};
   if (v == Py_True || v == Py_False) {
     key->tag = kBool;
     return true;
@@ -275,6 +278,10 @@ bool current_stream(const Specialization& s, PyObject* explicit_stream, uintptr_
     r = explicit_stream;
     Py_INCREF(r);
   } else if (s.stream_getter) {
+    if (TorchStreamFn read = torch_stream_reader_for(s.stream_getter); read && read(s.device, stream) == 0) {
+      ++torch_args_stats().native_streams;
+      return true;
+    }
     PyObject* index = PyLong_FromLong(s.device);
     r = PyObject_CallOneArg(s.stream_getter, index);
     Py_DECREF(index);

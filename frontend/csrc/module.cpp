@@ -304,6 +304,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("cuda_context_generation", &runtime::cuda::context_generation);
   m.def("cuda_pointer_device", &runtime::cuda::pointer_device);
   m.def("dlpack_info", &dlpack_info);
+  // The optional torch reader (_C_torch): see tessera/_torch_native.py.
+  m.def("_install_torch_args", [](py::object capsule, py::object getter) {
+    if (!binding::install_torch_args(capsule.ptr(), getter.ptr())) throw py::error_already_set();
+  });
+  m.def("_torch_args_stats", [] {
+    const binding::TorchArgsStats& s = binding::torch_args_stats();
+    py::dict d;
+    d["native_tensors"] = s.native_tensors;
+    d["attribute_tensors"] = s.attribute_tensors;
+    d["native_streams"] = s.native_streams;
+    return d;
+  });
   binding::register_launch_fastpath(m);
   m.def("cuda_malloc", &runtime::cuda::mem_alloc);
   m.def("cuda_free", &runtime::cuda::mem_free);
