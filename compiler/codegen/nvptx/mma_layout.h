@@ -46,6 +46,15 @@ MmaTiling choose_mma_tiling(int64_t M, int64_t N, int num_warps, bool rows_only)
 // Register index = j | half<<1 | ni<<2 | mi<<(2+log2(n_tiles)).
 BlockedLayout mma_acc_layout(const MmaTiling& t);
 
+// The accumulator of an M x N dot computed transposed by wgmma (C^T = B^T A^T, the
+// tf32 NN path of lower_dot_wgmma_swapped_nvptx.cpp): the warps own 16 columns of N
+// each (N = 16 x num_warps), and fragment row g + 8h of a warp is column 2g + h, so
+// a thread's register pair (h = 0, 1) is two adjacent columns. As index bits of C:
+//   N: [r1, t2, t3, t4, t5, t6, ...]   M: [r0, t0, t1, r2, r3, ...]
+// Register index = i | h<<1 | j<<2 holds C[8j + 2(lane%4) + i][16 warp + 2(lane/4) + h]:
+// wgmma's accumulator order for its fragment (row g + 8h, column 8j + 2t + i).
+BlockedLayout wgmma_swapped_acc_layout(int64_t M, int64_t N);
+
 // The 16-bit A-operand layout (M x K) of m16n8k16 for the warps of `t` (warps_n
 // warps along N hold replicas). Register index = j | (row+8)<<1 | (col+8)<<2 |
 // kk<<3 | mi<<(3+log2(K/16)): registers 8(mi*K/16+kk) .. +7 are fragment (mi, kk).
