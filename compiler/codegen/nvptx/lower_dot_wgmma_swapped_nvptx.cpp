@@ -129,13 +129,14 @@ void GpuLowering::lower_dot_wgmma_swapped(const Op& op, const StagedOperand& sa,
     llvm::Value* desc =
         b_.CreateOr(b_.CreateLShr(b_.CreateAdd(desc_start, b_.getInt64(static_cast<uint64_t>(32 * kk))), 4),
                     b_.getInt64(desc_bits));
-    std::vector<llvm::Value*> args(c.begin(), c.end());
+    std::vector<llvm::Value*> args(nacc);
+    for (int d = 0; d < nacc; ++d) args[d] = c[swapped_acc_register(d)];
     args.insert(args.end(), a.begin(), a.end());
     args.push_back(desc);
     args.push_back(b_.getInt32(1));  // scale-d: accumulate into d
     llvm::CallInst* call = b_.CreateCall(fty, wgmma, args);
     call->addFnAttr(llvm::Attribute::Convergent);
-    for (int i = 0; i < nacc; ++i) c[i] = b_.CreateExtractValue(call, {static_cast<unsigned>(i)});
+    for (int d = 0; d < nacc; ++d) c[swapped_acc_register(d)] = b_.CreateExtractValue(call, {static_cast<unsigned>(d)});
   };
 
   const int64_t steps = K / 8;
