@@ -25,7 +25,8 @@ import tessera  # noqa: E402
 # swapped wgmma's n is BM (up to 256) and BN = 16 x warps; 128x128x32/4 warps/3 stages is
 # the mma.sync path NN took before it.
 CONFIGS = {"NT": [(128, 128, 32, 8, 3), (128, 256, 32, 8, 4), (128, 128, 32, 4, 3)],
-           "NN": [(256, 128, 32, 8, 4), (128, 128, 32, 8, 4), (256, 128, 32, 8, 3), (128, 128, 32, 4, 3)]}
+           "NN": [(256, 128, 32, 8, 4), (256, 128, 32, 8, 4, 4), (256, 128, 32, 8, 3), (128, 128, 32, 8, 4),
+                  (128, 128, 32, 4, 3)]}
 
 
 def run_layout(TR, layout, size, cfg):

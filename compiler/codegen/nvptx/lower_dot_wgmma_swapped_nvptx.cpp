@@ -23,12 +23,15 @@
 // Worked example, NN 256x128x32 (BM x BN x BK), 8 warps: per k8 step kk each thread
 // loads 2 x v2 from B's stage at rows 8kk + {t, t+4}, columns 16w + 2g (+1); each
 // warpgroup issues wgmma.m64n256k8 with A's stage (256 rows of 128 B) at +32 kk bytes.
-// In a loop whose accumulator only goes round (wgmma_async_dots_), every k-step is its
-// own commit group and K/8 - 1 stay in flight: before step kk loads its fragment,
-// wait_group K/8 - 1 retires step kk of the previous iteration, the last reader of
-// the registers being rewritten (the PTX ISA forbids writing an in-flight wgmma's A
-// registers). By the end of an iteration all of the previous one retired, which is
-// what the ring's stage release (tma_release_stage) assumes.
+// In a loop whose accumulator only goes round (wgmma_async_dots_) an iteration's group
+// stays in flight into the next iteration, whose dot first waits for it (wait_group 0)
+// and only then loads its own fragments: the PTX ISA forbids rewriting an in-flight
+// wgmma's A registers, and doing so (wait_group 1 after the commit, as the descriptor
+// form does) gave wrong results on an H100. The wait still comes after the next stage's
+// TMA issue and full-barrier wait, which overlap the group. Finer groups (one per k-step,
+// K/8 - 1 in flight, each retired just before its registers are reloaded) measured
+// slower: 316 vs 339-345 TFLOP/s at 4096^3, 256x128x32 tiles
+// (bench/results/gpu_matmul_tf32.md).
 #include <llvm/IR/InlineAsm.h>
 
 #include "codegen/nvptx/gpu_lowering.h"
@@ -140,33 +143,23 @@ void GpuLowering::lower_dot_wgmma_swapped(const Op& op, const StagedOperand& sa,
   };
 
   const int64_t steps = K / 8;
-  auto result = [&] {
-    TileVal res;
-    res.kind = TileVal::Regs;
-    res.layout = lc;
-    res.regs = std::move(c);
-    tiles_[op.result()] = std::move(res);
-  };
-  if (wgmma_async_dots_.count(&op)) {
-    // One group per k-step, steps - 1 of them left in flight (see the top of the file);
-    // lower_for retires the last ones on the loop's way out.
-    const std::string keep = "wgmma.wait_group.sync.aligned " + std::to_string(steps - 1) + ";";
-    for (int64_t kk = 0; kk < steps; ++kk) {
-      emit_asm(b_, keep);
-      std::vector<llvm::Value*> a = fragment(kk);
-      emit_asm(b_, "wgmma.fence.sync.aligned;");  // the fragment's registers were just written
-      issue(kk, a);
-      emit_asm(b_, "wgmma.commit_group.sync.aligned;");
-    }
-    return result();
-  }
+  const bool in_flight = wgmma_async_dots_.count(&op) > 0;
+  // The previous iteration's group still reads its fragment registers, which the loads
+  // below rewrite: retire it first (see the top of the file).
+  if (in_flight) emit_asm(b_, "wgmma.wait_group.sync.aligned 0;");
   std::vector<std::vector<llvm::Value*>> frags;
   for (int64_t kk = 0; kk < steps; ++kk) frags.push_back(fragment(kk));
   emit_asm(b_, "wgmma.fence.sync.aligned;");
   for (int64_t kk = 0; kk < steps; ++kk) issue(kk, frags[kk]);
   emit_asm(b_, "wgmma.commit_group.sync.aligned;");
-  c = wgmma_wait_tied(c);  // the accumulators are read next
-  result();
+  // In flight: lower_for retires the last group on the loop's way out. Otherwise the
+  // accumulators are read next.
+  if (!in_flight) c = wgmma_wait_tied(c);
+  TileVal res;
+  res.kind = TileVal::Regs;
+  res.layout = lc;
+  res.regs = std::move(c);
+  tiles_[op.result()] = std::move(res);
 }
 
 }  // namespace tessera::codegen::nvptx
