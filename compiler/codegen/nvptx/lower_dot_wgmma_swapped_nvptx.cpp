@@ -26,8 +26,9 @@
 // In a loop whose accumulator only goes round (wgmma_async_dots_) an iteration's group
 // stays in flight into the next iteration, whose dot first waits for it (wait_group 0)
 // and only then loads its own fragments: the PTX ISA forbids rewriting an in-flight
-// wgmma's A registers, and doing so (wait_group 1 after the commit, as the descriptor
-// form does) gave wrong results on an H100. The wait still comes after the next stage's
+// wgmma's A registers (ptxas neither warns nor waits for it), and doing so (wait_group 1
+// after the commit, as the descriptor form does) made 3 of the 26 GPU tests of
+// test_gpu_tf32_wgmma.py fail on an H100. The wait still comes after the next stage's
 // TMA issue and full-barrier wait, which overlap the group. Finer groups (one per k-step,
 // K/8 - 1 in flight, each retired just before its registers are reloaded) measured
 // slower: 316 vs 339-345 TFLOP/s at 4096^3, 256x128x32 tiles
