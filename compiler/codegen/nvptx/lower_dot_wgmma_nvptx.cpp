@@ -7,10 +7,11 @@
 // The PTX ISA gives the transpose immediates to 16-bit types only, so both operands
 // must be K-major -- x @ W^T with W's rows along K (the nn.Linear layout); a dot with
 // an N-major B runs swapped (lower_dot_wgmma_swapped_nvptx.cpp). A k8 step is 8 x 4 =
-// 32 bytes along the rows, as a k16 step of 16-bit elements, so the K-major descriptors and per-step offsets are the same; the
-// instruction just ends after imm-scale-b. Worked example, x @ W^T at 128x128x32 tf32,
-// 8 warps: A and W stages of [128][128 B] (TMA boxes of 32 x 128 fp32); each warpgroup
-// issues 4 wgmma.m64n128k8, A (its 64 rows) and B at +0, +32, +64, +96 bytes.
+// 32 bytes along the rows, as a k16 step of 16-bit elements, so the K-major descriptors
+// and per-step offsets are the same; the instruction just ends after imm-scale-b.
+// Worked example, x @ W^T at 128x128x32 tf32, 8 warps: A and W stages of [128][128 B]
+// (TMA boxes of 32 x 128 fp32); each warpgroup issues 4 wgmma.m64n128k8, A (its 64
+// rows) and B at +0, +32, +64, +96 bytes.
 //
 // Each warpgroup (4 consecutive warps) computes 64 rows of C with
 //   wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16|bf16}.{f16|bf16}

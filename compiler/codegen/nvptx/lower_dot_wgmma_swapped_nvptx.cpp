@@ -11,7 +11,8 @@
 //   accumulator (64 x M per group) = C^T: the warps own columns of C (N = 16 x warps),
 //                                     M runs across the registers (wgmma_swapped_acc_layout).
 // Fragment registers (PTX ISA, m64nNk8 tf32 A; per warp w of the CTA, lane = 4g + t):
-//   a0 = A'[16w + g][t], a1 = A'[16w + g + 8][t], a2 = A'[16w + g][t + 4], a3 = A'[16w + g + 8][t + 4]
+//   a0 = A'[16w + g][t],      a1 = A'[16w + g + 8][t],
+//   a2 = A'[16w + g][t + 4],  a3 = A'[16w + g + 8][t + 4]
 // Fragment row g + 8h may stand for any column of C as long as the accumulator layout
 // says the same; taking column n = 16w + 2g + h makes a0, a1 (and a2, a3) two adjacent
 // floats of one B row: one ld.shared.v2 each. B's stage is N/32 column blocks of
@@ -107,8 +108,10 @@ void GpuLowering::lower_dot_wgmma_swapped(const Op& op, const StagedOperand& sa,
     llvm::Value* y = load(y_off);
     llvm::Value* lo = b_.CreateSelect(odd, y, x);  // row t: a0, a1
     llvm::Value* hi = b_.CreateSelect(odd, x, y);  // row t + 4: a2, a3
-    return std::vector<llvm::Value*>{b_.CreateExtractElement(lo, uint64_t(0)), b_.CreateExtractElement(lo, uint64_t(1)),
-                                     b_.CreateExtractElement(hi, uint64_t(0)), b_.CreateExtractElement(hi, uint64_t(1))};
+    return std::vector<llvm::Value*>{b_.CreateExtractElement(lo, uint64_t(0)),
+                                     b_.CreateExtractElement(lo, uint64_t(1)),
+                                     b_.CreateExtractElement(hi, uint64_t(0)),
+                                     b_.CreateExtractElement(hi, uint64_t(1))};
   };
 
   // wgmma.mma_async.sync.aligned.m64nMk8.f32.tf32.tf32 {d}, {a0..a3}, desc-b, p, 1, 1
@@ -140,7 +143,8 @@ void GpuLowering::lower_dot_wgmma_swapped(const Op& op, const StagedOperand& sa,
     args.push_back(b_.getInt32(1));  // scale-d: accumulate into d
     llvm::CallInst* call = b_.CreateCall(fty, wgmma, args);
     call->addFnAttr(llvm::Attribute::Convergent);
-    for (int d = 0; d < nacc; ++d) c[swapped_acc_register(d)] = b_.CreateExtractValue(call, {static_cast<unsigned>(d)});
+    for (int d = 0; d < nacc; ++d)
+      c[swapped_acc_register(d)] = b_.CreateExtractValue(call, {static_cast<unsigned>(d)});
   };
 
   const int64_t steps = K / 8;

@@ -123,7 +123,8 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
       // except a tf32 B that a swapped wgmma reads with ld.shared (while plan_wgmma
       // decides: any dot of a shape it could take).
       const int contig_dim = transposed ? 0 : 1, kdim = i == 0 ? 1 : 0;
-      const bool swapped_b = i == 1 && (planning_ ? wgmma_swapped_shape_ok(*op) : wgmma_swapped_dots_.count(op.get()) > 0);
+      const bool swapped_b =
+          i == 1 && (planning_ ? wgmma_swapped_shape_ok(*op) : wgmma_swapped_dots_.count(op.get()) > 0);
       if (eb != 2 && contig_dim != kdim && !swapped_b) continue;
       if (load->operands.size() >= 3 && !is_zero_const(load->operands[2])) continue;
       std::set<const Op*> s;
