@@ -238,6 +238,7 @@ def main():
     # Skinny (M = 16..128, N = K = 8192, fp16): BM = M up to 64, 128x64 column tiles.
     mm_rows = []
     TF32_NT = (128, 256, 32, 4)  # BM, BN, BK, stages (bench/results/gpu_matmul_tf32.md's best for both JITs)
+    TF32_NN = (256, 128, 32, 4)  # NN: Tessera's swapped wgmma takes BN = 16 x warps, n = BM (same file)
 
     def mm_row(label, dtype, M, N, K, BM, BN, BK, warps, max_rel_err, stages=3, nt=False, persistent=False,
                alternatives=()):
@@ -309,7 +310,8 @@ def main():
         mm_row(f"matmul fp16 {size}^3 persistent", torch.float16, size, size, size, 128, 256, 64, 8, 1e-2, stages=4,
                persistent=True)
     for size in (4096, 8192):
-        mm_row(f"matmul tf32 {size}^3", torch.float32, size, size, size, 128, 128, 32, 8, 3e-3)
+        mm_row(f"matmul tf32 {size}^3", torch.float32, size, size, size, TF32_NN[0], TF32_NN[1], TF32_NN[2], 8,
+               3e-3, stages=TF32_NN[3])
         # tf32 NT (x @ W^T): both operands K-major, wgmma from a TMA ring on sm_90a.
         mm_row(f"matmul tf32 NT {size}^3", torch.float32, size, size, size, TF32_NT[0], TF32_NT[1], TF32_NT[2],
                8, 3e-3, stages=TF32_NT[3], nt=True)

@@ -1,7 +1,8 @@
 """fp32 matmul on tf32 tensor cores: Tessera vs Triton (the same bench/gpu_kernels.py source)
 vs cuBLAS (torch.matmul with allow_tf32), in both operand layouts -- NN (B row-major K x N,
-N contiguous: mma.sync, since tf32 wgmma cannot transpose a shared-memory operand) and NT
-(x @ W^T, W N x K: both operands K-major, wgmma from a TMA ring on sm_90a) -- over a few
+N contiguous: tf32 wgmma cannot transpose a shared-memory operand, so on sm_90a it runs as
+C^T = B^T A^T with B^T's fragments in registers, when BN = 16 x warps) and NT (x @ W^T, W
+N x K: both operands K-major, wgmma from a TMA ring on sm_90a) -- over a few
 tile configurations. Every result is checked against a float64 reference (relative
 Frobenius error < 3e-3, bench_gpu.py's tf32 tolerance). Writes matmul_tf32.md to --out."""
 from __future__ import annotations
@@ -20,9 +21,12 @@ import gpu_kernels as TK  # noqa: E402
 import tessera  # noqa: E402
 
 # (BM, BN, BK, warps, stages) per layout. NT 128x128/4 warps: M != 16 x warps, so Tessera
-# keeps mma.sync from the ring there -- the path every tf32 dot took before wgmma.
+# keeps mma.sync from the ring there -- the path every tf32 dot took before wgmma. NN: the
+# swapped wgmma's n is BM (up to 256) and BN = 16 x warps; 128x128x32/4 warps/3 stages is
+# the mma.sync path NN took before it.
 CONFIGS = {"NT": [(128, 128, 32, 8, 3), (128, 256, 32, 8, 4), (128, 128, 32, 4, 3)],
-           "NN": [(128, 128, 32, 8, 3)]}
+           "NN": [(256, 128, 32, 8, 4), (256, 128, 32, 8, 4, 4), (256, 128, 32, 8, 3), (128, 128, 32, 8, 4),
+                  (128, 128, 32, 4, 3)]}
 
 
 def run_layout(TR, layout, size, cfg):

@@ -65,6 +65,32 @@ TEST(MmaLayout, AccumulatorMatchesPtxIsaFragments) {
   check_acc_layout(64, 128, 8, true);
 }
 
+// The swapped tf32 wgmma (C^T = B^T A^T) accumulator: PTX ISA, wgmma m64nN f32 D, per
+// warp w of the CTA: d[4j + 2h + i] is row 16w + groupID + 8h, column 8j + 2t + i of
+// C^T; its row g + 8h stands for column 16w + 2g + h of C (wgmma_swapped_acc_layout).
+TEST(MmaLayout, SwappedWgmmaAccumulatorIsTheTransposedFragment) {
+  for (auto [M, N, w] : {std::tuple{256, 128, 8}, {128, 128, 8}, {16, 64, 4}, {64, 64, 4}}) {
+    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(N));
+    BlockedLayout l = wgmma_swapped_acc_layout(M, N);
+    ASSERT_EQ(l.num_regs(), M / 2);  // wgmma m64nM: M/2 f32 per thread
+    std::set<std::pair<int64_t, int64_t>> seen;
+    for (int tid = 0; tid < w * 32; ++tid) {
+      int lane = tid % 32, warp = tid / 32, g = lane >> 2, t = lane % 4;
+      for (int d = 0; d < M / 2; ++d) {
+        int i = d & 1, h = (d >> 1) & 1, j = d >> 2;
+        const int r = swapped_acc_register(d);
+        EXPECT_EQ(swapped_acc_register(r), d);  // an involution
+        SymIndex s = l.index_of(r);
+        ASSERT_EQ(eval_bits(s[0], tid), 8 * j + 2 * t + i) << "tid " << tid << " d " << d << " " << l.str();
+        ASSERT_EQ(eval_bits(s[1], tid), 16 * warp + 2 * g + h) << "tid " << tid << " d " << d << " " << l.str();
+        seen.insert({eval_bits(s[0], tid), eval_bits(s[1], tid)});
+      }
+    }
+    EXPECT_EQ(static_cast<int64_t>(seen.size()), M * N);
+    EXPECT_EQ(l.contiguous_regs(), 2);  // two adjacent columns of a row: 8-byte stores
+  }
+}
+
 TEST(MmaLayout, TilingSplitsTheLargerSideAndKeepsWarpTilesWhole) {
   MmaTiling t = choose_mma_tiling(128, 128, 4, false);
   EXPECT_EQ(t.warps_m, 2);

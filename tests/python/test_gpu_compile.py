@@ -200,8 +200,17 @@ def test_matmul_uses_tensor_cores_on_ldmatrix_operands(dtype, target, arch, tmp_
     ck = tessera.compile(matmul_kernel, signature=f"*{dtype},*{dtype},*fp32" + ",i32" * 9,
                          constexprs={"BM": 64, "BN": 64, "BK": 32}, target=target)
     ptx = ck.asm["ptx"]
-    # 2x2 warps of 32x32: 2 m-tiles x 4 n-tiles x (32 / k per mma) k-steps, once per K iteration.
     ksteps = 32 // (8 if dtype == "fp32" else 16)
+    if dtype == "fp32" and arch == "sm_90a":
+        # tf32 with B N-contiguous and BN = 16 x 4 warps: swapped wgmma (C^T = B^T A^T,
+        # lower_dot_wgmma_swapped_nvptx.cpp), both operands in a cp.async ring (4-byte .ca
+        # copies: unknown strides); B^T's fragments from ld.shared, no register staging of B.
+        assert ptx.count("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32") == ksteps
+        assert "mma.sync" not in ptx and "cvt.rna.tf32.f32" not in ptx and "fma.rn.f32" not in ptx
+        assert "cp.async.ca.shared.global" in ptx and "fence.proxy.async" in ptx
+        assert ptx.count("bar.sync") == 2  # the ring's prologue and per-iteration barriers
+        return assemble(ptx, arch, tmp_path)
+    # 2x2 warps of 32x32: 2 m-tiles x 4 n-tiles x (32 / k per mma) k-steps, once per K iteration.
     assert ptx.count(MMA_INSTR[dtype]) == 2 * 4 * ksteps, ptx
     assert "ldmatrix.sync.aligned.m8n8.x4" in ptx
     assert ("cvt.rna.tf32.f32" in ptx) == (dtype == "fp32")

@@ -1,7 +1,8 @@
 """fp32 matmuls with tf32 inputs on a GPU, checked against a float64 reference: NT
 (x @ W^T, W stored N x K -- both operands K-major, so on sm_90a wgmma.m64nNk8 tf32 reads
 them from a TMA- or cp.async-filled ring; lower_dot_wgmma_nvptx.cpp) and NN (B row-major,
-N contiguous: tf32 wgmma cannot transpose a shared-memory operand, so mma.sync), with
+N contiguous: tf32 wgmma cannot transpose a shared-memory operand, so C^T = B^T A^T with
+B^T's fragments in registers; lower_dot_wgmma_swapped_nvptx.cpp), with
 odd extents whose edge tiles are masked (out-of-bounds boxes zero-filled), padded row
 strides, 2 to 4 stages, 32/64/128-byte rows, and the "ieee" / "tf32x3" precisions
 (mma.sync / FMA, unchanged). Outputs start as NaN so unwritten elements fail.
@@ -146,16 +147,60 @@ def test_nt_tf32_row_stride_the_tma_cannot_take(monkeypatch):
         assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in ck.asm["ptx"]
 
 
-@pytest.mark.parametrize("M,N,K,BM,BN,BK,num_warps,num_stages",
-                         [(256, 256, 256, 128, 128, 32, 8, 3), (200, 184, 300, 128, 128, 32, 8, 3),
-                          (333, 257, 129, 64, 64, 32, 4, 2)])
+NN_SHAPES = [  # M, N, K, BM, BN, BK, num_warps, num_stages; BN = 16 x num_warps: swapped wgmma
+    (256, 256, 256, 256, 128, 32, 8, 4),    # m64n256k8, k-step groups in flight
+    (200, 184, 300, 128, 128, 32, 8, 3),    # M, N, K edges: masked tiles, zero-filled boxes
+    (333, 257, 129, 64, 64, 32, 4, 2),      # one warpgroup, 2 stages, K = 4 * 32 + 1
+    (130, 520, 1000, 256, 128, 32, 8, 4),   # partial M tile of n256, many K iterations
+    (96, 80, 72, 32, 64, 16, 4, 3),         # 64-byte A rows (BK 16), n32
+    (40, 100, 44, 16, 64, 8, 4, 3),         # 32-byte A rows (BK 8), n16
+    (257, 129, 0, 256, 128, 32, 8, 4),      # K = 0: the loop never runs, the zeros
+    (300, 200, 256, 128, 128, 32, 4, 3),    # BN != 16 x warps: mma.sync, B through registers
+]
+
+
+@pytest.mark.parametrize("M,N,K,BM,BN,BK,num_warps,num_stages", NN_SHAPES)
 def test_nn_tf32_matches_reference(monkeypatch, M, N, K, BM, BN, BK, num_warps, num_stages):
-    # B N-contiguous: tf32 wgmma has no transpose for it, so mma.sync (cvt.rna operands).
+    # B N-contiguous: tf32 wgmma cannot transpose a shared-memory operand, so C^T = B^T A^T
+    # with B^T's fragments loaded from the ring into registers.
     a, w = inputs(M, N, K, seed=M + 5 * K)
     c, ck = run("NN", a, w, BM, BN, BK, num_warps, num_stages, monkeypatch=monkeypatch)
     check(c, a, w)
     if HOPPER:
-        assert "wgmma" not in ck.asm["ptx"] and "mma.sync.aligned.m16n8k8" in ck.asm["ptx"]
+        ptx = ck.asm["ptx"]
+        if BN == 16 * num_warps:
+            assert f"wgmma.mma_async.sync.aligned.m64n{BM}k8.f32.tf32.tf32" in ptx and "mma.sync" not in ptx
+            # B's row stride is N: the TMA where the specialization proves it 16-aligned, else cp.async.
+            assert bool(ck.metadata.get("tensor_maps")) == (N % 16 == 0)
+        else:
+            assert "wgmma" not in ptx and "mma.sync.aligned.m16n8k8" in ptx
+
+
+@pytest.mark.parametrize("M,N,K", [(200, 184, 300), (256, 512, 128)])
+def test_nn_tf32_cp_async_ring(monkeypatch, M, N, K):
+    # TESSERA_TMA=0: B's column blocks filled by cp.async, the same swapped wgmma.
+    a, w = inputs(M, N, K, seed=5 * M + K)
+    c, ck = run("NN", a, w, 256, 128, 32, 8, 4, monkeypatch=monkeypatch, tma="0")
+    check(c, a, w)
+    if HOPPER:
+        assert "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32" in ck.asm["ptx"]
+        assert not ck.metadata.get("tensor_maps")
+
+
+def test_nn_tf32_padded_row_strides(monkeypatch):
+    # A's and B's row strides are not K and N (B's map: stride s_bk).
+    M, N, K = 192, 160, 224
+    g = torch.Generator(device=DEV).manual_seed(23)
+    a = torch.randn(M, K + 48, device=DEV, generator=g)[:, :K]
+    b = torch.randn(K, N + 32, device=DEV, generator=g)[:, :N]
+    c = torch.full((M, N), float("nan"), device=DEV)
+    ck = tessera.jit(_mm_nn)[(tessera.cdiv(M, 256), tessera.cdiv(N, 128))](
+        a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BM=256, BN=128, BK=32, PREC="tf32", num_warps=8, num_stages=4)
+    torch.cuda.synchronize()
+    check(c, a, b.t())
+    if HOPPER:
+        assert ck.metadata.get("tensor_maps")
 
 
 @pytest.mark.parametrize("layout", ["NT", "NN"])

@@ -1,7 +1,8 @@
-"""tf32 wgmma without a GPU (lower_dot_wgmma_nvptx.cpp): which fp32 dots run as
-wgmma.mma_async m64nNk8 .tf32 on sm_90a (both operands K-major in a ring: x @ W^T),
-which stay on mma.sync (N-contiguous B, tf32x3, ieee, sm_80), the tensor maps of the
-4-byte TMA boxes, and PTX that ptxas assembles for sm_90a. The same kernels run on a GPU
+"""tf32 wgmma without a GPU (lower_dot_wgmma_nvptx.cpp, lower_dot_wgmma_swapped_nvptx.cpp):
+which fp32 dots run as wgmma.mma_async m64nNk8 .tf32 on sm_90a (both operands K-major in a
+ring: x @ W^T; an N-contiguous B swapped, C^T = B^T A^T with B^T from registers), which stay
+on mma.sync (tf32x3, ieee, sm_80, NN tiles the swapped form cannot take), the tensor maps of
+the 4-byte TMA boxes, and PTX that ptxas assembles for sm_90a. The same kernels run on a GPU
 in test_gpu_tf32_wgmma.py."""
 import os
 import re
@@ -36,7 +37,7 @@ def build(monkeypatch, layout="NT", tma="1", prec="tf32", target="cuda:90a", BM=
                            target=target, num_warps=num_warps, num_stages=num_stages)
 
 
-def assemble(ptx, tmp_path, arch="sm_90a"):
+def assemble(ptx, tmp_path, arch="sm_90a", serialized_ok=True):
     if PTXAS is None:
         pytest.skip("ptxas (CUDA toolkit) not installed")
     src = tmp_path / "k.ptx"
@@ -45,6 +46,8 @@ def assemble(ptx, tmp_path, arch="sm_90a"):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + "\n" + ptx
     assert " 0 bytes spill stores" in r.stderr, r.stderr
+    if not serialized_ok:  # ptxas neither serialized the wgmmas nor had to add waits (C7514-C7517)
+        assert "Potential Performance Loss" not in r.stderr and "is injected" not in r.stderr, r.stderr
 
 
 WGMMA_TF32 = r"wgmma\.mma_async\.sync\.aligned\.m64n{n}k8\.f32\.tf32\.tf32 \{{[^}}]*\}}, %rd\d+, %rd\d+, p, 1, 1;"
@@ -68,7 +71,7 @@ def test_nt_tf32_runs_wgmma_from_a_tma_ring(BN, BK, num_warps, num_stages, maps,
     assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.cg" not in ptx
     if num_stages >= 4:
         assert "wgmma.wait_group.sync.aligned 1;" in ptx
-    assemble(ptx, tmp_path)
+    assemble(ptx, tmp_path, serialized_ok=False)
 
 
 @pytest.mark.parametrize("k_sig", ["i32", "i32:16"])
@@ -81,13 +84,53 @@ def test_nt_tf32_cp_async_ring(k_sig, monkeypatch, tmp_path):
     assert len(re.findall(WGMMA_TF32.format(n=128), ptx)) == 4
     assert "fence.proxy.async" in ptx
     assert ("cp.async.cg" in ptx) == (k_sig == "i32:16")
-    assemble(ptx, tmp_path)
+    assemble(ptx, tmp_path, serialized_ok=False)
 
 
-def test_nn_tf32_stays_on_mma_sync(monkeypatch, tmp_path):
-    # B N-contiguous: wgmma's tf32 operands must be K-major (the transpose immediates are
-    # for 16-bit types), so the ring-less mma.sync path with B staged through registers.
-    ptx = build(monkeypatch, layout="NN").asm["ptx"]
+# The swapped form (lower_dot_wgmma_swapped_nvptx.cpp): B^T from registers as wgmma's A
+# (four .b32 fragment registers), A's K-major stage as its B descriptor, m64n{BM}.
+WGMMA_TF32_RS = (r"wgmma\.mma_async\.sync\.aligned\.m64n{n}k8\.f32\.tf32\.tf32 \{{[^}}]*\}}, "
+                 r"\{{%r\d+, %r\d+, %r\d+, %r\d+\}}, %rd\d+, p, 1, 1;")
+
+
+@pytest.mark.parametrize("BM,BN,BK,num_warps,num_stages,maps", [
+    # A: K-major as in NT, box 32 (K) x BM. B: base 1, column blocks of 32 fp32 (128 bytes,
+    # 128-byte swizzle), box 32 (N) x BK rows, extents N (4) x K (5), row stride s_bk (7).
+    (256, 128, 32, 8, 4, "9|0:4:128:32:256:i5:i3:i6|1:4:128:32:32:i4:i5:i7"),  # n256, groups in flight
+    (128, 128, 32, 8, 3, "9|0:4:128:32:128:i5:i3:i6|1:4:128:32:32:i4:i5:i7"),
+    (64, 64, 16, 4, 3, "9|0:4:64:16:64:i5:i3:i6|1:4:128:32:16:i4:i5:i7"),      # 64-byte A rows
+    (16, 64, 8, 4, 2, "9|0:4:32:8:16:i5:i3:i6|1:4:128:32:8:i4:i5:i7")])       # n16, 32-byte A rows
+def test_nn_tf32_runs_swapped_wgmma(BM, BN, BK, num_warps, num_stages, maps, monkeypatch, tmp_path):
+    ck = build(monkeypatch, layout="NN", BM=BM, BN=BN, BK=BK, num_warps=num_warps, num_stages=num_stages)
+    assert ck.metadata["tensor_maps"] == maps
+    ptx = ck.asm["ptx"]
+    assert len(re.findall(WGMMA_TF32_RS.format(n=BM), ptx)) == BK // 8, ptx
+    assert "mma.sync" not in ptx and "cvt.rna.tf32" not in ptx
+    # Each k-step's fragment: two 8-byte loads of B's stage (rows t and t + 4).
+    assert len(re.findall(r"ld\.shared\.v2\.u32", ptx)) == 2 * (BK // 8)
+    # One commit group per iteration. With 4+ stages it stays in flight: the next
+    # iteration waits for it (wait_group 0) before rewriting the fragment registers,
+    # and the loop's way out (for.drain) retires the last one -- no wait_group 1.
+    assert ptx.count("wgmma.commit_group.sync.aligned;") == 1
+    assert ptx.count("wgmma.wait_group.sync.aligned 0;") == (2 if num_stages >= 4 else 1)
+    assert "wgmma.wait_group.sync.aligned 1;" not in ptx
+    assemble(ptx, tmp_path, serialized_ok=False)
+
+
+def test_nn_tf32_swapped_cp_async_ring(monkeypatch, tmp_path):
+    # TESSERA_TMA=0: B's column blocks filled by cp.async (the same staged_offset format).
+    ck = build(monkeypatch, layout="NN", tma="0", BM=256, BN=128, num_stages=4)
+    ptx = ck.asm["ptx"]
+    assert not ck.metadata.get("tensor_maps")
+    assert len(re.findall(WGMMA_TF32_RS.format(n=256), ptx)) == 4
+    assemble(ptx, tmp_path, serialized_ok=False)
+
+
+@pytest.mark.parametrize("BM,BN,num_warps", [(128, 128, 4), (128, 256, 8)])
+def test_nn_tf32_other_shapes_stay_on_mma_sync(BM, BN, num_warps, monkeypatch, tmp_path):
+    # The swapped form needs BN = 16 x num_warps (a warp per 16 columns of C; and BM <= 256,
+    # wgmma's n): otherwise mma.sync with B staged through registers.
+    ptx = build(monkeypatch, layout="NN", BM=BM, BN=BN, num_warps=num_warps).asm["ptx"]
     assert "wgmma" not in ptx
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
     assemble(ptx, tmp_path)

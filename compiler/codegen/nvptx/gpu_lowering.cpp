@@ -575,12 +575,17 @@ void GpuLowering::lower_for(const Op& op) {
   auto* header = llvm::BasicBlock::Create(ctx_, "for.header", fn_);
   auto* bodybb = llvm::BasicBlock::Create(ctx_, "for.body", fn_);
   auto* exit = llvm::BasicBlock::Create(ctx_, "for.exit", fn_);
-  b_.CreateBr(header);
+  // With wgmma groups in flight across iterations the loop is entered once its first
+  // iteration is known to run and leaves through for.drain (below): exit is reached
+  // from the loop only there.
+  const bool drained = pipe && pipe->wgmma_async;
+  if (drained) b_.CreateCondBr(in_range(lb), header, exit);
+  else b_.CreateBr(header);
   b_.SetInsertPoint(header);
   llvm::PHINode* iv = b_.CreatePHI(lb->getType(), 2);
   iv->addIncoming(lb, pre);
-  llvm::Value* cond = ivt.is_unsigned() ? b_.CreateICmpULT(iv, ub) : b_.CreateICmpSLT(iv, ub);
-  b_.CreateCondBr(cond, bodybb, exit);
+  if (drained) b_.CreateBr(bodybb);
+  else b_.CreateCondBr(in_range(iv), bodybb, exit);
   b_.SetInsertPoint(bodybb);
   scalars_[body.args[0].get()] = iv;
   std::vector<Value*> args;
@@ -606,13 +611,31 @@ void GpuLowering::lower_for(const Op& op) {
     emit_prefetch(body, pf, next, ct, cs, in_range(next));
   }
   iv->addIncoming(next, b_.GetInsertBlock());
-  b_.CreateBr(header);
+  if (drained) {
+    // The wgmma groups still in flight after the last iteration are waited for on the
+    // loop's way out only: ptxas serializes every wgmma of the loop when a path into
+    // that wait defines the accumulators' registers otherwise (the zero-trip path's
+    // copies of their initial values), and injects waits where a path leaves the loop
+    // without one.
+    auto* drain = llvm::BasicBlock::Create(ctx_, "for.drain", fn_);
+    b_.CreateCondBr(in_range(next), header, drain);
+    b_.SetInsertPoint(drain);
+    for (size_t i : pipe->async_results) {
+      std::vector<llvm::Value*> regs;
+      for (llvm::Value* s : c[i].slots) regs.push_back(b_.CreateLoad(b_.getFloatTy(), s));
+      regs = wgmma_wait_tied(regs);
+      for (size_t r = 0; r < regs.size(); ++r) b_.CreateStore(regs[r], c[i].slots[r]);
+    }
+    b_.CreateBr(exit);
+  } else {
+    b_.CreateBr(header);
+  }
   b_.SetInsertPoint(exit);
   std::vector<Value*> results;
   for (auto& r : op.results) results.push_back(r.get());
   load_values(results);
   if (pipe) {
-    pipeline_epilogue(*pipe, op);
+    pipeline_epilogue(*pipe);
     // Past the loop its ring is scratch memory (store_through_smem_nvptx.cpp).
     for (auto& pl : pipe->loads) dead_smem_.emplace_back(smem_offset_.at(pl.ring), pipe->stages * pl.stage_bytes);
   }

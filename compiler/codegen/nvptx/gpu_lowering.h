@@ -158,6 +158,18 @@ class GpuLowering {
   bool wgmma_operand_ok(const StagedOperand& st, int kdim) const;
   void plan_wgmma(const ir::Block& b);  // fills wgmma_dots_ (constructor)
   void lower_dot_wgmma(const ir::Op& op, MmaKind kind, const StagedOperand& sa, const StagedOperand& sb);
+  // The accumulator layout a tensor-core dot produces (transposed for swapped dots).
+  BlockedLayout dot_acc_layout(const ir::Op& dot) const;
+  // wgmma.wait_group 0 with f32 accumulators passed through it (tied), so no read of
+  // them is scheduled above the wait; returns the values to read.
+  std::vector<llvm::Value*> wgmma_wait_tied(const std::vector<llvm::Value*>& acc);
+
+  // --- lower_dot_wgmma_swapped_nvptx.cpp: tf32 with an N-major B, as C^T = B^T A^T ---
+  // Whether a tf32 `dot` whose B is N-major can run swapped (B^T from registers as
+  // wgmma's A, A's K-major stage as its B); with the stages' geometries when known.
+  bool wgmma_swapped_shape_ok(const ir::Op& dot) const;
+  bool wgmma_swapped_operands_ok(const StagedOperand& sa, const StagedOperand& sb) const;
+  void lower_dot_wgmma_swapped(const ir::Op& op, const StagedOperand& sa, const StagedOperand& sb);
 
   // --- lower_scan_nvptx.cpp: inclusive scans through shared memory ---------
   void lower_scan(const ir::Op& op);
@@ -238,7 +250,7 @@ class GpuLowering {
   void pipeline_iteration(const ir::Block& body, Pipeline& p, llvm::Value* step,
                           const std::function<llvm::Value*(llvm::Value*)>& in_range);
   void pipeline_end_iteration(Pipeline& p);
-  void pipeline_epilogue(Pipeline& p, const ir::Op& for_op);  // after the loop's results are loaded
+  void pipeline_epilogue(Pipeline& p);  // after the loop
 
   // --- tma_nvptx.cpp: ring stages filled by cp.async.bulk.tensor (sm_90a) ----
   struct TmaIndex {  // x + i along tile dim `dim` (i the index there)
@@ -303,6 +315,7 @@ class GpuLowering {
   bool planning_ = false;         // plan_wgmma is running: keep loads that only the TMA can copy
   std::vector<TmaMap> tma_maps_;  // from plan_tma
   std::set<const ir::Op*> wgmma_dots_;  // from plan_wgmma
+  std::set<const ir::Op*> wgmma_swapped_dots_;  // from plan_wgmma: computed as C^T = B^T A^T
   std::set<const ir::Op*> wgmma_async_dots_;  // wgmma dots that wait_group 1 (pipeline_nvptx.cpp)
   // Dot operands read from a pipeline's ring stage this iteration (pipeline_nvptx.cpp).
   std::unordered_map<const ir::Value*, StagedOperand> pipelined_;

@@ -126,7 +126,7 @@ std::optional<BlockedLayout> GpuLowering::planned_layout(const Value* v, int dep
   if (!op) return std::nullopt;
   if (op->kind == OpKind::Dot) {
     if (!mma_kind(*op)) return std::nullopt;
-    return mma_acc_layout(mma_tiling(*op));
+    return dot_acc_layout(*op);
   }
   if (op->kind == OpKind::Reduce) {  // lower_reduce slices its operand's layout
     auto l = planned_layout(op->operands[0], depth + 1);
@@ -369,6 +369,7 @@ void GpuLowering::lower_dot_mma(const Op& op, MmaKind kind) {
   StagedOperand sa, sb;
   if (a_ready) sa = pa->second;
   if (b_ready) sb = pb->second;
+  if (a_ready && b_ready && wgmma_swapped_dots_.count(&op)) return lower_dot_wgmma_swapped(op, sa, sb);
   if (a_ready && b_ready && wgmma_dots_.count(&op)) return lower_dot_wgmma(op, kind, sa, sb);
   const bool stage_a = !a_in_regs && !a_ready, stage_b = !b_ready;
   llvm::Value* a_buf = nullptr;

@@ -5,12 +5,13 @@
 // tf32 (wgmma.mma_async...m64nNk8.f32.tf32.tf32): the ring holds the fp32 bits as
 // loaded and the tensor core uses their tf32 part (no cvt.rna as on mma.sync's path).
 // The PTX ISA gives the transpose immediates to 16-bit types only, so both operands
-// must be K-major -- x @ W^T with W's rows along K (the nn.Linear layout); an N-major B
-// stays on mma.sync. A k8 step is 8 x 4 = 32 bytes along the rows, as a k16 step of
-// 16-bit elements, so the K-major descriptors and per-step offsets are the same; the
-// instruction just ends after imm-scale-b. Worked example, x @ W^T at 128x128x32 tf32,
-// 8 warps: A and W stages of [128][128 B] (TMA boxes of 32 x 128 fp32); each warpgroup
-// issues 4 wgmma.m64n128k8, A (its 64 rows) and B at +0, +32, +64, +96 bytes.
+// must be K-major -- x @ W^T with W's rows along K (the nn.Linear layout); a dot with
+// an N-major B runs swapped (lower_dot_wgmma_swapped_nvptx.cpp). A k8 step is 8 x 4 =
+// 32 bytes along the rows, as a k16 step of 16-bit elements, so the K-major descriptors
+// and per-step offsets are the same; the instruction just ends after imm-scale-b.
+// Worked example, x @ W^T at 128x128x32 tf32, 8 warps: A and W stages of [128][128 B]
+// (TMA boxes of 32 x 128 fp32); each warpgroup issues 4 wgmma.m64n128k8, A (its 64
+// rows) and B at +0, +32, +64, +96 bytes.
 //
 // Each warpgroup (4 consecutive warps) computes 64 rows of C with
 //   wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16|bf16}.{f16|bf16}
@@ -32,8 +33,8 @@
 // wgmma.m64n128k16 (A rows 64g.., k-steps at +0, +32, +64, +96 bytes; B at +0,
 // +2048, +4096, +6144 with LBO 8192), after wgmma.fence; commit_group; wait_group 0
 // before the registers are read -- or, in a loop of 4+ stages whose accumulator only
-// goes round the loop, wait_group 1 (the previous group), the last one retired by the
-// pipeline epilogue. The ring's barrier at the top of each iteration follows a
+// goes round the loop, wait_group 1 (the previous group), the last one retired on the
+// loop's way out (lower_for). The ring's barrier at the top of each iteration follows a
 // fence.proxy.async, so the cp.async data is visible to the async proxy.
 #include <llvm/IR/InlineAsm.h>
 
@@ -89,6 +90,18 @@ void GpuLowering::plan_wgmma(const Block& b) {
         dot_rows_only_.insert(d.get());
       }
     }
+    // tf32 with an N-major B (the NN layout): C^T = B^T A^T (lower_dot_wgmma_swapped_nvptx.cpp).
+    for (auto& d : body.ops) {
+      if (d->kind != OpKind::Dot || wgmma_dots_.count(d.get()) || !wgmma_swapped_shape_ok(*d)) continue;
+      const StagedOperand* g[2] = {nullptr, nullptr};
+      for (auto& pl : p->loads)
+        for (int i = 0; i < 2; ++i)
+          if (pl.operand == d->operands[i]) g[i] = &pl.geom;
+      if (g[0] && g[1] && wgmma_swapped_operands_ok(*g[0], *g[1])) {
+        wgmma_dots_.insert(d.get());
+        wgmma_swapped_dots_.insert(d.get());
+      }
+    }
     if (tma_) {
       planning_ = true;
       plan_tma(body);
@@ -108,6 +121,28 @@ void emit_asm(llvm::IRBuilderBase& b, const std::string& text) {
 }
 
 }  // namespace
+
+std::vector<llvm::Value*> GpuLowering::wgmma_wait_tied(const std::vector<llvm::Value*>& acc) {
+  const int n = static_cast<int>(acc.size());
+  std::string cons;
+  for (int i = 0; i < n; ++i) cons += "=f,";
+  for (int i = 0; i < n; ++i) cons += std::to_string(i) + ",";
+  cons += "~{memory}";
+  auto* rty = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(n, b_.getFloatTy()));
+  auto* fty = llvm::FunctionType::get(rty, std::vector<llvm::Type*>(n, b_.getFloatTy()), false);
+  llvm::CallInst* w = b_.CreateCall(
+      fty, llvm::InlineAsm::get(fty, "wgmma.wait_group.sync.aligned 0;", cons, /*hasSideEffects=*/true), acc);
+  w->addFnAttr(llvm::Attribute::Convergent);
+  std::vector<llvm::Value*> out(n);
+  for (int i = 0; i < n; ++i) out[i] = b_.CreateExtractValue(w, {static_cast<unsigned>(i)});
+  return out;
+}
+
+BlockedLayout GpuLowering::dot_acc_layout(const Op& dot) const {
+  if (wgmma_swapped_dots_.count(&dot))
+    return wgmma_swapped_acc_layout(dot.operands[0]->type.shape[0], dot.operands[1]->type.shape[1]);
+  return mma_acc_layout(mma_tiling(dot));
+}
 
 void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperand& sa, const StagedOperand& sb) {
   const Value* acc = op.operands[2];
@@ -181,9 +216,9 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
   }
   emit_asm(b_, "wgmma.commit_group.sync.aligned;");
   if (wgmma_async_dots_.count(&op)) {
-    // The result only feeds the next iteration's wgmma (and, after the loop, the
-    // pipeline epilogue's wait 0): keep this group in flight, retire the previous one,
-    // whose ring stage the next iteration's copies overwrite after their barrier.
+    // The result only feeds the next iteration's wgmma (and, after the loop, the wait 0
+    // on the loop's way out, lower_for): keep this group in flight, retire the previous
+    // one, whose ring stage the next iteration's copies overwrite after their barrier.
     emit_asm(b_, "wgmma.wait_group.sync.aligned 1;");
     TileVal res;
     res.kind = TileVal::Regs;
@@ -193,17 +228,8 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
     return;
   }
   // The accumulators are read next (and the ring stage is rewritten after the next
-  // barrier): wait for this group. The results pass through an identity asm tied to
-  // the wait so no read of them moves above it.
-  std::string wtext = "wgmma.wait_group.sync.aligned 0;";
-  std::string wcons;
-  for (int i = 0; i < nacc; ++i) wcons += "=f,";
-  for (int i = 0; i < nacc; ++i) wcons += std::to_string(i) + (i + 1 < nacc ? "," : "");
-  wcons += ",~{memory}";
-  auto* wfty = llvm::FunctionType::get(rty, std::vector<llvm::Type*>(nacc, b_.getFloatTy()), false);
-  llvm::CallInst* w = b_.CreateCall(wfty, llvm::InlineAsm::get(wfty, wtext, wcons, /*hasSideEffects=*/true), c);
-  w->addFnAttr(llvm::Attribute::Convergent);
-  for (int i = 0; i < nacc; ++i) c[i] = b_.CreateExtractValue(w, {static_cast<unsigned>(i)});
+  // barrier): wait for this group.
+  c = wgmma_wait_tied(c);
 
   TileVal res;
   res.kind = TileVal::Regs;

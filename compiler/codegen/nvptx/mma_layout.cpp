@@ -49,6 +49,15 @@ BlockedLayout mma_acc_layout(const MmaTiling& t) {
   return assemble({t.M, t.N}, {m, n}, 2 + nt_bits + mt_bits);
 }
 
+BlockedLayout wgmma_swapped_acc_layout(int64_t M, int64_t N) {
+  const int j_bits = log2_exact(M / 8), warp_bits = log2_exact(N / 16);
+  std::vector<Src> m = {{true, 1}, {false, 0}, {false, 1}};
+  for (int i = 0; i < j_bits; ++i) m.push_back({true, 2 + i});
+  std::vector<Src> n = {{true, 0}, {false, 2}, {false, 3}, {false, 4}};
+  for (int i = 0; i < warp_bits; ++i) n.push_back({false, 5 + i});
+  return assemble({M, N}, {m, n}, 2 + j_bits);
+}
+
 BlockedLayout mma_a_layout(const MmaTiling& t, int64_t K) {
   const int kt_bits = log2_exact(K / 16), mt_bits = log2_exact(t.m_tiles());
   const int wn_bits = log2_exact(t.warps_n), wm_bits = log2_exact(t.warps_m);

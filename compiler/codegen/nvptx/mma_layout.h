@@ -46,6 +46,18 @@ MmaTiling choose_mma_tiling(int64_t M, int64_t N, int num_warps, bool rows_only)
 // Register index = j | half<<1 | ni<<2 | mi<<(2+log2(n_tiles)).
 BlockedLayout mma_acc_layout(const MmaTiling& t);
 
+// The accumulator of an M x N dot computed transposed by wgmma (C^T = B^T A^T, the
+// tf32 NN path of lower_dot_wgmma_swapped_nvptx.cpp): the warps own 16 columns of N
+// each (N = 16 x num_warps), and fragment row g + 8h of a warp is column 2g + h, so
+// a thread's register pair (h = 0, 1) is two adjacent columns. As index bits of C:
+//   N: [r0, t2, t3, t4, t5, t6, ...]   M: [r1, t0, t1, r2, r3, ...]
+// Register index = h | i<<1 | j<<2 holds C[8j + 2(lane%4) + i][16 warp + 2(lane/4) + h],
+// so registers 2q, 2q+1 are 8 contiguous bytes of a row of C (stores, epilogues). wgmma
+// writes it as d[4j + 2h + i] (fragment row g + 8h, column 8j + 2t + i): the register
+// index with bits 0 and 1 swapped (swapped_acc_register).
+BlockedLayout wgmma_swapped_acc_layout(int64_t M, int64_t N);
+inline int swapped_acc_register(int d) { return (d & ~3) | (d & 1) << 1 | (d >> 1 & 1); }
+
 // The 16-bit A-operand layout (M x K) of m16n8k16 for the warps of `t` (warps_n
 // warps along N hold replicas). Register index = j | (row+8)<<1 | (col+8)<<2 |
 // kk<<3 | mi<<(3+log2(K/16)): registers 8(mi*K/16+kk) .. +7 are fragment (mi, kk).

@@ -119,9 +119,13 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
       const Op* load = v->def();
       if (!load || load->kind != OpKind::Load || load->parent != &body || v->type.rank() != 2) continue;
       if (count_uses(*k_.body(), v) != 1) continue;
-      // 32- and 8-bit fragments need K-contiguous buffer rows (no ldmatrix transpose).
+      // 32- and 8-bit fragments need K-contiguous buffer rows (no ldmatrix transpose),
+      // except a tf32 B that a swapped wgmma reads with ld.shared (while plan_wgmma
+      // decides: any dot of a shape it could take).
       const int contig_dim = transposed ? 0 : 1, kdim = i == 0 ? 1 : 0;
-      if (eb != 2 && contig_dim != kdim) continue;
+      const bool swapped_b =
+          i == 1 && (planning_ ? wgmma_swapped_shape_ok(*op) : wgmma_swapped_dots_.count(op.get()) > 0);
+      if (eb != 2 && contig_dim != kdim && !swapped_b) continue;
       if (load->operands.size() >= 3 && !is_zero_const(load->operands[2])) continue;
       std::set<const Op*> s;
       bool ok = true;
@@ -392,26 +396,10 @@ void GpuLowering::pipeline_end_iteration(Pipeline& p) {
   }
 }
 
-void GpuLowering::pipeline_epilogue(Pipeline& p, const Op& for_op) {
+void GpuLowering::pipeline_epilogue(Pipeline& p) {
+  // (wgmma groups still in flight were waited for on the loop's way out: lower_for.)
   if (p.tma) tma_epilogue(p);
   else emit_asm(b_, "cp.async.wait_group 0;");
-  if (!p.wgmma_async) return;
-  // The last wgmma group is still in flight: wait, with the accumulators passed
-  // through the wait (tied), so no read of them is scheduled above it.
-  for (size_t i : p.async_results) {
-    TileVal& t = tile(for_op.result(static_cast<int>(i)));
-    const int n = static_cast<int>(t.regs.size());
-    std::string cons;
-    for (int r = 0; r < n; ++r) cons += "=f,";
-    for (int r = 0; r < n; ++r) cons += std::to_string(r) + ",";
-    cons += "~{memory}";
-    auto* rty = llvm::StructType::get(ctx_, std::vector<llvm::Type*>(n, b_.getFloatTy()));
-    auto* fty = llvm::FunctionType::get(rty, std::vector<llvm::Type*>(n, b_.getFloatTy()), false);
-    llvm::CallInst* w = b_.CreateCall(
-        fty, llvm::InlineAsm::get(fty, "wgmma.wait_group.sync.aligned 0;", cons, /*hasSideEffects=*/true), t.regs);
-    w->addFnAttr(llvm::Attribute::Convergent);
-    for (int r = 0; r < n; ++r) t.regs[r] = b_.CreateExtractValue(w, {static_cast<unsigned>(r)});
-  }
 }
 
 }  // namespace tessera::codegen::nvptx

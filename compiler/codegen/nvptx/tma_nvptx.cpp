@@ -10,7 +10,7 @@
 //   mask[i, j] = (x0 + i < b0) & (x1 + j < b1)           (`>= 0` terms are implied)
 // with base, s0, b0, b1 kernel parameters or constants (base and s0 divisible by 16,
 // which the launch's specialization guarantees) and x0, x1 any scalars; 2-byte elements,
-// or 4-byte ones (tf32 wgmma) in K-major rows. The host
+// or 4-byte ones (tf32 wgmma: K-major rows, or a swapped dot's N-major B). The host
 // encodes one CUtensorMap per such load (runtime/cuda/driver.cpp: dims {b1, b0},
 // row stride s0, box = the tile, the ring's swizzle) and passes it as a 128-byte
 // __grid_constant__ parameter after the kernel's own; out-of-bounds boxes read as
@@ -240,8 +240,7 @@ std::optional<GpuLowering::TmaMap> GpuLowering::match_tma_load(const Op& load, c
   if (rows > 256) return std::nullopt;  // TMA boxes are at most 256 per dim
   m.box_outer = rows;
   if (!geom) return m;  // the address and mask qualify; the ring's format is not known yet
-  if (geom->block_bytes) {
-    if (eb != 2) return std::nullopt;  // MN-major blocks hold 16-bit operands only
+  if (geom->block_bytes) {  // 64 16-bit elements per block, or 32 fp32 (a swapped tf32 dot's B)
     m.box_inner = 128 / eb;
     m.swizzle_bytes = 128;
     m.copies = static_cast<int>(cols * eb / 128);
