@@ -71,6 +71,27 @@ def sync_check_us(fn, sleep_cycles=40_000_000, reps=5):
     return statistics.median(calls), statistics.median(sleeps)
 
 
+class _EmptyFunction(torch.autograd.Function):
+    """The floor of any autograd.Function op: allocation only, no kernel."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return torch.empty_like(x)
+
+
+def floor_case(rows, cols, device, dtype):
+    """bench/kernels.py's case layout for an op whose forward and backward launch nothing
+    (torch's side: a view, the least autograd can do)."""
+    x = torch.randn(rows, cols, device=device, dtype=dtype)
+    return (x,), _EmptyFunction.apply, lambda a: a.view(a.shape), None, 0
+
+
 class Breakdown:
     """Wraps the library's host functions with timers (inclusive us, per call of the op)."""
 
@@ -132,9 +153,11 @@ def main():
         torch.set_num_threads(1)  # tiny inputs: no intra-op threads for either side
     small = cases(args.rows, args.cols, device, dtype)
     big = cases(16384, 4096, device, dtype) if args.sync_check and device == "cuda" else {}
-    names = [n for n in small if not args.ops or n in args.ops.split(",")]
+    small["autograd.Function floor"] = floor_case(args.rows, args.cols, device, dtype)
+    names = [n for n in small if not args.ops or n in args.ops.split(",") or n == "autograd.Function floor"]
     records, table = [], []
     bd = Breakdown() if args.breakdown else None
+    cases_of_library = set(small) - {"autograd.Function floor"}
     for name in names:
         inputs, f_tk, f_torch, _, _ = small[name]
         rec = {"op": name, "shape": [int(s) for s in inputs[0].shape]}
@@ -143,11 +166,11 @@ def main():
             rec[f"{impl}_fwd_bwd_us"], rec[f"{impl}_fwd_bwd_median_us"] = per_call_us(fb, device)
             with torch.no_grad():
                 rec[f"{impl}_fwd_us"], _ = per_call_us(lambda: f(*inputs), device)
-            if big:
+            if big and name in big:
                 bi = big[name][0]
                 fbig = _fwd_bwd(big[name][1] if impl == "tk" else big[name][2], bi)
                 rec[f"{impl}_queued_call_us"], rec["queued_behind_us"] = sync_check_us(fbig)
-        if bd is not None:
+        if bd is not None and name in cases_of_library:
             fb = _fwd_bwd(f_tk, inputs)
             bd.install()
             try:
@@ -164,10 +187,10 @@ def main():
         records.append(rec)
         ratio = rec["torch_fwd_bwd_us"] / rec["tk_fwd_bwd_us"]
         table.append([name, rec["tk_fwd_bwd_us"], rec["torch_fwd_bwd_us"], ratio, rec["tk_fwd_us"], rec["torch_fwd_us"]]
-                     + ([rec["tk_queued_call_us"], rec["torch_queued_call_us"]] if big else []))
+                     + ([rec.get("tk_queued_call_us", "n/a"), rec.get("torch_queued_call_us", "n/a")] if big else []))
         line = (f"{name:28s} fwd+bwd tk {rec['tk_fwd_bwd_us']:7.1f} us  torch {rec['torch_fwd_bwd_us']:7.1f} us  "
                 f"torch/tk {ratio:5.2f}   fwd tk {rec['tk_fwd_us']:6.1f}  torch {rec['torch_fwd_us']:6.1f}")
-        if big:
+        if "queued_behind_us" in rec:
             line += (f"   queued behind {rec['queued_behind_us']:.0f} us: tk call {rec['tk_queued_call_us']:.0f} us, "
                      f"torch {rec['torch_queued_call_us']:.0f} us")
         print(line, flush=True)
