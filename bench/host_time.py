@@ -33,22 +33,22 @@ import torch  # noqa: E402
 import tessera.kernels as tk  # noqa: E402
 
 
-def per_call_us(fn, device, calls=200, batches=7):
+def per_call_us(fn, device, calls=200, batches=7, clock=time.perf_counter_ns):
     """Best and median over `batches` batches of `calls` back-to-back calls, us per call
-    (wall clock; on a GPU the batch ends with a synchronize, which the tiny kernels
-    leave nothing to wait for)."""
+    (wall clock by default; on a GPU the batch ends with a synchronize, which the tiny
+    kernels leave nothing to wait for)."""
     for _ in range(20):
         fn()
     samples = []
     for _ in range(batches):
         if device == "cuda":
             torch.cuda.synchronize()
-        t0 = time.perf_counter_ns()
+        t0 = clock()
         for _ in range(calls):
             fn()
         if device == "cuda":
             torch.cuda.synchronize()
-        samples.append((time.perf_counter_ns() - t0) / calls / 1e3)
+        samples.append((clock() - t0) / calls / 1e3)
     return min(samples), statistics.median(samples)
 
 
@@ -144,6 +144,10 @@ def main():
     ap.add_argument("--cols", type=int, default=256)
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--sync-check", action="store_true")
+    ap.add_argument("--clock", choices=["wall", "thread"], default=None,
+                    help="thread: the calling thread's CPU time (default on the CPU, where other processes "
+                         "share the cores; the CPU kernels then run on one thread: TESSERA_NUM_THREADS=1); "
+                         "wall on a GPU (the backward runs on autograd's device thread)")
     ap.add_argument("--out", default=RESULTS_DIR)
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
@@ -151,6 +155,8 @@ def main():
     dtype = getattr(torch, args.dtype or ("float16" if device == "cuda" else "float32"))
     if device == "cpu":
         torch.set_num_threads(1)  # tiny inputs: no intra-op threads for either side
+    clock_name = args.clock or ("thread" if device == "cpu" else "wall")
+    clock = time.thread_time_ns if clock_name == "thread" else time.perf_counter_ns
     small = cases(args.rows, args.cols, device, dtype)
     big = cases(16384, 4096, device, dtype) if args.sync_check and device == "cuda" else {}
     small["autograd.Function floor"] = floor_case(args.rows, args.cols, device, dtype)
@@ -163,9 +169,9 @@ def main():
         rec = {"op": name, "shape": [int(s) for s in inputs[0].shape]}
         for impl, f in (("tk", f_tk), ("torch", f_torch)):
             fb = _fwd_bwd(f, inputs)
-            rec[f"{impl}_fwd_bwd_us"], rec[f"{impl}_fwd_bwd_median_us"] = per_call_us(fb, device)
+            rec[f"{impl}_fwd_bwd_us"], rec[f"{impl}_fwd_bwd_median_us"] = per_call_us(fb, device, clock=clock)
             with torch.no_grad():
-                rec[f"{impl}_fwd_us"], _ = per_call_us(lambda: f(*inputs), device)
+                rec[f"{impl}_fwd_us"], _ = per_call_us(lambda: f(*inputs), device, clock=clock)
             if big and name in big:
                 bi = big[name][0]
                 fbig = _fwd_bwd(big[name][1] if impl == "tk" else big[name][2], bi)
@@ -214,7 +220,7 @@ def main():
           f"{tuple(round(v, 2) for v in os.getloadavg())}.", "",
           f"Inputs {args.rows}x{args.cols} (bench/kernels.py's ops at a small shape): the kernels cost next to "
           f"nothing, so the times are the host's (Python, autograd, allocation, launches). Best of 7 batches of "
-          f"200 back-to-back calls. 'torch/tk' > 1: tk's host path is faster. tk behind on fwd+bwd: "
+          f"200 back-to-back calls ({clock_name} clock). 'torch/tk' > 1: tk's host path is faster. tk behind on fwd+bwd: "
           f"{', '.join(behind) or 'none'}.", ""]
     md += table_lines(header, table, markdown=True)
     with open(os.path.join(args.out, tag + ".md"), "w") as fh:
