@@ -252,7 +252,7 @@ def attention_score(q, k, scale=None):
     scale defaults to 1 / sqrt(D)."""
     if scale is None:
         scale = float(q.shape[-1]) ** -0.5
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(q, k):
         return AG.AttentionScore.apply(q, k, float(scale))
     s = _attention_score_fast(q, k, float(scale)) if getattr(q, "is_cuda", False) else None
@@ -394,7 +394,7 @@ def _linear_fast(x, weight, bias, act):
 
 
 def _linear(x, weight, bias, act):
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(x, weight, bias):
         return AG.Linear.apply(x, weight, bias, act)
     y = _linear_fast(x, weight, bias, act) if getattr(x, "is_cuda", False) else None

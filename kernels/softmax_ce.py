@@ -286,7 +286,7 @@ def softmax(x, dim=-1, dropout_p=0.0, seed=0):
     1/(1-p)) in the same kernel, its mask drawn from `seed` (the same seed gives the
     same mask, and the backward pass uses that mask)."""
     p = H.scalar_float("softmax", "dropout_p", dropout_p, 0.0, 1.0, hi_open=True)
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(x):
         return AG.Softmax.apply(x, dim, False, p, int(seed))
     return softmax_forward(x, dim, False, p, seed)
@@ -294,7 +294,7 @@ def softmax(x, dim=-1, dropout_p=0.0, seed=0):
 
 def log_softmax(x, dim=-1):
     """log(softmax(x)) over `dim`, computed as x - max - log(sum(exp(x - max)))."""
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(x):
         return AG.Softmax.apply(x, dim, True, 0.0, 0)
     return softmax_forward(x, dim, True, 0.0, 0)
@@ -431,7 +431,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     chunks, so no (rows, classes) probability tensor is kept. The per-row losses are in
     fp32 (fp64 for fp64 logits); reduction 'mean' averages over non-ignored rows."""
     smoothing = H.scalar_float("cross_entropy", "label_smoothing", label_smoothing, 0.0, 1.0)
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(logits):
         out = AG.CrossEntropy.apply(logits, target, int(ignore_index), reduction, smoothing)
     else:
