@@ -201,27 +201,54 @@ def _reduce(x, y, outer, n, inner, s_o, s_r, s_i, op, mean_over=None):
     _run_steps(_reduce_steps(x, outer, n, inner, s_o, s_r, s_i, op, mean_over), x, y)
 
 
+_DIM_PLANS = H.Plans()
+
+
+def _dim_plan(x, dim, op, backward):
+    """(copy: whether _as_3d copies x, out_shape, steps or the backward launch) for one
+    layout of x (see H.Plans)."""
+    xv, d, outer, n, inner, s_o, s_r, s_i = _as_3d(x, dim)
+    out_shape = tuple(xv.shape[:d]) + tuple(xv.shape[d + 1:])
+    if backward:
+        launch = None
+        if H.numel(xv):
+            block_r, block_i = _blocks(n, inner)
+            rps = _rows_per_split(xv, outer * tessera.cdiv(inner, block_i), n, block_r)
+            launch = ((outer, tessera.cdiv(inner, block_i), tessera.cdiv(max(n, 1), rps)),
+                      (n, inner, s_o, s_r, s_i, H.scalar(xv, 1.0 / max(n, 1)), rps),
+                      dict(OP=op, ACC=H.acc_dtype(xv), BLOCK_R=block_r, BLOCK_I=block_i))
+        return xv is not x, d, launch
+    steps = (_reduce_steps(xv, outer, n, inner, s_o, s_r, s_i, op, n if op == OP_MEAN_ABS else None)
+             if outer * inner else [])
+    return xv is not x, out_shape, steps
+
+
+def _dim_plan_for(x, dim, op, backward):
+    key = (H.layout(x), dim, op, backward, _gpu_plan(x))
+    plan = _DIM_PLANS.get(key)
+    if plan is None:
+        plan = _DIM_PLANS.remember(key, _dim_plan(x, dim, op, backward))
+    return plan
+
+
 def reduce_dim(x, dim, op):
-    x, d, outer, n, inner, s_o, s_r, s_i = _as_3d(x, dim)
-    out_shape = tuple(x.shape[:d]) + tuple(x.shape[d + 1:])
+    copy, out_shape, steps = _dim_plan_for(x, dim, op, False)
+    if copy:  # the outer dimensions do not collapse to one stride
+        x = H.contiguous(x)
     y = H.empty(x, out_shape)
-    if outer * inner == 0:
-        return y
-    _reduce(x, y, outer, n, inner, s_o, s_r, s_i, op, n if op == OP_MEAN_ABS else None)
+    _run_steps(steps, x, y)
     return y
 
 
 def reduce_dim_backward(x, dy, dim, op):
-    x, d, outer, n, inner, s_o, s_r, s_i = _as_3d(x, dim)
+    copy, _, launch = _dim_plan_for(x, dim, op, True)
+    if copy:
+        x = H.contiguous(x)
     dy = H.contiguous(dy)
     dx = H.empty(x, tuple(x.shape))
-    if H.numel(dx):
-        block_r, block_i = _blocks(n, inner)
-        programs = outer * tessera.cdiv(inner, block_i)
-        rps = _rows_per_split(x, programs, n, block_r)
-        _reduce_dim_bwd_kernel[(outer, tessera.cdiv(inner, block_i), tessera.cdiv(max(n, 1), rps))](
-            x, dy, dx, n, inner, s_o, s_r, s_i, H.scalar(x, 1.0 / max(n, 1)), rps, OP=op, ACC=H.acc_dtype(x),
-            BLOCK_R=block_r, BLOCK_I=block_i)
+    if launch is not None:
+        grid, args, kw = launch
+        _reduce_dim_bwd_kernel[grid](x, dy, dx, *args, **kw)
     return dx
 
 
