@@ -302,14 +302,21 @@ def log_softmax(x, dim=-1):
 
 # --------------------------------------------------------------------------- cross entropy
 
+def _aminmax(t):
+    lo, hi = H.torch.aminmax(t)
+    return int(lo), int(hi)
+
+
 def _check_targets(logits, target, ignore_index):
     n = logits.shape[-1]
     if H.is_torch(target):
         if target.dtype not in (H.torch.int64, H.torch.int32):
             raise TypeError(f"tessera.kernels.cross_entropy: target has dtype {target.dtype}; pass int64 or int32")
-        if target.device.type == "cpu":
-            bad = ((target < 0) | (target >= n)) & (target != ignore_index)
-            if bool(bad.any()):
+        if not target.is_cuda and target.numel():
+            # One reduction for the common case (every target in range); the exact check
+            # (ignore_index may be out of range) only when the extremes are out of range.
+            lo, hi = _aminmax(target)
+            if (lo < 0 or hi >= n) and bool((((target < 0) | (target >= n)) & (target != ignore_index)).any()):
                 raise IndexError(f"tessera.kernels.cross_entropy: target values must be in [0, {n}) "
                                  f"or ignore_index={ignore_index}")
     elif not H.is_cupy(target):
