@@ -92,6 +92,49 @@ def floor_case(rows, cols, device, dtype):
     return (x,), _EmptyFunction.apply, lambda a: a.view(a.shape), None, 0
 
 
+class _TimedKernel:
+    """Stands in for a @tessera.kernel in its module: `k[grid](...)` timed from the
+    indexing to the launch's return."""
+
+    def __init__(self, kernel, key, breakdown):
+        self.kernel, self.key, self.breakdown = kernel, key, breakdown
+
+    def __getitem__(self, grid):
+        def launch(*a, **k):
+            t0 = time.perf_counter_ns()
+            try:
+                return self.kernel[grid](*a, **k)
+            finally:
+                self.breakdown.record(self.key, time.perf_counter_ns() - t0)
+        return launch
+
+
+def micro_us(device, dtype):
+    """Single host operations, each timed alone in a loop (us per call): allocation
+    ways and launches of a small and of a many-argument kernel."""
+    from tessera.kernels import norm as N
+    x = torch.randn(64, 256, device=device, dtype=dtype)
+    w, b = torch.randn(256, device=device, dtype=dtype), torch.randn(256, device=device, dtype=dtype)
+    y, st = torch.empty_like(x), torch.empty(2, 64, device=device, dtype=torch.float32)
+    mean, rstd = st[0], st[1]
+    N.norm_forward("layer_norm", x, None, w, b, 1e-5, False, False)
+    plan = next(iter(N._FWD_PLANS.values())) if hasattr(N, "_FWD_PLANS") else None
+    out = {
+        "x.new_empty(shape)": lambda: x.new_empty((64, 256)),
+        "x.new_empty(shape, dtype=float32)": lambda: x.new_empty((64,), dtype=torch.float32),
+        "torch.empty(shape, dtype=, device=x.device)": lambda: torch.empty((64, 256), dtype=x.dtype, device=x.device),
+        "torch.empty_like(x)": lambda: torch.empty_like(x),
+        "st[1] (a view)": lambda: st[1],
+        "y.reshape(same shape)": lambda: y.reshape((64, 256)),
+        "key of 4 layouts": lambda: (x.shape, x.stride(), x.dtype, x.get_device(), w.shape, w.stride(), w.dtype,
+                                     w.get_device(), b.shape, b.stride(), b.dtype, b.get_device()),
+    }
+    if plan is not None:
+        out["launch _norm_fwd_kernel (14 args + 10 keywords)"] = lambda: N._norm_fwd_kernel[(64,)](
+            x, x, w, b, y, y, mean, rstd, 256, 256, 256, 256, 1e-5, **plan.kw)
+    return {k: per_call_us(f, device, calls=500)[0] for k, f in out.items()}
+
+
 class Breakdown:
     """Wraps the library's host functions with timers (inclusive us, per call of the op)."""
 
@@ -100,10 +143,14 @@ class Breakdown:
         self.saved = []
 
     def install(self):
+        from tessera.jit import Kernel
         from tessera.kernels import _host, activation, linear, norm, reduce, rope, softmax_ce
         for mod in (_host, activation, linear, norm, reduce, rope, softmax_ce):
             for name, f in list(vars(mod).items()):
-                if callable(f) and getattr(f, "__module__", None) == mod.__name__ and not isinstance(f, type) \
+                if isinstance(f, Kernel):  # a launch, `k[grid](...)`, timed whole
+                    self.saved.append((mod, name, f))
+                    setattr(mod, name, _TimedKernel(f, f"launch {name}", self))
+                elif callable(f) and getattr(f, "__module__", None) == mod.__name__ and not isinstance(f, type) \
                         and not name.startswith("__") and type(f).__name__ == "function":
                     self.saved.append((mod, name, f))
                     setattr(mod, name, self._wrap(f"{mod.__name__.split('.')[-1]}.{name}", f))
@@ -116,6 +163,10 @@ class Breakdown:
     def reset(self):
         self.total_ns.clear()
         self.count.clear()
+
+    def record(self, key, ns):
+        self.total_ns[key] = self.total_ns.get(key, 0) + ns
+        self.count[key] = self.count.get(key, 0) + 1
 
     def _wrap(self, key, f):
         total, count = self.total_ns, self.count
@@ -148,6 +199,7 @@ def main():
                     help="thread: the calling thread's CPU time (default on the CPU, where other processes "
                          "share the cores; the CPU kernels then run on one thread: TESSERA_NUM_THREADS=1); "
                          "wall on a GPU (the backward runs on autograd's device thread)")
+    ap.add_argument("--micro", action="store_true", help="time single host operations (allocations, launches)")
     ap.add_argument("--out", default=RESULTS_DIR)
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
@@ -164,6 +216,9 @@ def main():
     records, table = [], []
     bd = Breakdown() if args.breakdown else None
     cases_of_library = set(small) - {"autograd.Function floor"}
+    if args.micro:
+        for k, us in micro_us(device, dtype).items():
+            print(f"  micro: {us:7.2f} us  {k}")
     for name in names:
         inputs, f_tk, f_torch, _, _ = small[name]
         rec = {"op": name, "shape": [int(s) for s in inputs[0].shape]}

@@ -25,6 +25,16 @@ from common import RESULTS_DIR, machine_info, measure_round_robin, table_lines  
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+if os.environ.get("TK_KERNELS_DIR"):  # another copy of tessera.kernels (e.g. an older commit's), for A/B runs
+    import importlib.util
+
+    import tessera
+    _dir = os.environ["TK_KERNELS_DIR"]
+    _spec = importlib.util.spec_from_file_location("tessera.kernels", os.path.join(_dir, "__init__.py"),
+                                                   submodule_search_locations=[_dir])
+    _mod = importlib.util.module_from_spec(_spec)
+    sys.modules["tessera.kernels"] = tessera.kernels = _mod
+    _spec.loader.exec_module(_mod)
 import tessera.kernels as tk  # noqa: E402
 
 
