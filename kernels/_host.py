@@ -136,7 +136,8 @@ def empty(like, shape, dtype=None):
         else:
             dt = getattr(torch, dtype)
         if like.is_cuda or math.prod(shape) * like.element_size() < _THP_BYTES:
-            return like.new_empty(shape, dtype=dt)
+            # (a dtype keyword costs more to parse than the dtype is worth when it is like's)
+            return like.new_empty(shape) if dt is like.dtype else like.new_empty(shape, dtype=dt)
         return _torch_cpu_empty(shape, dt)
     if dtype == "acc":
         dtype = "float64" if dtype_name(like) == "float64" else "float32"
