@@ -222,29 +222,44 @@ def _batched(x, name):
     return v, H.strides(v)
 
 
-def attention_score_forward(q, k, scale):
+_SCORE_PLANS = H.Plans()
+
+
+def _score_views(key, arrays, check):
+    """(batched views, their strides) of q, k (and ds): the views are the arrays
+    themselves when they are 3-D already; `check` runs on a layout's first call."""
+    plan = _SCORE_PLANS.get(key)
+    if plan is None:
+        if check is not None:
+            check()
+        views = [_batched(a, name) for a, name in zip(arrays, ("q", "k", "ds"))]
+        plan = _SCORE_PLANS.remember(key, tuple((v is a, st) for (v, st), a in zip(views, arrays)))
+    return [(a if same else _batched(a, name)[0], st) for (same, st), a, name in zip(plan, arrays, ("q", "k", "ds"))]
+
+
+def _check_scores(q, k):
     H.check_float("attention_score", q)
     H.check_same("attention_score", q, k, "k")
     if q.ndim != k.ndim or tuple(q.shape[:-2]) != tuple(k.shape[:-2]) or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"tessera.kernels.attention_score: q {tuple(q.shape)} and k {tuple(k.shape)} must be "
                          f"(..., M, D) and (..., N, D) with the same leading dimensions")
-    qv, qs = _batched(q, "q")
-    kv, ks = _batched(k, "k")
+
+
+def attention_score_forward(q, k, scale):
+    (qv, qs), (kv, ks) = _score_views((H.layout(q), H.layout(k)), (q, k), lambda: _check_scores(q, k))
     bt, m, d = qv.shape
     n = kv.shape[1]
     s, _ = matmul(qv, kv, qs, (ks[0], ks[2], ks[1]), bt, m, n, d, q, scale=scale)
-    return s.reshape(tuple(q.shape[:-1]) + (n,))
+    return H.shaped(s, tuple(q.shape[:-1]) + (n,))
 
 
 def attention_score_backward(q, k, ds, scale):
-    qv, qs = _batched(q, "q")
-    kv, ks = _batched(k, "k")
+    (qv, qs), (kv, ks), (dsv, dss) = _score_views((H.layout(q), H.layout(k), H.layout(ds)), (q, k, ds), None)
     bt, m, d = qv.shape
     n = kv.shape[1]
-    dsv, dss = _batched(ds, "ds")
     dq, _ = matmul(dsv, kv, dss, ks, bt, m, d, n, q, scale=scale)            # dq = ds @ k * scale
     dk, _ = matmul(dsv, qv, (dss[0], dss[2], dss[1]), qs, bt, n, d, m, q, scale=scale)  # dk = ds^T @ q * scale
-    return dq.reshape(tuple(q.shape)), dk.reshape(tuple(k.shape))
+    return H.shaped(dq, tuple(q.shape)), H.shaped(dk, tuple(k.shape))
 
 
 def attention_score(q, k, scale=None):
