@@ -2,7 +2,8 @@
 torch.profiler over autograd fwd+bwd (tk next to torch eager), the events time of
 back-to-back calls, and the host time per call (Python + launches, no sync): when the
 host time is above the GPU time, the fwd+bwd column of bench/kernels.py measures the
-host. Results of one H100 run: bench/results/bwd_profile_h100.log.
+host. Results of H100 runs: bench/results/bwd_profile_h100.log (before the host path's launch
+plans), bwd_profile_h100_host.log (after). bench/host_time.py measures the host side alone.
 
     python bench/bwd_profile.py [--ops layer_norm,bias_gelu] [--no-profile]
 """

@@ -25,6 +25,16 @@ from common import RESULTS_DIR, machine_info, measure_round_robin, table_lines  
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+if os.environ.get("TK_KERNELS_DIR"):  # another copy of tessera.kernels (e.g. an older commit's), for A/B runs
+    import importlib.util
+
+    import tessera
+    _dir = os.environ["TK_KERNELS_DIR"]
+    _spec = importlib.util.spec_from_file_location("tessera.kernels", os.path.join(_dir, "__init__.py"),
+                                                   submodule_search_locations=[_dir])
+    _mod = importlib.util.module_from_spec(_spec)
+    sys.modules["tessera.kernels"] = tessera.kernels = _mod
+    _spec.loader.exec_module(_mod)
 import tessera.kernels as tk  # noqa: E402
 
 
@@ -196,6 +206,40 @@ def measure_cuda_events(fns, rounds=5, target_ms=25.0):
     return {name: _EventTiming(v) for name, v in out.items()}
 
 
+def gpu_kernel_us(fn, iters=5):
+    """GPU kernel time per call (us): the sum of the CUDA kernels torch.profiler records
+    over `iters` calls (bench/bwd_profile.py lists them). CUDA events around
+    back-to-back calls measure the host instead when it is the slower side."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    total = 0.0
+    for ev in prof.key_averages():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            t = getattr(ev, "self_device_time_total", None)
+            total += t if t is not None else ev.self_cuda_time_total
+    return total / iters
+
+
+def host_us(fn, calls=30):
+    """Host time per call (us): back-to-back calls with no synchronization (the GPU
+    queue absorbs the kernels), best of 3."""
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return best
+
+
 def run(args):
     device = args.device
     dtype = getattr(torch, args.dtype)
@@ -249,7 +293,7 @@ def run(args):
                 t = measure_round_robin(fns, repeats=6 if args.quick else 10, rounds=2 if args.quick else 3,
                                         budget_s=1.0 if args.quick else 2.0)
         bw = {k: tm.min for k, tm in t.items()}
-        bwd, bwd_median = {}, {}
+        bwd, bwd_median, gpu_us, host = {}, {}, {}, {}
         if not args.no_backward:
             fb = {"tk": _fwd_bwd(f_tk, inputs), "torch eager": _fwd_bwd(f_torch, inputs)}
             if device == "cuda":
@@ -259,12 +303,16 @@ def run(args):
                                          budget_s=1.0 if args.quick else 2.0)
             bwd = {k: tm.min for k, tm in tb.items()}
             bwd_median = {k: tm.median for k, tm in tb.items()}
+            if device == "cuda" and args.kernel_time:
+                gpu_us = {k: gpu_kernel_us(f) for k, f in fb.items()}
+                host = {k: host_us(f) for k, f in fb.items()}
         row = {"op": name, "shape": [int(s) for s in inputs[0].shape], "dtype": args.dtype, "status": status,
                "fwd_ms": {k: v * 1e3 for k, v in bw.items()},
                "fwd_median_ms": {k: tm.median * 1e3 for k, tm in t.items()},
                "fwd_GBps": {k: nbytes / v / 1e9 for k, v in bw.items() if not k.startswith("copy")},
                "fwd_bwd_ms": {k: v * 1e3 for k, v in bwd.items()},
-               "fwd_bwd_median_ms": {k: v * 1e3 for k, v in bwd_median.items()}}
+               "fwd_bwd_median_ms": {k: v * 1e3 for k, v in bwd_median.items()},
+               "fwd_bwd_gpu_kernels_us": gpu_us, "fwd_bwd_host_us": host}
         row["torch_over_tk_fwd"] = bw["torch eager"] / bw["tk"]
         if bwd:
             row["torch_over_tk_fwd_bwd"] = bwd["torch eager"] / bwd["tk"]
@@ -278,6 +326,8 @@ def run(args):
                       row["fwd_GBps"]["tk"], row["torch_over_tk_fwd"],
                       bwd.get("tk", float("nan")) * 1e3, bwd.get("torch eager", float("nan")) * 1e3,
                       row.get("torch_over_tk_fwd_bwd", float("nan")),
+                      gpu_us.get("tk", "n/a"), gpu_us.get("torch eager", "n/a"),
+                      host.get("tk", "n/a"), host.get("torch eager", "n/a"),
                       row.get("tk_frac_of_copy", "n/a"), status])
         fb_ratio = row.get("torch_over_tk_fwd_bwd")
         fb_text = f"{fb_ratio:5.2f}" if fb_ratio else "  n/a"  # --no-backward: not measured
@@ -287,7 +337,8 @@ def run(args):
 
 
 HEADER = ["op", "shape", "tk ms", "torch ms", "numpy ms", "torch.compile ms", "triton ms", "tk GB/s", "torch/tk",
-          "tk fwd+bwd ms", "torch fwd+bwd ms", "torch/tk fwd+bwd", "tk of copy", "check"]
+          "tk fwd+bwd ms", "torch fwd+bwd ms", "torch/tk fwd+bwd", "tk fwd+bwd GPU us", "torch fwd+bwd GPU us",
+          "tk fwd+bwd host us", "torch fwd+bwd host us", "tk of copy", "check"]
 
 
 def main():
@@ -300,6 +351,8 @@ def main():
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="skip torch.compile (GPU)")
     ap.add_argument("--no-triton", dest="triton", action="store_false",
                     help="skip the Triton build of the same kernel sources (GPU)")
+    ap.add_argument("--no-kernel-time", dest="kernel_time", action="store_false",
+                    help="skip the fwd+bwd GPU kernel time (torch.profiler) and host time columns (GPU)")
     ap.add_argument("--out", default=RESULTS_DIR)
     ap.add_argument("--tag", default="", help="suffix of the result files' names")
     args = ap.parse_args()
@@ -336,7 +389,11 @@ def main():
            "Best of several round-robin samples (the JSON has medians too). ") +
           "'torch/tk' > 1: tk is faster. "
           "GB/s counts each input read once and each output written once. Forward timings run under "
-          "torch.no_grad(); fwd+bwd runs autograd with all inputs requiring grad.", "",
+          "torch.no_grad(); fwd+bwd runs autograd with all inputs requiring grad" +
+          ("; on a GPU its events time is the larger of the GPU's time and the host's, so the fwd+bwd GPU us "
+           "columns give the kernels' time alone (torch.profiler's sum of CUDA kernels per call, the upstream "
+           "gradient's ones_like included on both sides) and the host us columns the Python + launch time per "
+           "call (back-to-back calls, no synchronization)." if args.device == "cuda" else "."), "",
           f"tk ahead of torch eager (forward) on {len(ahead)} of {len(records)} ops; behind on: "
           f"{', '.join(behind) if behind else 'none'}. Behind on medians (forward): "
           f"{', '.join(summary['tk_behind_fwd_median']) or 'none'}; on fwd+bwd (best): "

@@ -16,8 +16,11 @@ except ImportError:  # pragma: no cover - depends on the machine
     torch = None
 
 
+_TORCH_TENSOR = torch.Tensor if torch is not None else ()  # isinstance(x, ()) is False
+
+
 def is_torch(x) -> bool:
-    return torch is not None and isinstance(x, torch.Tensor)
+    return isinstance(x, _TORCH_TENSOR)
 
 
 def is_cupy(x) -> bool:
@@ -115,16 +118,29 @@ def row_stride(v) -> int:
     return strides(v)[0] if v.shape[0] > 1 else v.shape[1]
 
 
+# Below this many bytes a CPU torch output comes from torch's allocator: transparent
+# huge pages start at 2 MiB, and a numpy-backed tensor costs ~1 us more to make and
+# more again to free (measured per autograd fwd+bwd on 4x64 inputs).
+_THP_BYTES = 1 << 21
+
+
 def empty(like, shape, dtype=None):
     """A new array of `shape` in the same library and on the same device as `like`;
     dtype None keeps like's, 'acc' gives the accumulation type (fp32 or fp64)."""
+    if isinstance(like, _TORCH_TENSOR):
+        # The hot path of every op's host code: few calls (new_empty keeps the device).
+        if dtype is None:
+            dt = like.dtype
+        elif dtype == "acc":
+            dt = torch.float64 if like.dtype is torch.float64 else torch.float32
+        else:
+            dt = getattr(torch, dtype)
+        if like.is_cuda or math.prod(shape) * like.element_size() < _THP_BYTES:
+            # (a dtype keyword costs more to parse than the dtype is worth when it is like's)
+            return like.new_empty(shape) if dt is like.dtype else like.new_empty(shape, dtype=dt)
+        return _torch_cpu_empty(shape, dt)
     if dtype == "acc":
         dtype = "float64" if dtype_name(like) == "float64" else "float32"
-    if is_torch(like):
-        dt = like.dtype if dtype is None else getattr(torch, dtype)
-        if like.device.type == "cpu":
-            return _torch_cpu_empty(shape, dt)
-        return torch.empty(shape, dtype=dt, device=like.device)
     if is_cupy(like):
         return _cupy().empty(shape, dtype=like.dtype if dtype is None else dtype)
     return np.empty(shape, dtype=like.dtype if dtype is None else dtype)
@@ -180,8 +196,45 @@ def tessera_threads() -> int:
 _THREADS = None
 
 
+def layout(x):
+    """What an op's launch plan depends on in an array: its type, shape, strides,
+    dtype and device (a key of the ops' plan caches; see Plans)."""
+    if isinstance(x, _TORCH_TENSOR):
+        # get_device(): -1 on the CPU, the GPU's index (x.device builds an object per call).
+        return x.shape, x.stride(), x.dtype, x.get_device()
+    if x is None:
+        return None
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):  # not an array: the op's checks say so
+        return type(x), None
+    dev = getattr(x, "device", None)
+    return type(x), tuple(x.shape), getattr(x, "strides", None), str(x.dtype), getattr(dev, "id", None)
+
+
+class Plans(dict):
+    """An op's launch plans: key (layouts of its inputs and its options) -> what the
+    host code derives from them once (checks passed, views, grid, block, constexprs,
+    launch options), so a repeated call does the checks and arithmetic only on its
+    first time. Cleared when it grows past `limit` (shapes that change every call)."""
+
+    def __init__(self, limit=256):
+        super().__init__()
+        self.limit = limit
+
+    def remember(self, key, plan):
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = plan
+        return plan
+
+
 def reshape(x, shape):
     return x.reshape(shape)
+
+
+def shaped(x, shape):
+    """x reshaped to `shape` (a tuple), or x itself when it has that shape already (a
+    reshape to the same shape still makes a new view: ~1 us of host time)."""
+    return x if x.shape == shape else x.reshape(shape)
 
 
 def scalar_float(op: str, name: str, v, lo=None, hi=None, hi_open=False) -> float:
@@ -216,3 +269,16 @@ def row_launch_options(like, block: int, max_warps: int = 16) -> dict:
     if not on_gpu(like):
         return {}
     return {"num_warps": max(1, min(max_warps, block // 256))}
+
+
+_AUTOGRAD = None
+
+
+def autograd():
+    """tessera.kernels.autograd, imported on the first call (it imports the op modules,
+    so they cannot import it at the top); an import statement per call costs ~0.3 us."""
+    global _AUTOGRAD
+    if _AUTOGRAD is None:
+        from . import autograd as module
+        _AUTOGRAD = module
+    return _AUTOGRAD

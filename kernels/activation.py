@@ -185,38 +185,77 @@ def _grid(rows, n):
     return (rows, tessera.cdiv(n, block)), block
 
 
-def elementwise_forward(op, a, b, p, seed, bias_mode, tanh=False):
+class _EwPlan:
+    """One direction's launch for a layout of (a, b[, dy]) and options (see H.Plans).
+    fast: every input is contiguous, so the kernel takes the arrays as they are (the
+    views _views builds would only reshape them)."""
+    __slots__ = ("fast", "rows", "n", "sa", "sb", "sdy", "grid", "kw", "shape", "p", "keep_from")
+
+
+def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
     av, bv, stride_b, rows, n = _views(op, a, b, bias_mode)
-    y = H.empty(a, (rows, n))
+    plan = _EwPlan()
+    plan.fast = _is_contiguous(a) and (b is None or _is_contiguous(b)) and (dy is None or _is_contiguous(dy))
+    plan.rows, plan.n, plan.sa, plan.sb, plan.shape = rows, n, H.row_stride(av), stride_b, tuple(a.shape)
+    plan.p, plan.keep_from = H.scalar(a, p), _keep_from(p)
+    plan.sdy = H.row_stride(_dy_rows(dy, rows, n)) if dy is not None else 0
+    plan.grid = plan.kw = None
     if rows and H.numel(a):
-        grid, block = _grid(rows, n)
-        _ew_fwd_kernel[grid](av, bv, y, H.row_stride(av), stride_b, n, H.scalar(a, p), int(seed), _keep_from(p),
-                             OP=op, TANH=tanh,
-                             HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
-    return y.reshape(tuple(a.shape))
+        plan.grid, block = _grid(rows, n)
+        plan.kw = dict(OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
+        if dy is not None:
+            plan.kw["WRITE_DB"] = bias_mode == SAME_SHAPE
+    return plan
+
+
+def _dy_rows(dy, rows, n):
+    return H.rows_view(dy.reshape(-1) if rows == 1 else dy, n) if dy.ndim else dy.reshape(1, 1)
+
+
+_FWD_PLANS = H.Plans()
+_BWD_PLANS = H.Plans()
+
+
+def elementwise_forward(op, a, b, p, seed, bias_mode, tanh=False):
+    key = (op, H.layout(a), H.layout(b), p, bias_mode, tanh)
+    plan = _FWD_PLANS.get(key)
+    if plan is None:
+        plan = _FWD_PLANS.remember(key, _ew_plan(op, a, b, p, bias_mode, tanh))
+    if plan.fast:  # a contiguous output of a's shape is the (rows, n) one the kernel writes
+        av, bv = a, (a if b is None else b)
+    else:
+        av, bv = _views(op, a, b, bias_mode)[:2]
+    y = H.empty(a, plan.shape)
+    if plan.kw is not None:
+        _ew_fwd_kernel[plan.grid](av, bv, y, plan.sa, plan.sb, plan.n, plan.p, int(seed), plan.keep_from, **plan.kw)
+    return y
 
 
 def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
     """(da, db): db is the bias gradient (a column sum) in BIAS mode, None without b."""
-    av, bv, stride_b, rows, n = _views(op, a, b, bias_mode)
-    dyv = H.rows_view(dy.reshape(-1) if rows == 1 else dy, n) if dy.ndim else dy.reshape(1, 1)
-    da = H.empty(a, (rows, n))
-    write_db = bias_mode == SAME_SHAPE
-    db = H.empty(a, (rows, n)) if write_db else da
-    if rows and H.numel(a):
-        grid, block = _grid(rows, n)
-        _ew_bwd_kernel[grid](av, bv, dyv, da, db, H.row_stride(av), stride_b, H.row_stride(dyv), n, H.scalar(a, p),
-                             int(seed), _keep_from(p), OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, WRITE_DB=write_db,
-                             DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
+    key = (op, H.layout(a), H.layout(b), H.layout(dy), p, bias_mode, tanh)
+    plan = _BWD_PLANS.get(key)
+    if plan is None:
+        plan = _BWD_PLANS.remember(key, _ew_plan(op, a, b, p, bias_mode, tanh, dy))
+    if plan.fast:
+        av, bv, dyv = a, (a if b is None else b), dy
+    else:
+        av, bv = _views(op, a, b, bias_mode)[:2]
+        dyv = _dy_rows(dy, plan.rows, plan.n)
+    # BIAS mode sums da's rows (column_sum takes the 2-D array); the others return da
+    # shaped as a, which is the same memory.
+    da = H.empty(a, (plan.rows, plan.n) if bias_mode == BIAS else plan.shape)
+    db = H.empty(a, tuple(b.shape)) if bias_mode == SAME_SHAPE else da
+    if plan.kw is not None:
+        _ew_bwd_kernel[plan.grid](av, bv, dyv, da, db, plan.sa, plan.sb, plan.sdy, plan.n, plan.p, int(seed),
+                                  plan.keep_from, **plan.kw)
     if bias_mode == BIAS:
-        return da.reshape(tuple(a.shape)), column_sum(da, H.dtype_name(b))
-    if bias_mode == SAME_SHAPE:
-        return da.reshape(tuple(a.shape)), db.reshape(tuple(b.shape))
-    return da.reshape(tuple(a.shape)), None
+        return H.shaped(da, plan.shape), column_sum(da, H.dtype_name(b))
+    return da, (db if bias_mode == SAME_SHAPE else None)
 
 
 def _run(op, a, b, p=0.0, seed=0, bias_mode=SAME_SHAPE, tanh=False):
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(a, b):
         return AG.Elementwise.apply((op, tanh), a, b, p, seed, bias_mode)
     return elementwise_forward(op, a, b, p, seed, bias_mode, tanh)

@@ -11,7 +11,10 @@ torch = H.torch
 def wants_grad(*tensors) -> bool:
     if torch is None or not torch.is_grad_enabled():
         return False
-    return any(H.is_torch(t) and t.requires_grad for t in tensors)
+    for t in tensors:  # a loop, not any(generator): this runs on every op call
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            return True
+    return False
 
 
 if torch is not None:

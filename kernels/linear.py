@@ -127,6 +127,9 @@ def _matmul_kernel_cpu(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, 
     _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC)
 
 
+_MATMUL_PLANS = H.Plans()
+
+
 def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_NONE, scale=None,
            store_z=False, tiles=None):
     """(C, Z): C (batch, m, n) contiguous = act(scale * A @ B + bias), A and B given by
@@ -136,19 +139,30 @@ def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_
     c = H.empty(like, (batch, m, n))
     z = H.empty(like, (batch, m, n)) if store_z else None
     if batch and m and n:
-        gpu = H.on_gpu(like)
-        if tiles is None:
-            tiles = _gpu_tiles(H.dtype_name(like), m, n, k, batch) if gpu else _tiles(like, m, n, k)
-        bm, bn, bk, opts = tiles
-        grid = (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
-        args = (a, b, bias if bias is not None else a, c, z if z is not None else c, m, n, k,
-                *a_strides, *b_strides, m * n, H.scalar(like, 1.0 if scale is None else scale))
-        meta = dict(A_MMAJOR=a_strides[1] == 1 and a_strides[2] != 1,
-                    B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
-                    STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like),
-                    BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
-        (_matmul_kernel if gpu else _matmul_kernel_cpu)[grid](*args, **meta)
+        key = (a_strides, b_strides, batch, m, n, k, like.dtype, H.on_gpu(like), bias is not None, act, scale,
+               store_z, None if tiles is None else (tiles[:3], tuple(sorted(tiles[3].items()))))
+        plan = _MATMUL_PLANS.get(key)
+        if plan is None:
+            plan = _MATMUL_PLANS.remember(key, _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act,
+                                                            scale, store_z, tiles))
+        kernel, grid, sizes, meta = plan
+        kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, *sizes, **meta)
     return c, z
+
+
+def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, store_z, tiles):
+    """(kernel, grid, the arguments after the five arrays, constexpr and launch keywords)."""
+    gpu = H.on_gpu(like)
+    if tiles is None:
+        tiles = _gpu_tiles(H.dtype_name(like), m, n, k, batch) if gpu else _tiles(like, m, n, k)
+    bm, bn, bk, opts = tiles
+    grid = (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
+    sizes = (m, n, k, *a_strides, *b_strides, m * n, H.scalar(like, 1.0 if scale is None else scale))
+    meta = dict(A_MMAJOR=a_strides[1] == 1 and a_strides[2] != 1,
+                B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
+                STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like),
+                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+    return (_matmul_kernel if gpu else _matmul_kernel_cpu), grid, sizes, meta
 
 
 def _gpu_tiles(name, m, n, k, batch):
@@ -208,29 +222,44 @@ def _batched(x, name):
     return v, H.strides(v)
 
 
-def attention_score_forward(q, k, scale):
+_SCORE_PLANS = H.Plans()
+
+
+def _score_views(key, arrays, check):
+    """(batched views, their strides) of q, k (and ds): the views are the arrays
+    themselves when they are 3-D already; `check` runs on a layout's first call."""
+    plan = _SCORE_PLANS.get(key)
+    if plan is None:
+        if check is not None:
+            check()
+        views = [_batched(a, name) for a, name in zip(arrays, ("q", "k", "ds"))]
+        plan = _SCORE_PLANS.remember(key, tuple((v is a, st) for (v, st), a in zip(views, arrays)))
+    return [(a if same else _batched(a, name)[0], st) for (same, st), a, name in zip(plan, arrays, ("q", "k", "ds"))]
+
+
+def _check_scores(q, k):
     H.check_float("attention_score", q)
     H.check_same("attention_score", q, k, "k")
     if q.ndim != k.ndim or tuple(q.shape[:-2]) != tuple(k.shape[:-2]) or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"tessera.kernels.attention_score: q {tuple(q.shape)} and k {tuple(k.shape)} must be "
                          f"(..., M, D) and (..., N, D) with the same leading dimensions")
-    qv, qs = _batched(q, "q")
-    kv, ks = _batched(k, "k")
+
+
+def attention_score_forward(q, k, scale):
+    (qv, qs), (kv, ks) = _score_views((H.layout(q), H.layout(k)), (q, k), lambda: _check_scores(q, k))
     bt, m, d = qv.shape
     n = kv.shape[1]
     s, _ = matmul(qv, kv, qs, (ks[0], ks[2], ks[1]), bt, m, n, d, q, scale=scale)
-    return s.reshape(tuple(q.shape[:-1]) + (n,))
+    return H.shaped(s, tuple(q.shape[:-1]) + (n,))
 
 
 def attention_score_backward(q, k, ds, scale):
-    qv, qs = _batched(q, "q")
-    kv, ks = _batched(k, "k")
+    (qv, qs), (kv, ks), (dsv, dss) = _score_views((H.layout(q), H.layout(k), H.layout(ds)), (q, k, ds), None)
     bt, m, d = qv.shape
     n = kv.shape[1]
-    dsv, dss = _batched(ds, "ds")
     dq, _ = matmul(dsv, kv, dss, ks, bt, m, d, n, q, scale=scale)            # dq = ds @ k * scale
     dk, _ = matmul(dsv, qv, (dss[0], dss[2], dss[1]), qs, bt, n, d, m, q, scale=scale)  # dk = ds^T @ q * scale
-    return dq.reshape(tuple(q.shape)), dk.reshape(tuple(k.shape))
+    return H.shaped(dq, tuple(q.shape)), H.shaped(dk, tuple(k.shape))
 
 
 def attention_score(q, k, scale=None):
@@ -238,7 +267,7 @@ def attention_score(q, k, scale=None):
     scale defaults to 1 / sqrt(D)."""
     if scale is None:
         scale = float(q.shape[-1]) ** -0.5
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(q, k):
         return AG.AttentionScore.apply(q, k, float(scale))
     s = _attention_score_fast(q, k, float(scale)) if getattr(q, "is_cuda", False) else None
@@ -274,10 +303,10 @@ def _attention_score_fast(q, k, scale):
 
 # --------------------------------------------------------------------------- linear + activation
 
-def linear_forward(x, weight, bias, act, keep_preactivation=False):
-    """(y, z): y = act(x @ W^T + b) shaped (..., N); z the pre-activation when the
-    backward pass needs it (GELU), else None."""
-    op = {ACT_RELU: "linear_relu", ACT_GELU: "linear_gelu", ACT_GELU_TANH: "linear_gelu"}.get(act, "linear")
+_LINEAR_PLANS = H.Plans()
+
+
+def _linear_checks(op, x, weight, bias):
     H.check_float(op, x)
     H.check_same(op, x, weight, "weight")
     H.check_same(op, x, bias, "bias")
@@ -287,13 +316,28 @@ def linear_forward(x, weight, bias, act, keep_preactivation=False):
     n, k = weight.shape
     if bias is not None and tuple(bias.shape) != (n,):
         raise ValueError(f"tessera.kernels.{op}: bias has shape {tuple(bias.shape)}, expected ({n},)")
-    xv = H.rows_view(x, k)
-    ws = H.strides(weight)
+
+
+def linear_forward(x, weight, bias, act, keep_preactivation=False):
+    """(y, z): y = act(x @ W^T + b) shaped (..., N); z the pre-activation when the
+    backward pass needs it (GELU), else None."""
+    key = (H.layout(x), H.layout(weight), H.layout(bias), act)
+    plan = _LINEAR_PLANS.get(key)
+    if plan is None:  # checks once per layout; the views' strides follow from it
+        _linear_checks({ACT_RELU: "linear_relu", ACT_GELU: "linear_gelu", ACT_GELU_TANH: "linear_gelu"}.get(
+            act, "linear"), x, weight, bias)
+        k = weight.shape[1]
+        xv = H.rows_view(x, k)
+        plan = _LINEAR_PLANS.remember(key, (xv is x, H.strides(xv), H.strides(weight),
+                                            bias is None or H.contiguous(bias) is bias,
+                                            tuple(x.shape[:-1]) + (weight.shape[0],)))
+    x_direct, xs, ws, b_direct, shape = plan
+    n, k = weight.shape
+    xv = x if x_direct else H.rows_view(x, k)
     store_z = keep_preactivation and act in (ACT_GELU, ACT_GELU_TANH)
-    y, z = matmul(xv, weight, (0,) + H.strides(xv), (0, ws[1], ws[0]), 1, xv.shape[0], n, k, x,
-                  bias=H.contiguous(bias) if bias is not None else None, act=act, store_z=store_z)
-    shape = tuple(x.shape[:-1]) + (n,)
-    return y.reshape(shape), (z.reshape(shape) if z is not None else None)
+    y, z = matmul(xv, weight, (0,) + xs, (0, ws[1], ws[0]), 1, xv.shape[0], n, k, x,
+                  bias=bias if b_direct else H.contiguous(bias), act=act, store_z=store_z)
+    return H.shaped(y, shape), (H.shaped(z, shape) if z is not None else None)
 
 
 def linear_backward(x, weight, z_or_y, dy, act, has_bias):
@@ -312,7 +356,7 @@ def linear_backward(x, weight, z_or_y, dy, act, has_bias):
     dx, _ = matmul(dzv, weight, (0,) + zs, (0,) + ws, 1, rows, k, n, x)                  # dz @ W
     dw, _ = matmul(dzv, xv, (0, zs[1], zs[0]), (0,) + xs, 1, n, k, rows, weight)       # dz^T @ x
     db = column_sum(H.contiguous(dzv), H.dtype_name(x)) if has_bias else None
-    return dx.reshape(tuple(x.shape)), dw.reshape(n, k), db
+    return H.shaped(dx, tuple(x.shape)), H.shaped(dw, (n, k)), db
 
 
 _FAST_NAMES = {}  # torch dtype -> its name, for the dtypes the fast paths take
@@ -365,7 +409,7 @@ def _linear_fast(x, weight, bias, act):
 
 
 def _linear(x, weight, bias, act):
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(x, weight, bias):
         return AG.Linear.apply(x, weight, bias, act)
     y = _linear_fast(x, weight, bias, act) if getattr(x, "is_cuda", False) else None

@@ -115,9 +115,13 @@ def _io_type(x):
     return getattr(tl, H.dtype_name(x))
 
 
-def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
-    """(y, h, mean, rstd): y the output shaped as x; h the new residual (or None);
-    mean/rstd per row in the accumulation type, for the backward pass."""
+class _FwdPlan:
+    """The forward launch for one layout of (x, residual, weight, bias) and options:
+    checks done once (see H.Plans)."""
+    __slots__ = ("rows", "n", "x_direct", "r_direct", "w_direct", "b_direct", "sx", "sr", "eps", "kw", "shape")
+
+
+def _fwd_plan(op, x, residual, weight, bias, eps, is_rms, relu):
     H.check_float(op, x)
     n = x.shape[-1]
     for name, t in (("residual", residual), ("weight", weight), ("bias", bias)):
@@ -127,59 +131,116 @@ def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
             raise ValueError(f"tessera.kernels.{op}: {name} has shape {tuple(t.shape)}, expected ({n},)")
     if residual is not None and tuple(residual.shape) != tuple(x.shape):
         raise ValueError(f"tessera.kernels.{op}: residual has shape {tuple(residual.shape)}, x {tuple(x.shape)}")
+    plan = _FwdPlan()
     xv = H.rows_view(x, n)
     rv = H.rows_view(residual, n) if residual is not None else xv
-    rows = xv.shape[0]
+    plan.rows, plan.n, plan.shape = xv.shape[0], n, tuple(x.shape)
+    plan.x_direct, plan.r_direct = xv is x, rv is residual
+    plan.w_direct = weight is None or H.contiguous(weight) is weight
+    plan.b_direct = bias is None or H.contiguous(bias) is bias
+    plan.sx, plan.sr = H.row_stride(xv), H.row_stride(rv)
+    plan.eps = H.scalar(x, eps)
+    block = H.block_for(n)
+    plan.kw = None if not (plan.rows and n) else dict(
+        IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=bias is not None, RELU=relu,
+        IO=_io_type(x), ACC=H.acc_dtype(x), BLOCK=block, **H.row_launch_options(x, block, max_warps=8))
+    return plan
+
+
+_FWD_PLANS = H.Plans()
+_BWD_PLANS = H.Plans()
+
+
+def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
+    """(y, h, mean, rstd): y the output shaped as x; h the new residual (or None);
+    mean/rstd per row in the accumulation type, for the backward pass (mean is rstd's
+    array for RMS norm, which has no mean)."""
+    key = (op, H.layout(x), H.layout(residual), H.layout(weight), H.layout(bias), eps, is_rms, relu)
+    plan = _FWD_PLANS.get(key)
+    if plan is None:
+        plan = _FWD_PLANS.remember(key, _fwd_plan(op, x, residual, weight, bias, eps, is_rms, relu))
+    rows, n = plan.rows, plan.n
+    xv = x if plan.x_direct else H.rows_view(x, n)
     y = H.empty(x, (rows, n))
-    h = H.empty(x, (rows, n)) if residual is not None else None
-    mean = H.empty(x, (rows,), "acc")
     rstd = H.empty(x, (rows,), "acc")
-    w = H.contiguous(weight) if weight is not None else xv
-    b = H.contiguous(bias) if bias is not None else xv
-    if rows and n:
-        _norm_fwd_kernel[(rows,)](
-            xv, rv, w, b, y, h if h is not None else y, mean, rstd, H.row_stride(xv), H.row_stride(rv), n, n,
-            H.scalar(x, eps), IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None,
-            HAS_B=bias is not None, RELU=relu, IO=_io_type(x), ACC=H.acc_dtype(x), BLOCK=H.block_for(n),
-            **H.row_launch_options(x, H.block_for(n), max_warps=8))
-    shape = tuple(x.shape)
-    return y.reshape(shape), (h.reshape(shape) if h is not None else None), mean, rstd
+    mean = rstd if is_rms else H.empty(x, (rows,), "acc")
+    h = None
+    if residual is not None:
+        rv = residual if plan.r_direct else H.rows_view(residual, n)
+        h = H.empty(x, (rows, n))
+    else:
+        rv = xv
+    if plan.kw is not None:
+        w = xv if weight is None else (weight if plan.w_direct else H.contiguous(weight))
+        b = xv if bias is None else (bias if plan.b_direct else H.contiguous(bias))
+        _norm_fwd_kernel[(rows,)](xv, rv, w, b, y, h if h is not None else y, mean, rstd, plan.sx, plan.sr, n, n,
+                                  plan.eps, **plan.kw)
+    shape = plan.shape
+    return H.shaped(y, shape), (H.shaped(h, shape) if h is not None else None), mean, rstd
+
+
+class _BwdPlan:
+    __slots__ = ("rows", "n", "x_direct", "dy_direct", "dh_direct", "w_direct", "b_direct", "sx", "sdy", "sdh",
+                 "width", "progs", "kw", "shape")
+
+
+def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
+    plan = _BwdPlan()
+    n = xin.shape[-1]
+    xv, dyv = H.rows_view(xin, n), H.rows_view(dy, n)
+    dhv = H.rows_view(dh, n) if dh is not None else dyv
+    plan.rows, plan.n, plan.shape = xv.shape[0], n, tuple(xin.shape)
+    plan.x_direct, plan.dy_direct, plan.dh_direct = xv is xin, dyv is dy, dhv is dh
+    plan.w_direct = weight is None or H.contiguous(weight) is weight
+    plan.b_direct = bias is None or H.contiguous(bias) is bias
+    plan.sx, plan.sdy, plan.sdh = H.row_stride(xv), H.row_stride(dyv), H.row_stride(dhv)
+    has_w, has_b = weight is not None, bias is not None
+    plan.width = n * (int(has_w) + int(has_b))  # a partial row: dweight, then dbias
+    plan.progs = H.num_programs_for_partials(xin, plan.rows)
+    block = H.block_for(n)
+    plan.kw = None if not (plan.rows and n) else dict(
+        IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, ACC=H.acc_dtype(xin),
+        BLOCK=block, **H.row_launch_options(xin, block))
+    return plan
 
 
 def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
     """(dx, dweight, dbias) of a forward pass whose normalized input was `xin` (x, or
     the new residual h); dh is the gradient reaching h directly (residual forms)."""
-    n = xin.shape[-1]
-    xv = H.rows_view(xin, n)
-    dyv = H.rows_view(dy, n)
-    dhv = H.rows_view(dh, n) if dh is not None else dyv
-    rows = xv.shape[0]
+    key = (H.layout(xin), H.layout(weight), H.layout(bias), H.layout(dy), H.layout(dh), is_rms, relu)
+    plan = _BWD_PLANS.get(key)
+    if plan is None:
+        plan = _BWD_PLANS.remember(key, _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu))
+    rows, n, width = plan.rows, plan.n, plan.width
+    xv = xin if plan.x_direct else H.rows_view(xin, n)
+    dyv = dy if plan.dy_direct else H.rows_view(dy, n)
+    dhv = dyv if dh is None else (dh if plan.dh_direct else H.rows_view(dh, n))
     dx = H.empty(xin, (rows, n))
     has_w, has_b = weight is not None, bias is not None
-    width = n * (int(has_w) + int(has_b))  # a partial row: dweight, then dbias
-    w = H.contiguous(weight) if has_w else xv
-    b = H.contiguous(bias) if has_b else xv
-    block = H.block_for(n)
-    progs = H.num_programs_for_partials(xin, rows)
-    partials = H.empty(xin, (progs, width), "acc") if has_w or has_b else dx
-    if rows and n:
-        _norm_bwd_kernel[(progs,)](
-            xv, w, b, dyv, dhv, dx, mean, rstd, partials, H.row_stride(xv), H.row_stride(dyv), H.row_stride(dhv),
-            width, rows, n, progs, IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None,
-            ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block))
+    partials = H.empty(xin, (plan.progs, width), "acc") if has_w or has_b else dx
+    if plan.kw is not None:
+        w = xv if weight is None else (weight if plan.w_direct else H.contiguous(weight))
+        b = xv if bias is None else (bias if plan.b_direct else H.contiguous(bias))
+        _norm_bwd_kernel[(plan.progs,)](
+            xv, w, b, dyv, dhv, dx, mean, rstd, partials, plan.sx, plan.sdy, plan.sdh, width, rows, n, plan.progs,
+            **plan.kw)
     dw = db = None
     if has_w or has_b:
-        if rows and n:
+        if plan.kw is not None:
             sums = column_sum(partials, H.dtype_name(xin))
         else:
             sums = H.zeros(xin, (width,))
-        dw = sums[:n] if has_w else None
-        db = sums[width - n:] if has_b else None
-    return dx.reshape(tuple(xin.shape)), dw, db
+        if has_w and has_b:
+            dw, db = sums[:n], sums[n:]
+        elif has_w:
+            dw = sums
+        else:
+            db = sums
+    return H.shaped(dx, plan.shape), dw, db
 
 
 def _run(op, x, residual, weight, bias, eps, is_rms, relu):
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(x, residual, weight, bias):
         return AG.Norm.apply(op, x, residual, weight, bias, eps, is_rms, relu)
     y, h, _, _ = norm_forward(op, x, residual, weight, bias, eps, is_rms, relu)

@@ -162,69 +162,115 @@ def _rows_per_split(like, programs, n, block_r):
     return tessera.cdiv(tessera.cdiv(n, split), block_r) * block_r
 
 
-def _reduce(x, y, outer, n, inner, s_o, s_r, s_i, op, mean_over=None):
-    """y (outer * inner elements) = the reduction of x seen as (outer, n, inner), divided
-    by mean_over if given."""
+def _reduce_steps(x, outer, n, inner, s_o, s_r, s_i, op, mean_over=None):
+    """The launches reducing x seen as (outer, n, inner) (divided by mean_over if given):
+    a list of (kernel, grid, arguments after X and Y, keywords, partials' shape), each
+    step reading the previous one's output (x first) and writing a new partials array
+    of that shape, the last step (shape None) the result y (outer * inner elements)."""
     mean = mean_over is not None
     inv_n = H.scalar(x, 1.0 / max(mean_over or 1, 1))
     acc = H.acc_dtype(x)
     if inner == 1:  # a contiguous row per program: vector loads on both targets
         block = min(tessera.next_power_of_2(max(n, 1)), 4096)
-        _reduce_row_kernel[(outer,)](x, y, n, s_o, s_r, inv_n, OP=op, MEAN=mean, ACC=acc, BLOCK=block,
-                                     **H.row_launch_options(x, block, max_warps=8))
-        return
+        return [(_reduce_row_kernel, (outer,), (n, s_o, s_r, inv_n),
+                 dict(OP=op, MEAN=mean, ACC=acc, BLOCK=block, **H.row_launch_options(x, block, max_warps=8)), None)]
     block_r, block_i = _blocks(n, inner)
     programs = outer * tessera.cdiv(inner, block_i)
     rps = _rows_per_split(x, programs, n, block_r)
     split = tessera.cdiv(max(n, 1), rps)
     if split == 1:
-        _reduce_dim_kernel[(outer, tessera.cdiv(inner, block_i), 1)](
-            x, y, n, inner, s_o, s_r, s_i, inv_n, rps, OP=op, MEAN=mean, ACC=acc, BLOCK_R=block_r, BLOCK_I=block_i)
-        return
-    partials = H.empty(x, (split, outer * inner), "acc")
-    _reduce_dim_kernel[(outer, tessera.cdiv(inner, block_i), split)](
-        x, partials, n, inner, s_o, s_r, s_i, inv_n, rps, OP=op, MEAN=False, ACC=acc, BLOCK_R=block_r,
-        BLOCK_I=block_i)
-    _reduce(partials, y, 1, split, outer * inner, 0, outer * inner, 1, OP_SUM, mean_over)
+        return [(_reduce_dim_kernel, (outer, tessera.cdiv(inner, block_i), 1), (n, inner, s_o, s_r, s_i, inv_n, rps),
+                 dict(OP=op, MEAN=mean, ACC=acc, BLOCK_R=block_r, BLOCK_I=block_i), None)]
+    first = (_reduce_dim_kernel, (outer, tessera.cdiv(inner, block_i), split), (n, inner, s_o, s_r, s_i, inv_n, rps),
+             dict(OP=op, MEAN=False, ACC=acc, BLOCK_R=block_r, BLOCK_I=block_i), (split, outer * inner))
+    # The partials are in the accumulation type, which keeps x's precision class.
+    return [first] + _reduce_steps(x, 1, split, outer * inner, 0, outer * inner, 1, OP_SUM, mean_over)
+
+
+def _run_steps(steps, x, y):
+    src = x
+    for kernel, grid, args, kw, partial_shape in steps:
+        dst = y if partial_shape is None else H.empty(x, partial_shape, "acc")
+        kernel[grid](src, dst, *args, **kw)
+        src = dst
+
+
+def _reduce(x, y, outer, n, inner, s_o, s_r, s_i, op, mean_over=None):
+    """y (outer * inner elements) = the reduction of x seen as (outer, n, inner), divided
+    by mean_over if given."""
+    _run_steps(_reduce_steps(x, outer, n, inner, s_o, s_r, s_i, op, mean_over), x, y)
+
+
+_DIM_PLANS = H.Plans()
+
+
+def _dim_plan(x, dim, op, backward):
+    """(copy: whether _as_3d copies x, out_shape, steps or the backward launch) for one
+    layout of x (see H.Plans)."""
+    xv, d, outer, n, inner, s_o, s_r, s_i = _as_3d(x, dim)
+    out_shape = tuple(xv.shape[:d]) + tuple(xv.shape[d + 1:])
+    if backward:
+        launch = None
+        if H.numel(xv):
+            block_r, block_i = _blocks(n, inner)
+            rps = _rows_per_split(xv, outer * tessera.cdiv(inner, block_i), n, block_r)
+            launch = ((outer, tessera.cdiv(inner, block_i), tessera.cdiv(max(n, 1), rps)),
+                      (n, inner, s_o, s_r, s_i, H.scalar(xv, 1.0 / max(n, 1)), rps),
+                      dict(OP=op, ACC=H.acc_dtype(xv), BLOCK_R=block_r, BLOCK_I=block_i))
+        return xv is not x, d, launch
+    steps = (_reduce_steps(xv, outer, n, inner, s_o, s_r, s_i, op, n if op == OP_MEAN_ABS else None)
+             if outer * inner else [])
+    return xv is not x, out_shape, steps
+
+
+def _dim_plan_for(x, dim, op, backward):
+    key = (H.layout(x), dim, op, backward, _gpu_plan(x))
+    plan = _DIM_PLANS.get(key)
+    if plan is None:
+        plan = _DIM_PLANS.remember(key, _dim_plan(x, dim, op, backward))
+    return plan
 
 
 def reduce_dim(x, dim, op):
-    x, d, outer, n, inner, s_o, s_r, s_i = _as_3d(x, dim)
-    out_shape = tuple(x.shape[:d]) + tuple(x.shape[d + 1:])
+    copy, out_shape, steps = _dim_plan_for(x, dim, op, False)
+    if copy:  # the outer dimensions do not collapse to one stride
+        x = H.contiguous(x)
     y = H.empty(x, out_shape)
-    if outer * inner == 0:
-        return y
-    _reduce(x, y, outer, n, inner, s_o, s_r, s_i, op, n if op == OP_MEAN_ABS else None)
+    _run_steps(steps, x, y)
     return y
 
 
 def reduce_dim_backward(x, dy, dim, op):
-    x, d, outer, n, inner, s_o, s_r, s_i = _as_3d(x, dim)
+    copy, _, launch = _dim_plan_for(x, dim, op, True)
+    if copy:
+        x = H.contiguous(x)
     dy = H.contiguous(dy)
     dx = H.empty(x, tuple(x.shape))
-    if H.numel(dx):
-        block_r, block_i = _blocks(n, inner)
-        programs = outer * tessera.cdiv(inner, block_i)
-        rps = _rows_per_split(x, programs, n, block_r)
-        _reduce_dim_bwd_kernel[(outer, tessera.cdiv(inner, block_i), tessera.cdiv(max(n, 1), rps))](
-            x, dy, dx, n, inner, s_o, s_r, s_i, H.scalar(x, 1.0 / max(n, 1)), rps, OP=op, ACC=H.acc_dtype(x),
-            BLOCK_R=block_r, BLOCK_I=block_i)
+    if launch is not None:
+        grid, args, kw = launch
+        _reduce_dim_bwd_kernel[grid](x, dy, dx, *args, **kw)
     return dx
+
+
+_COLUMN_SUM_PLANS = H.Plans()
 
 
 def column_sum(partials, dtype=None):
     """Sum of the rows of a contiguous 2-D array (the per-program partial dweight and
     dbias rows of a backward pass), cast to `dtype` (a dtype name) if given."""
-    p, c = partials.shape
-    out = H.empty(partials, (c,), dtype)
-    if c:
-        _reduce(partials, out, 1, p, c, 0, c, 1, OP_SUM)
+    key = (H.layout(partials), dtype, _gpu_plan(partials))
+    steps = _COLUMN_SUM_PLANS.get(key)
+    if steps is None:
+        p, c = partials.shape
+        steps = _COLUMN_SUM_PLANS.remember(key, _reduce_steps(partials, 1, p, c, 0, c, 1, OP_SUM) if c else [])
+    out = H.empty(partials, (partials.shape[1],), dtype)
+    _run_steps(steps, partials, out)
     return out
 
 
 def _reduce_op(op_name, op, x, dim, keepdim):
     H.check_float(op_name, x)
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(x):
         y = AG.ReduceDim.apply(x, dim, op)
     else:

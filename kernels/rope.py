@@ -115,45 +115,72 @@ def _check(x, weight, cos, sin):
     return seq, heads, d
 
 
-def rms_norm_rope_forward(x, weight, cos, sin, eps):
+_PLANS = H.Plans()
+
+
+def _plan(x, weight, cos, sin, backward_dy=None):
+    """(heads, seq, half, rows, per, block, progs, the row strides of x and dy, the
+    tables' contiguity, x's contiguity) for one layout of the arguments (see H.Plans)."""
     seq, heads, d = _check(x, weight, cos, sin)
     xv = H.rows_view(x, d)
     rows = xv.shape[0]
-    y = H.empty(x, (rows, d))
-    rstd = H.empty(x, (rows,), "acc")
-    if rows and d:
-        block = H.block_for(d // 2)
-        per = _rows_per_program(block)
-        _rms_rope_fwd_kernel[(tessera.cdiv(rows, per),)](
-            xv, H.contiguous(weight) if weight is not None else xv, H.contiguous(cos), H.contiguous(sin), y, rstd,
-            H.row_stride(xv), rows, heads, seq, d // 2, H.scalar(x, eps), HAS_W=weight is not None,
-            ACC=H.acc_dtype(x), ROWS=per, BLOCK=block)
-    return y.reshape(tuple(x.shape)), rstd
-
-
-def rms_norm_rope_backward(x, weight, cos, sin, rstd, dy):
-    seq, heads, d = x.shape[-3:]
-    xv, dyv = H.rows_view(x, d), H.rows_view(dy, d)
-    rows = xv.shape[0]
-    dx = H.empty(x, (rows, d))
     block = H.block_for(d // 2)
     per = _rows_per_program(block)
     progs = H.num_programs_for_partials(x, tessera.cdiv(rows, per))
+    sdy = H.row_stride(H.rows_view(backward_dy, d)) if backward_dy is not None else 0
+    direct = tuple(t is None or H.contiguous(t) is t for t in (weight, cos, sin))
+    return heads, seq, d // 2, rows, per, block, progs, H.row_stride(xv), sdy, direct, xv is x
+
+
+def _plan_for(x, weight, cos, sin, dy=None):
+    key = (H.layout(x), H.layout(weight), H.layout(cos), H.layout(sin), H.layout(dy))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS.remember(key, _plan(x, weight, cos, sin, dy))
+    return plan
+
+
+def _tables(plan, weight, cos, sin, xv):
+    w_direct, c_direct, s_direct = plan[9]
+    w = xv if weight is None else (weight if w_direct else H.contiguous(weight))
+    return w, (cos if c_direct else H.contiguous(cos)), (sin if s_direct else H.contiguous(sin))
+
+
+def rms_norm_rope_forward(x, weight, cos, sin, eps):
+    plan = _plan_for(x, weight, cos, sin)
+    heads, seq, half, rows, per, block, _, sx, _, _, x_direct = plan
+    xv = x if x_direct else H.rows_view(x, 2 * half)
+    y = H.empty(x, tuple(x.shape))  # contiguous: the (rows, head_dim) the kernel writes
+    rstd = H.empty(x, (rows,), "acc")
+    if rows and half:
+        w, c, s = _tables(plan, weight, cos, sin, xv)
+        _rms_rope_fwd_kernel[(tessera.cdiv(rows, per),)](
+            xv, w, c, s, y, rstd, sx, rows, heads, seq, half, H.scalar(x, eps), HAS_W=weight is not None,
+            ACC=H.acc_dtype(x), ROWS=per, BLOCK=block)
+    return y, rstd
+
+
+def rms_norm_rope_backward(x, weight, cos, sin, rstd, dy):
+    plan = _plan_for(x, weight, cos, sin, dy)
+    heads, seq, half, rows, per, block, progs, sx, sdy, _, x_direct = plan
+    d = 2 * half
+    xv = x if x_direct else H.rows_view(x, d)
+    dyv = H.rows_view(dy, d)
+    dx = H.empty(x, tuple(x.shape))
     dwp = H.empty(x, (progs, d), "acc") if weight is not None else dx
     if rows and d:
-        _rms_rope_bwd_kernel[(progs,)](xv, H.contiguous(weight) if weight is not None else xv, H.contiguous(cos),
-                                       H.contiguous(sin), rstd, dyv, dx, dwp, H.row_stride(xv), H.row_stride(dyv),
-                                       rows, heads, seq, d // 2, progs, HAS_W=weight is not None,
-                                       ACC=H.acc_dtype(x), ROWS=per, BLOCK=block)
+        w, c, s = _tables(plan, weight, cos, sin, xv)
+        _rms_rope_bwd_kernel[(progs,)](xv, w, c, s, rstd, dyv, dx, dwp, sx, sdy, rows, heads, seq, half, progs,
+                                       HAS_W=weight is not None, ACC=H.acc_dtype(x), ROWS=per, BLOCK=block)
     dw = column_sum(dwp, H.dtype_name(weight)) if weight is not None else None
-    return dx.reshape(tuple(x.shape)), dw
+    return dx, dw
 
 
 def rms_norm_rope(x, weight, cos, sin, eps=1e-6):
     """RMSNorm over head_dim (times weight, may be None) then the rotary embedding, for
     x of shape (..., seq, heads, head_dim) and cos/sin of shape (seq, head_dim / 2).
     Apply it to q and to k."""
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(cos, sin):
         raise NotImplementedError("tessera.kernels.rms_norm_rope: cos and sin are constant tables; "
                                   "no gradient flows to them (pass tensors that do not require grad)")

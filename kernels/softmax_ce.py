@@ -204,40 +204,81 @@ def _softmax_block(n, p):
     return max(H.block_for(n), 8) if p > 0 else H.block_for(n)
 
 
-def softmax_forward(x, dim, log, p, seed):
-    op = "log_softmax" if log else "softmax"
-    H.check_float(op, x)
-    d = _last_dim(x, dim)
-    xm = _moveaxis(x, d, -1) if d != x.ndim - 1 else x
-    n = xm.shape[-1]
+class _RowPlan:
+    """A row kernel's launch over an input of one layout: `move` whether the reduced
+    dimension d is moved last first, `direct` whether the input (after the move) is
+    already the (rows, n) view, the row stride, the grid, the constexpr and launch
+    keyword arguments, and the output's shapes."""
+    __slots__ = ("d", "move", "direct", "rows", "n", "stride", "grid", "kw", "moved_shape", "p", "keep_from")
+
+
+def _row_plan(x, dim, p, kw_of):
+    plan = _RowPlan()
+    plan.d = d = _last_dim(x, dim)
+    plan.move = d != x.ndim - 1
+    xm = _moveaxis(x, d, -1) if plan.move else x
+    plan.n = n = xm.shape[-1]
     xv = H.rows_view(xm, n)
-    rows = xv.shape[0]
-    y = H.empty(x, (rows, n))
-    if rows and n:
-        _softmax_fwd_kernel[(rows,)](xv, y, H.row_stride(xv), n, H.scalar(x, p), int(seed), _keep_from(p),
-                                     LOG=log, DROPOUT=p > 0,
-                                     ACC=H.acc_dtype(x), BLOCK=_softmax_block(n, p),
-                                     **H.row_launch_options(x, H.block_for(n), max_warps=8))
-    y = y.reshape(tuple(xm.shape))
-    return _moveaxis(y, -1, d) if d != x.ndim - 1 else y
+    plan.direct = xv is xm
+    plan.rows = xv.shape[0]
+    plan.stride = H.row_stride(xv) if plan.rows and n else 0
+    plan.grid = (plan.rows,)
+    plan.moved_shape = tuple(xm.shape)
+    plan.p, plan.keep_from = H.scalar(x, p), _keep_from(p)
+    plan.kw = kw_of(n) if plan.rows and n else None
+    return plan
+
+
+def _rows_of(plan, x, direct):
+    """x (laid out as the plan's input, or as its gradient) as the kernel's rows;
+    direct: x after the move already is that view."""
+    xm = _moveaxis(x, plan.d, -1) if plan.move else x
+    return xm if direct else H.rows_view(xm, plan.n)
+
+
+def _unrows(plan, y):
+    if tuple(y.shape) != plan.moved_shape:
+        y = y.reshape(plan.moved_shape)
+    return _moveaxis(y, -1, plan.d) if plan.move else y
+
+
+_SOFTMAX_FWD_PLANS = H.Plans()
+_SOFTMAX_BWD_PLANS = H.Plans()
+
+
+def softmax_forward(x, dim, log, p, seed):
+    key = (H.layout(x), dim, log, p)
+    plan = _SOFTMAX_FWD_PLANS.get(key)
+    if plan is None:
+        H.check_float("log_softmax" if log else "softmax", x)
+        plan = _SOFTMAX_FWD_PLANS.remember(key, _row_plan(x, dim, p, lambda n: dict(
+            LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(x), BLOCK=_softmax_block(n, p),
+            **H.row_launch_options(x, H.block_for(n), max_warps=8))))
+    xv = _rows_of(plan, x, plan.direct)
+    y = H.empty(x, (plan.rows, plan.n))
+    if plan.kw is not None:
+        _softmax_fwd_kernel[plan.grid](xv, y, plan.stride, plan.n, plan.p, int(seed), plan.keep_from, **plan.kw)
+    return _unrows(plan, y)
 
 
 def softmax_backward(saved, dy, dim, log, p, seed):
-    d = _last_dim(saved, dim)
-    move = d != saved.ndim - 1
-    sm = _moveaxis(saved, d, -1) if move else saved
-    dym = _moveaxis(dy, d, -1) if move else dy
-    n = sm.shape[-1]
-    sv, dyv = H.rows_view(sm, n), H.rows_view(dym, n)
-    rows = sv.shape[0]
-    dx = H.empty(saved, (rows, n))
-    if rows and n:
-        _softmax_bwd_kernel[(rows,)](sv, dyv, dx, H.row_stride(sv), H.row_stride(dyv), n, H.scalar(saved, p), int(seed),
-                                     _keep_from(p),
-                                     LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=_softmax_block(n, p),
-                                     **H.row_launch_options(saved, H.block_for(n)))
-    dx = dx.reshape(tuple(sm.shape))
-    return _moveaxis(dx, -1, d) if move else dx
+    key = (H.layout(saved), H.layout(dy), dim, log, p)
+    plan = _SOFTMAX_BWD_PLANS.get(key)
+    if plan is None:
+        plan = _row_plan(saved, dim, p, lambda n: dict(
+            LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=_softmax_block(n, p),
+            **H.row_launch_options(saved, H.block_for(n))))
+        dym = _moveaxis(dy, plan.d, -1) if plan.move else dy
+        dyv = H.rows_view(dym, plan.n)
+        plan = _SOFTMAX_BWD_PLANS.remember(key, (plan, dyv is dym, H.row_stride(dyv) if plan.kw is not None else 0))
+    plan, dy_direct, dy_stride = plan
+    sv = _rows_of(plan, saved, plan.direct)
+    dyv = _rows_of(plan, dy, dy_direct)
+    dx = H.empty(saved, (plan.rows, plan.n))
+    if plan.kw is not None:
+        _softmax_bwd_kernel[plan.grid](sv, dyv, dx, plan.stride, dy_stride, plan.n, plan.p, int(seed),
+                                       plan.keep_from, **plan.kw)
+    return _unrows(plan, dx)
 
 
 def softmax(x, dim=-1, dropout_p=0.0, seed=0):
@@ -245,7 +286,7 @@ def softmax(x, dim=-1, dropout_p=0.0, seed=0):
     1/(1-p)) in the same kernel, its mask drawn from `seed` (the same seed gives the
     same mask, and the backward pass uses that mask)."""
     p = H.scalar_float("softmax", "dropout_p", dropout_p, 0.0, 1.0, hi_open=True)
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(x):
         return AG.Softmax.apply(x, dim, False, p, int(seed))
     return softmax_forward(x, dim, False, p, seed)
@@ -253,7 +294,7 @@ def softmax(x, dim=-1, dropout_p=0.0, seed=0):
 
 def log_softmax(x, dim=-1):
     """log(softmax(x)) over `dim`, computed as x - max - log(sum(exp(x - max)))."""
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(x):
         return AG.Softmax.apply(x, dim, True, 0.0, 0)
     return softmax_forward(x, dim, True, 0.0, 0)
@@ -261,14 +302,21 @@ def log_softmax(x, dim=-1):
 
 # --------------------------------------------------------------------------- cross entropy
 
+def _aminmax(t):
+    lo, hi = H.torch.aminmax(t)
+    return int(lo), int(hi)
+
+
 def _check_targets(logits, target, ignore_index):
     n = logits.shape[-1]
     if H.is_torch(target):
         if target.dtype not in (H.torch.int64, H.torch.int32):
             raise TypeError(f"tessera.kernels.cross_entropy: target has dtype {target.dtype}; pass int64 or int32")
-        if target.device.type == "cpu":
-            bad = ((target < 0) | (target >= n)) & (target != ignore_index)
-            if bool(bad.any()):
+        if not target.is_cuda and target.numel():
+            # One reduction for the common case (every target in range); the exact check
+            # (ignore_index may be out of range) only when the extremes are out of range.
+            lo, hi = _aminmax(target)
+            if (lo < 0 or hi >= n) and bool((((target < 0) | (target >= n)) & (target != ignore_index)).any()):
                 raise IndexError(f"tessera.kernels.cross_entropy: target values must be in [0, {n}) "
                                  f"or ignore_index={ignore_index}")
     elif not H.is_cupy(target):
@@ -288,43 +336,76 @@ def _ce_block(n):
     return b if b <= CE_ONE_CHUNK else CE_BLOCK
 
 
-def cross_entropy_forward(logits, target, ignore_index, smoothing):
-    """Per-row losses and log-sum-exps (accumulation type) of (rows, vocab) logits."""
+class _CePlan:
+    """cross_entropy's launches for one layout of (logits, target) and options."""
+    __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "fwd_kw", "bwd_kw")
+
+
+def _ce_plan(logits, target, smoothing):
     H.check_float("cross_entropy", logits)
     if logits.ndim != 2:
         raise ValueError(f"tessera.kernels.cross_entropy: logits must be (rows, classes), got {tuple(logits.shape)}")
     rows, n = logits.shape
-    target = H.contiguous(_check_targets(logits, target, ignore_index))
     if tuple(target.shape) != (rows,):
         raise ValueError(f"tessera.kernels.cross_entropy: target has shape {tuple(target.shape)}, expected ({rows},)")
+    plan = _CePlan()
     xv = H.rows_view(logits, n)
-    loss = H.empty(logits, (rows,), "acc")
-    lse = H.empty(logits, (rows,), "acc")
+    plan.rows, plan.n, plan.x_direct, plan.t_direct = rows, n, xv is logits, H.contiguous(target) is target
+    plan.stride = H.row_stride(xv) if rows and n else 0
+    plan.smoothing = H.scalar(logits, smoothing)
+    plan.fwd_kw = plan.bwd_kw = None
     if rows and n:
         # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
         # longer ones are walked in CE_BLOCK chunks with the online log-sum-exp.
         block = _ce_block(n)
-        one = block >= n
-        _xent_fwd_kernel[(rows,)](xv, target, loss, lse, H.row_stride(xv), n, int(ignore_index), H.scalar(logits, smoothing),
-                                  SMOOTH=smoothing > 0, ONE_CHUNK=one, ACC=H.acc_dtype(logits), BLOCK=block,
-                                  **H.row_launch_options(logits, block, max_warps=8))
+        plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, ACC=H.acc_dtype(logits), BLOCK=block,
+                           **H.row_launch_options(logits, block, max_warps=8))
+        plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
+                           **H.row_launch_options(logits, block))
+    return plan
+
+
+_CE_PLANS = H.Plans()
+
+
+def _ce_plan_for(logits, target, smoothing):
+    key = (H.layout(logits), H.layout(target), smoothing)
+    plan = _CE_PLANS.get(key)
+    if plan is None:
+        plan = _CE_PLANS.remember(key, _ce_plan(logits, target, smoothing))
+    return plan
+
+
+def cross_entropy_forward(logits, target, ignore_index, smoothing):
+    """Per-row losses and log-sum-exps (accumulation type) of (rows, vocab) logits."""
+    target = _check_targets(logits, target, ignore_index)  # the values, on the CPU: every call
+    plan = _ce_plan_for(logits, target, smoothing)
+    xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
+    t = target if plan.t_direct else H.contiguous(target)
+    loss = H.empty(logits, (plan.rows,), "acc")
+    lse = H.empty(logits, (plan.rows,), "acc")
+    if plan.fwd_kw is not None:
+        _xent_fwd_kernel[(plan.rows,)](xv, t, loss, lse, plan.stride, plan.n, int(ignore_index), plan.smoothing,
+                                       **plan.fwd_kw)
     return loss, lse
 
 
 def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoothing):
     """dlogits for the loss gradient dloss: per row (reduction 'none', scale None) or of
     the reduced loss (scale: the 1-element factor reduce_loss returned)."""
-    rows, n = logits.shape
-    xv = H.rows_view(logits, n)
-    target = H.contiguous(target)
-    dx = H.empty(logits, (rows, n))
-    dl = H.contiguous(dloss).reshape(-1)
-    if rows and n:
-        _xent_bwd_kernel[(rows,)](xv, target, lse, dl, scale if scale is not None else lse, dx, H.row_stride(xv),
-                                  0 if scale is not None else 1, n, int(ignore_index), H.scalar(logits, smoothing),
-                                  SMOOTH=smoothing > 0, HAS_SCALE=scale is not None, ACC=H.acc_dtype(logits),
-                                  BLOCK=_ce_block(n), **H.row_launch_options(logits, _ce_block(n)))
+    plan = _ce_plan_for(logits, target, smoothing)
+    xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
+    t = target if plan.t_direct else H.contiguous(target)
+    dx = H.empty(logits, (plan.rows, plan.n))
+    dl = H.contiguous(dloss)
+    if plan.bwd_kw is not None:
+        _xent_bwd_kernel[(plan.rows,)](xv, t, lse, dl, scale if scale is not None else lse, dx, plan.stride,
+                                       0 if scale is not None else 1, plan.n, int(ignore_index), plan.smoothing,
+                                       HAS_SCALE=scale is not None, **plan.bwd_kw)
     return dx
+
+
+_REDUCE_LOSS_PLANS = H.Plans()
 
 
 def reduce_loss(loss_rows, target, ignore_index, reduction, dtype):
@@ -333,18 +414,22 @@ def reduce_loss(loss_rows, target, ignore_index, reduction, dtype):
     'none' gives the rows themselves and scale None."""
     if reduction == "none":
         return loss_rows, None
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    out = H.empty(loss_rows, (1,), dtype)
+    key = (H.layout(loss_rows), H.layout(target), reduction)
+    kw = _REDUCE_LOSS_PLANS.get(key)
+    if kw is None:
+        if reduction not in ("mean", "sum"):
+            raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', "
+                             f"got {reduction!r}")
+        # One program: as wide as it gets (8192 rows per step, 16 warps on a GPU), since a
+        # narrow one walks 16384 rows in a chain of dependent loads (~25 us on an H100).
+        block = min(max(tessera.next_power_of_2(max(loss_rows.shape[0], 1)), 128), 8192)
+        kw = _REDUCE_LOSS_PLANS.remember(key, dict(MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=block,
+                                                   **({"num_warps": 16} if H.on_gpu(loss_rows) else {})))
+    out = H.empty(loss_rows, (), dtype)  # 0-d, as torch's reduced loss
     scale = H.empty(loss_rows, (1,))
-    # One program: as wide as it gets (8192 rows per step, 16 warps on a GPU), since a
-    # narrow one walks 16384 rows in a chain of dependent loads (~25 us on an H100).
-    rows = loss_rows.shape[0]
-    block = min(max(tessera.next_power_of_2(max(rows, 1)), 128), 8192)
-    _xent_reduce_kernel[(1,)](loss_rows, H.contiguous(target), out, scale, rows, int(ignore_index),
-                              MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=block,
-                              **({"num_warps": 16} if H.on_gpu(loss_rows) else {}))
-    return out.reshape(()), scale
+    _xent_reduce_kernel[(1,)](loss_rows, H.contiguous(target), out, scale, loss_rows.shape[0], int(ignore_index),
+                              **kw)
+    return out, scale
 
 
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -353,7 +438,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     chunks, so no (rows, classes) probability tensor is kept. The per-row losses are in
     fp32 (fp64 for fp64 logits); reduction 'mean' averages over non-ignored rows."""
     smoothing = H.scalar_float("cross_entropy", "label_smoothing", label_smoothing, 0.0, 1.0)
-    from . import autograd as AG
+    AG = H.autograd()
     if AG.wants_grad(logits):
         out = AG.CrossEntropy.apply(logits, target, int(ignore_index), reduction, smoothing)
     else:
