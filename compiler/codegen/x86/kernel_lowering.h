@@ -21,6 +21,8 @@
 // `pid*BLOCK + arange < n` are tested whole before the loop, and a copy of the loop
 // with them known true has plain loads and stores (the masked copy is for the last
 // block). Large launches store their results around the cache (streaming_stores.cpp).
+// A row that several nests reread has the next program's row prefetched in the last
+// of them (row_prefetch.cpp).
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
