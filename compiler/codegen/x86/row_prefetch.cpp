@@ -49,7 +49,8 @@ bool KernelLowering::prefetches_next_row(const Op& load) {
 void KernelLowering::prefetch_next_row(const Op& load, llvm::Value* p0, const Chunk& c) {
   // Distances of 1 and 2 rows measured the same (one thread, 4096x4096, exp nest:
   // 0.371 / 0.345 ns per element, within the machine's noise; layernorm 0.316 /
-  // 0.326): one row, the least cache it holds.
+  // 0.326): one row, the least cache it holds. Into L2 (prefetcht1): prefetcht0
+  // measured 0.388 against 0.371.
   const Type& t = load.result()->type;
   int64_t bytes = t.elem.bytes();
   if (c.width < 2 || !prefetches_next_row(load)) return;
@@ -65,6 +66,7 @@ void KernelLowering::prefetch_next_row(const Op& load, llvm::Value* p0, const Ch
 
 void KernelLowering::drop_prefetches_outside_last_nest() {
   for (auto& [load, calls] : row_prefetches_) {
+    if (calls.empty()) continue;
     int first = calls.front().first, last = first;
     for (auto& [nest, call] : calls) first = std::min(first, nest), last = std::max(last, nest);
     // A row read by one nest only is a plain stream: keep none (see above).
