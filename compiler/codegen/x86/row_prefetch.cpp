@@ -15,7 +15,8 @@
 // (~85% of the time) with no reads in flight; in the exp nest one prefetch per 64-byte
 // chunk is spread over the longest nest. Measured on 4096x4096 fp32, one thread,
 // CPU time per element: softmax 0.491 -> 0.371 ns, layernorm (sum | centred sum of
-// squares | scale, x loaded by all three) 0.363 -> 0.31 ns; 2 threads, best of 40: softmax 5.1 -> 3.3 ms.
+// squares | scale, x loaded by all three) 0.363 -> 0.31 ns; 2 threads, best of 40:
+// softmax 5.1 -> 3.3 ms (bench/results/cpu_softmax_bound.md).
 // Every nest emits its prefetches as it is lowered (the last nest is not known
 // yet); drop_prefetches_outside_last_nest removes the others at the end.
 //
