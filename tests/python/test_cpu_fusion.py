@@ -230,6 +230,69 @@ def test_rows_are_reloaded_not_buffered():
     assert "mask.all_true" in ln
 
 
+def test_next_row_prefetch_goes_in_the_last_nest_that_loads_the_row():
+    # row_prefetch.cpp: the next program's row is prefetched (one prefetcht1 per
+    # 64-byte chunk) in the last loop nest that loads this row, the long exp nest of
+    # softmax, not in the short max nest; a row every program reads (layernorm's
+    # weight and bias) is not prefetched at all.
+    def innermost(bodies):  # drop the loop over programs, which holds all the others
+        return [b for b in bodies if not any(o is not b and len(o) < len(b) and o[0] in b for o in bodies)]
+
+    asm = asm_of(softmax_kernel, "*fp32,*fp32,i32", BLOCK=4096)
+    bodies = innermost(loops(asm))
+    exp_loops = [b for b in bodies if any("vscalefps" in ln for ln in b)]
+    max_loops = [b for b in bodies if any("vcmpunordps" in ln for ln in b)]
+    assert exp_loops and max_loops
+    for b in exp_loops:
+        loads = sum(ln.startswith(("vmovups", "vblendmps")) and "(" in ln for ln in b)
+        assert sum(ln.startswith("prefetcht1") for ln in b) == loads, b
+    for b in max_loops:
+        assert not any(ln.startswith("prefetch") for ln in b), b
+    # Layernorm: x is loaded by all three nests (sum, centred sum of squares, scale):
+    # only the last prefetches, one line per 64-byte chunk of x, none for w or b.
+    ln_asm = asm_of(layernorm_kernel, "*fp32,*fp32,*fp32,*fp32,i32,fp32", BLOCK=4096)
+    with_prefetch = [b for b in innermost(loops(ln_asm)) if any(ln.startswith("prefetcht1") for ln in b)]
+    assert with_prefetch and all(any(ln.startswith(("vmovntps", "vmovups\t%zmm")) for ln in b) for b in with_prefetch)
+
+
+@tessera.kernel
+def rescale_rows_kernel(x_ptr, w_ptr, out_ptr, W_ROW_STRIDE: tl.constexpr, BLOCK: tl.constexpr):
+    # x and w are each read by two nests (the sum, then the store). With
+    # W_ROW_STRIDE = 0 every program reads the same w.
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * BLOCK + cols)
+    w = tl.load(w_ptr + row * W_ROW_STRIDE + cols)
+    s = tl.sum(x * w, axis=0)
+    tl.store(out_ptr + row * BLOCK + cols, x * w * s)
+
+
+def prefetches(kernel, signature, **constexprs):
+    llir = tessera.compile(kernel, signature=signature, constexprs=constexprs).asm["llir"]
+    return sum("call void @llvm.prefetch" in ln for ln in llir.splitlines())
+
+
+def test_next_row_prefetch_only_for_rows_that_move_with_the_program():
+    # A shared w is not prefetched a row ahead (that is unrelated memory): half the
+    # prefetches of the same kernel with a w row per program.
+    shared = prefetches(rescale_rows_kernel, "*fp32,*fp32,*fp32", W_ROW_STRIDE=0, BLOCK=4096)
+    per_row = prefetches(rescale_rows_kernel, "*fp32,*fp32,*fp32", W_ROW_STRIDE=4096, BLOCK=4096)
+    assert shared > 0 and per_row == 2 * shared, (shared, per_row)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 4096)).astype(np.float32)
+    w = rng.standard_normal(4096).astype(np.float32)
+    out = poisoned(x.shape, np.float32)
+    rescale_rows_kernel[(3,)](x, w, out, W_ROW_STRIDE=0, BLOCK=4096)  # the last row prefetches past x
+    s = (x.astype(np.float64) * w).sum(axis=1, keepdims=True)       # sums differ in order only
+    np.testing.assert_allclose(out, (x * w).astype(np.float64) * s, rtol=1e-4, atol=1e-4)
+
+
+def test_no_next_row_prefetch_for_a_single_pass_stream():
+    # Vector add reads each block once, in order: the hardware prefetcher follows it,
+    # and software prefetches made it 5% slower (row_prefetch.cpp).
+    assert prefetches(masked_axpy_kernel, "*fp32,*fp32,*fp32,fp32,i32", BLOCK=4096) == 0
+
+
 @tessera.kernel
 def reload_after_store_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     # The second use of x comes after a store that may overwrite it (out_ptr may alias

@@ -49,6 +49,7 @@ std::string KernelLowering::run() {
   auto* start = llvm::BasicBlock::Create(ctx_, "start", fn_);
   b_.SetInsertPoint(start);
   lower_block(*k_.body());
+  drop_prefetches_outside_last_nest();
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
   b_.SetInsertPoint(entry_);
   b_.CreateBr(start);

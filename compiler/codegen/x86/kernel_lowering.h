@@ -21,6 +21,8 @@
 // `pid*BLOCK + arange < n` are tested whole before the loop, and a copy of the loop
 // with them known true has plain loads and stores (the masked copy is for the last
 // block). Large launches store their results around the cache (streaming_stores.cpp).
+// A row that several nests reread has the next program's row prefetched in the last
+// of them (row_prefetch.cpp).
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
@@ -52,6 +54,11 @@ struct Chunk {
   std::vector<llvm::Value*> idx;  // i64 per dimension
   int width = 1;
 };
+
+// Whether `v` depends on the program id: a load or store through it touches
+// different memory in each program (a weight vector every program reads does not).
+bool varies_by_program(const ir::Value* v, const ir::Block* kernel_body,
+                       std::unordered_map<const ir::Value*, bool>& memo);
 
 // True when the view is a dense row-major buffer starting at its base.
 bool is_contiguous(const TileRef& r, const ir::Type& t);
@@ -110,7 +117,6 @@ class KernelLowering {
   // A counted loop [0, n) step `step` around body(iv) (i64 iv).
   void counted_loop(int64_t n, int64_t step, const std::function<void(llvm::Value*)>& body, bool reverse = false);
   llvm::Value* emit_load_chunk(const ir::Op& op, const Chunk& c);
-  void prefetch_ahead(const ir::Type& t, llvm::Value* p0, const Chunk& c);
   bool reloadable(const ir::Op& load) const;
   void lower_store(const ir::Op& op);
   void lower_atomic(const ir::Op& op);
@@ -154,6 +160,13 @@ class KernelLowering {
                            int width, int skip_dim, const std::function<void(Chunk&)>& body,
                            llvm::Value* stream = nullptr);
 
+  // --- row_prefetch.cpp ------------------------------------------------------
+  // Whether chunks of `load` prefetch the next program's row, and that prefetch.
+  bool prefetches_next_row(const ir::Op& load);
+  void prefetch_next_row(const ir::Op& load, llvm::Value* p0, const Chunk& c);
+  // Keeps each load's prefetches only in the last loop nest that emitted them.
+  void drop_prefetches_outside_last_nest();
+
   // --- streaming_stores.cpp -------------------------------------------------
   // An i1 that is true when `store` should write around the cache (nullptr: never).
   llvm::Value* streaming_condition(const ir::Op& store);
@@ -190,7 +203,9 @@ class KernelLowering {
   std::unordered_map<const ir::Op*, const ir::Op*> deferred_;  // value's op -> reduce
   std::unordered_map<const ir::Value*, TileRef> pending_;       // buffer to fill
   int nest_id_ = 0;  // counts versioned loop nests (one per consumer of lazy tiles)
-  std::unordered_map<const ir::Op*, int> prefetch_nest_;  // load -> the nest that prefetches it
+  // Per load: the prefetches emitted so far, with the nest that emitted each.
+  std::unordered_map<const ir::Op*, std::vector<std::pair<int, llvm::Instruction*>>> row_prefetches_;
+  std::unordered_map<const ir::Value*, bool> varies_memo_;  // varies_by_program's memo
   std::unordered_map<const ir::Value*, std::vector<const ir::Op*>> uses_;
   bool uses_built_ = false;
   // Adds computed by a dot's store (fusable_dot_add): their value is this buffer.

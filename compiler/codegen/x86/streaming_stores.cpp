@@ -37,8 +37,12 @@ bool contains(const Op& op, const std::function<bool(const Op&)>& pred) {
   return false;
 }
 
-// Whether `v` depends on the program id: a load or store through it touches
-// different memory in each program (a weight vector every program reads does not).
+int64_t tile_bytes(const Type& t) {
+  return t.numel() * std::max(1, t.elem.is_bool() ? 8 : t.elem.bits()) / 8;
+}
+
+}  // namespace
+
 bool varies_by_program(const Value* v, const Block* kernel_body, std::unordered_map<const Value*, bool>& memo) {
   auto it = memo.find(v);
   if (it != memo.end()) return it->second;
@@ -51,12 +55,6 @@ bool varies_by_program(const Value* v, const Block* kernel_body, std::unordered_
   memo[v] = r;
   return r;
 }
-
-int64_t tile_bytes(const Type& t) {
-  return t.numel() * std::max(1, t.elem.is_bool() ? 8 : t.elem.bits()) / 8;
-}
-
-}  // namespace
 
 llvm::Value* KernelLowering::streaming_condition(const Op& store) {
   const Value* ptrs = store.operands[0];

@@ -288,25 +288,6 @@ llvm::Value* KernelLowering::contiguous_pointer(const Value* ptrs, const Chunk& 
   return emit_chunk(ptrs, one);
 }
 
-// Loads of long contiguous rows (softmax, layernorm: a row per program) prefetch the
-// bytes a row length ahead: rows of consecutive programs are usually consecutive in
-// memory, so the next program's row streams into L2 while this program computes on
-// its own, instead of the hardware prefetcher retraining at every new 4 KB page.
-// prefetcht1 never faults, so running past the array is harmless.
-void KernelLowering::prefetch_ahead(const ir::Type& t, llvm::Value* p0, const Chunk& c) {
-  // Measured on softmax 4096x4096 fp32, one thread (bench/cpu_cycles.py style): 1.46 ->
-  // 1.30 cycles/element; distances of 1-4 rows all gave the same, so one row it is.
-  constexpr int64_t kMinRowBytes = 4096;
-  int64_t bytes = t.elem.bytes();
-  int64_t row = t.shape.back() * bytes;
-  if (row < kMinRowBytes || c.width < 2) return;
-  llvm::Value* ahead = b_.CreateConstGEP1_64(b_.getInt8Ty(), p0, row);
-  for (int64_t off = 0; off < c.width * bytes; off += 64)  // one prefetch per cache line
-    b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {ahead->getType()},
-                       {b_.CreateConstGEP1_64(b_.getInt8Ty(), ahead, off), /*rw=*/b_.getInt32(0),
-                        /*locality: L2=*/b_.getInt32(2), /*data=*/b_.getInt32(1)});
-}
-
 llvm::Value* KernelLowering::emit_load_chunk(const Op& op, const Chunk& c) {
   const ElemType& e = op.result()->type.elem;
   llvm::Type* mt = llvm_mem_type(ctx_, e);
@@ -329,8 +310,7 @@ llvm::Value* KernelLowering::emit_load_chunk(const Op& op, const Chunk& c) {
   auto* vt = llvm::FixedVectorType::get(mt, c.width);
   llvm::Value* v;
   if (llvm::Value* p0 = contiguous_pointer(op.operands[0], c)) {
-    // A reloaded tile (see reloadable) prefetches in its first loop nest only.
-    if (prefetch_nest_.emplace(&op, nest_id_).first->second == nest_id_) prefetch_ahead(op.result()->type, p0, c);
+    prefetch_next_row(op, p0, c);  // row_prefetch.cpp
     v = mask ? masked_load(vt, p0, align, mask, other)
              : static_cast<llvm::Value*>(b_.CreateAlignedLoad(vt, p0, align));
   } else {
