@@ -14,9 +14,9 @@ is kept when that 16-bit draw is >= keep_from = ceil(p * 2^16) (p resolved to 2^
 FlashAttention's dropout uses 8 bits). A dropout kernel holds its columns as a
 [BLOCK / 8, 8] tile (row i: columns 8i..8i+7, one 16-byte fp16 vector), so a thread
 draws once per eight elements instead of once per element. The backward kernel
-regenerates the same mask from the seed; softmax_ce.py draws the same way. (Written
-out in each kernel, not in a helper: the benchmark also compiles these sources with
-Triton, which calls only @triton.jit functions.)
+regenerates the same mask from the seed; softmax_ce.py draws the same way, all through
+_dropout_keep (a @tessera.kernel, so the benchmark's Triton build of these sources,
+where it becomes @triton.jit, can call it too).
 """
 from __future__ import annotations
 
@@ -38,6 +38,21 @@ K1 = 0.044715
 
 # bias_mode: how the second input b relates to a.
 NO_B, SAME_SHAPE, BIAS = 0, 1, 2
+
+
+@tessera.kernel
+def _dropout_keep(seed, counter, cols, keep_from):
+    """The keep mask of a [G, 8] tile of columns `cols` (row i: eight consecutive
+    columns from a multiple of 8) whose group i draws Philox call `counter[i]`: column c
+    takes 16-bit half c % 2 of word (c % 8) // 2 and is kept when it is >= keep_from.
+    Shared by the forward and backward kernels here and in softmax_ce.py (inlined).
+    The half is picked with `cols & 7`, not a [1, 8] arange: the GPU computes that
+    from each thread's own columns, where an arange row went through shared memory
+    and a barrier (and 48 more instructions per 16 elements)."""
+    r0, r1, r2, r3 = tl.randint4x(seed, counter)
+    j = cols & 7
+    w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
+    return tl.where((j & 1) == 0, w & 0xFFFF, w >> 16) >= keep_from
 
 
 @tessera.kernel
@@ -68,7 +83,8 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed, keep_from,
             # tanh costs about twice that (no cancellation: the denominator is >= 1).
             y = x / (1.0 + tl.exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)))
         else:
-            y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+            hx = 0.5 * x  # 0.5 x (1 + erf) as one FMA: hx * erf + hx
+            y = tl.fma(hx, tl.erf(x * 0.7071067811865476), hx)
         if OP == 4:
             y = y * b
     if OP == 3:
@@ -76,10 +92,7 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed, keep_from,
     if OP == 5:
         y = tl.maximum(a, 0.0)
     if DROPOUT:
-        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 7) // 8) + first // 8 + g)
-        j = tl.arange(0, 8)[None, :]  # column j takes 16-bit half j % 2 of word j // 2
-        w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
-        keep = tl.where(j % 2 == 0, w & 0xFFFF, w >> 16) >= keep_from
+        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, cols, keep_from)
         y = tl.where(keep, y * (1.0 / (1.0 - p)), 0.0)
     tl.store(Y + row * n_cols + cols, y, mask=mask)
 
@@ -101,10 +114,7 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
         b = tl.load(B + row * stride_b + cols, mask=mask, other=0.0).to(ACC)
     dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
     if DROPOUT:
-        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 7) // 8) + first // 8 + g)
-        j = tl.arange(0, 8)[None, :]  # column j takes 16-bit half j % 2 of word j // 2
-        w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
-        keep = tl.where(j % 2 == 0, w & 0xFFFF, w >> 16) >= keep_from
+        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, cols, keep_from)
         dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
     out = DA + row * n_cols + cols
     if OP == 0:
