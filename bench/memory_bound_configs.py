@@ -68,7 +68,8 @@ def candidates(rows, cols, dev="cuda"):
     # programs) plus the sum of the slices, as reduce.py's _reduce launches them.
     ycol = torch.empty(cols, device=dev, dtype=f16)
 
-    def mean_abs_dim0(block_r, block_i, w, programs):
+    def mean_abs_dim0(block_r, block_i, w, programs, unroll):
+        # block_r rows per step: `unroll` tiles of block_r / unroll rows.
         cols_progs = tessera.cdiv(cols, block_i)
         split = max(1, min(tessera.cdiv(programs, cols_progs), rows // (block_r * 4)))
         rps = tessera.cdiv(tessera.cdiv(rows, split), block_r) * block_r
@@ -77,15 +78,16 @@ def candidates(rows, cols, dev="cuda"):
 
         def run():
             RD._reduce_dim_kernel[(1, cols_progs, split)](x, part, rows, cols, 0, cols, 1, 1.0, rps, OP=RD.OP_MEAN_ABS,
-                                                         MEAN=False, ACC=tl.float32, BLOCK_R=block_r,
-                                                         BLOCK_I=block_i, num_warps=w)
+                                                         MEAN=False, ACC=tl.float32, BLOCK_R=block_r // unroll,
+                                                         BLOCK_I=block_i, UNROLL=unroll, num_warps=w)
             RD._reduce(part, ycol, 1, split, cols, 0, cols, 1, RD.OP_SUM, rows)
         return run
-    for block_r, block_i, w, programs in ((64, 64, 4, 1024), (64, 64, 8, 1024), (32, 64, 4, 1024), (64, 64, 4, 2048),
-                                          (128, 64, 8, 1024), (32, 128, 4, 1024), (16, 256, 4, 1024),
-                                          (64, 64, 2, 2048)):
-        out[f"reduce_mean_abs(dim=0), tile {block_r}x{block_i}, num_warps={w}, ~{programs} programs"] = (
-            mean_abs_dim0(block_r, block_i, w, programs), mat)
+    for block_r, block_i, w, programs, unroll in (
+            (64, 64, 4, 1024, 1), (64, 64, 4, 1024, 4), (64, 64, 4, 2048, 4), (64, 64, 4, 512, 4),
+            (128, 64, 4, 1024, 4), (128, 64, 8, 1024, 4), (64, 64, 2, 1024, 4), (32, 128, 4, 1024, 4),
+            (64, 128, 4, 1024, 4), (16, 256, 4, 1024, 4), (64, 64, 8, 1024, 1)):
+        out[f"reduce_mean_abs(dim=0), {block_r}x{block_i} rows x cols per step as {unroll} loads, "
+            f"num_warps={w}, ~{programs} programs"] = (mean_abs_dim0(block_r, block_i, w, programs, unroll), mat)
     out["tk.reduce_mean_abs(dim=0) (library default)"] = (lambda: tk.reduce_mean_abs(x, 0), mat)
 
     # rms_norm_rope forward: head vectors per program and warps.

@@ -66,3 +66,4 @@ def test_rms_norm_rope_positions_use_32_bit_division(tmp_path):
                "i32:16,i32:16,fp32", dict(HAS_W=True, ACC=tl.float32, ROWS=32, BLOCK=64), 4, tmp_path)
     assert "div.s64" not in ptx and "rem.s64" not in ptx
     assert "div.s32" in ptx and "rem.s32" in ptx
+
