@@ -48,8 +48,14 @@ def candidates(rows, cols, dev="cuda"):
         out[f"cross_entropy fwd kernel, num_warps={w}"] = (
             lambda w=w: S._xent_fwd_kernel[(rows,)](x, tgt, loss, lse, cols, cols, -100, 0.0, SMOOTH=False,
                                                      ONE_CHUNK=True, ACC=tl.float32, BLOCK=cols, num_warps=w), mat)
-    out["cross_entropy loss reduction (mean) alone"] = (
+    out["cross_entropy loss reduction (mean) alone, library"] = (
         lambda: S.reduce_loss(loss, tgt, -100, "mean", "float16"), rows * (4 + 8))
+    red_out, red_scale = torch.empty(1, device=dev), torch.empty(1, device=dev)
+    for block, w in ((16384, 32), (8192, 16), (4096, 16), (2048, 8)):
+        out[f"cross_entropy loss reduction kernel, BLOCK={block}, num_warps={w}"] = (
+            lambda block=block, w=w: S._xent_reduce_kernel[(1,)](loss, tgt, red_out, red_scale, rows, -100, MEAN=True,
+                                                               ACC=tl.float32, BLOCK=block, num_warps=w),
+            rows * (4 + 8))
     out["tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), mat)
 
     # gelu_dropout forward: column block and warps.
