@@ -69,6 +69,12 @@ def candidates(rows, cols, dev="cuda"):
                     x, x, y, cols, 0, cols, 0.1, 1, A._keep_from(0.1), OP=A.GELU, TANH=False, HAS_B=False,
                     DROPOUT=True, ACC=tl.float32, BLOCK=block, num_warps=w), 2 * mat)
     out["tk.gelu_dropout (library default)"] = (lambda: tk.gelu_dropout(x, 0.1, seed=1), 2 * mat)
+    dx = torch.empty_like(x)
+    for block in (2048, 4096):
+        out[f"gelu_dropout bwd, BLOCK={block}, num_warps=4"] = (
+            lambda block=block: A._ew_bwd_kernel[(rows, tessera.cdiv(cols, block))](
+                x, x, x, dx, dx, cols, 0, cols, cols, 0.1, 1, A._keep_from(0.1), OP=A.GELU, TANH=False, HAS_B=False,
+                WRITE_DB=False, DROPOUT=True, ACC=tl.float32, BLOCK=block, num_warps=4), 3 * mat)
 
     # reduce_mean_abs(dim=0): the sliced column kernel (BLOCK_R x BLOCK_I tiles, ~`programs`
     # programs) plus the sum of the slices, as reduce.py's _reduce launches them.
@@ -91,7 +97,8 @@ def candidates(rows, cols, dev="cuda"):
     for block_r, block_i, w, programs, unroll in (
             (64, 64, 4, 1024, 1), (64, 64, 4, 1024, 4), (64, 64, 4, 2048, 4), (64, 64, 4, 512, 4),
             (128, 64, 4, 1024, 4), (128, 64, 8, 1024, 4), (64, 64, 2, 1024, 4), (32, 128, 4, 1024, 4),
-            (64, 128, 4, 1024, 4), (16, 256, 4, 1024, 4), (64, 64, 8, 1024, 1)):
+            (64, 128, 4, 1024, 4), (16, 256, 4, 1024, 4), (64, 64, 8, 1024, 1), (64, 64, 2, 512, 4),
+            (64, 64, 2, 2048, 4), (128, 64, 2, 1024, 4), (64, 64, 1, 1024, 4), (32, 64, 2, 1024, 4)):
         out[f"reduce_mean_abs(dim=0), {block_r}x{block_i} rows x cols per step as {unroll} loads, "
             f"num_warps={w}, ~{programs} programs"] = (mean_abs_dim0(block_r, block_i, w, programs, unroll), mat)
     out["tk.reduce_mean_abs(dim=0) (library default)"] = (lambda: tk.reduce_mean_abs(x, 0), mat)

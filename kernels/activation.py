@@ -190,16 +190,23 @@ def _is_contiguous(x):
     return bool(x.flags.c_contiguous)
 
 
-def _grid(rows, n):
-    block = max(min(H.block_for(n, 1 << 30), 2048), 8)  # >= 8: dropout's groups of 8 columns
+def _grid(rows, n, cap=2048):
+    block = max(min(H.block_for(n, 1 << 30), cap), 8)  # >= 8: dropout's groups of 8 columns
     return (rows, tessera.cdiv(n, block)), block
+
+
+# The forward with dropout is bound by instruction issue on a GPU (Philox and erf, ~44
+# instructions per element), where a wider block spreads each thread's fixed work over
+# more elements: gelu_dropout 16384x4096 fp16 on an H100 ran 0.0989 ms with 4096-column
+# blocks, 0.1049 with 2048 (bench/results/memory_bound_configs_h100.md).
+DROPOUT_FWD_BLOCK = 4096
 
 
 def elementwise_forward(op, a, b, p, seed, bias_mode, tanh=False):
     av, bv, stride_b, rows, n = _views(op, a, b, bias_mode)
     y = H.empty(a, (rows, n))
     if rows and H.numel(a):
-        grid, block = _grid(rows, n)
+        grid, block = _grid(rows, n, DROPOUT_FWD_BLOCK if p > 0 else 2048)
         _ew_fwd_kernel[grid](av, bv, y, H.row_stride(av), stride_b, n, H.scalar(a, p), int(seed), _keep_from(p),
                              OP=op, TANH=tanh,
                              HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)

@@ -162,6 +162,10 @@ def _blocks(n, inner):
 # 2048, 71 with 4096); a slice keeps at least 4 tiles of rows.
 _GPU_PROGRAMS = 1024
 _MIN_TILES_PER_SLICE = 4
+# Warps of the column kernel on a GPU: 2 gives each thread two 16-byte loads per row
+# tile, 8 in flight per step (16384x4096 fp16 column mean on an H100: 0.0514 ms with 2
+# warps, 0.0544 with 4, 0.0657 with 8; bench/results/memory_bound_configs_h100.md).
+_GPU_DIM_WARPS = 2
 
 
 def _gpu_plan(x) -> bool:
@@ -197,6 +201,8 @@ def _reduce(x, y, outer, n, inner, s_o, s_r, s_i, op, mean_over=None):
     # The GPU plan steps over block_r rows as 4 tiles of block_r / 4 (see the kernel).
     unroll = 4 if _gpu_plan(x) and block_r >= 4 else 1
     tiles = dict(ACC=acc, BLOCK_R=block_r // unroll, BLOCK_I=block_i, UNROLL=unroll)
+    if H.on_gpu(x):
+        tiles["num_warps"] = _GPU_DIM_WARPS
     if split == 1:
         _reduce_dim_kernel[(outer, tessera.cdiv(inner, block_i), 1)](
             x, y, n, inner, s_o, s_r, s_i, inv_n, rps, OP=op, MEAN=mean, **tiles)

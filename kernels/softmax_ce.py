@@ -93,11 +93,12 @@ def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed, keep_fr
 
 @tessera.kernel
 def _exp_of_difference(x, m):
-    """exp(x - m) for x <= m, as a term of a sum that holds exp(0) = 1: one FMA and
-    one SFU ex2 per element on a GPU. The clamp at 2^-126 changes no such sum (terms
-    below 2^-126 vanish next to 1) and lets the GPU's ex2 skip its denormal handling
-    (compiler/codegen/nvptx/gpu_lowering.cpp; 4 instructions -> 1)."""
-    return tl.exp2(tl.maximum(tl.fma(x, 1.4426950408889634, -(m * 1.4426950408889634)), -126.0))
+    """exp(x - m) for x <= m, as a term of a sum that holds exp(0) = 1. The clamp at
+    e^-87 (> 2^-126) changes no such sum (terms that small vanish next to 1) and lets
+    the GPU's ex2 skip its denormal handling (compiler/codegen/nvptx/gpu_lowering.cpp:
+    4 instructions -> 1); on the CPU the clamped exp is as fast as the plain one (an
+    exp2 of an FMA, one instruction fewer on the GPU, was ~20% slower there)."""
+    return tl.exp(tl.maximum(x - m, -87.0))
 
 
 @tessera.kernel
