@@ -28,9 +28,11 @@ from .activation import _dropout_keep, _keep_from
 
 CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
-# Warps of a forward row on a GPU: the kernel issues ~6 instructions per element plus
+# Warps of a forward row on a GPU. The kernel issues ~6 instructions per element plus
 # ~100 per thread (two block reductions, the log), so fewer threads per row issue fewer
-# in all; bench/results/memory_bound_configs_h100.md compares 2, 4 and 8.
+# in all; with the short ex2 (see _exp_of_difference) 4 and 8 both run at copy speed on
+# an H100 (46.5 us for 16384x4096 fp16), 2 a little slower (47.3 us):
+# bench/results/memory_bound_configs_h100.md.
 CE_FWD_MAX_WARPS = 4
 
 
