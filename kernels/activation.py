@@ -41,18 +41,18 @@ NO_B, SAME_SHAPE, BIAS = 0, 1, 2
 
 
 @tessera.kernel
-def _dropout_keep(seed, counter, cols, keep_from):
-    """The keep mask of a [G, 8] tile of columns `cols` (row i: eight consecutive
-    columns from a multiple of 8) whose group i draws Philox call `counter[i]`: column c
-    takes 16-bit half c % 2 of word (c % 8) // 2 and is kept when it is >= keep_from.
-    Shared by the forward and backward kernels here and in softmax_ce.py (inlined).
-    The half is picked with `cols & 7`, not a [1, 8] arange: the GPU computes that
-    from each thread's own columns, where an arange row went through shared memory
-    and a barrier (and 48 more instructions per 16 elements)."""
+def _dropout_keep(seed, counter, keep_from):
+    """The keep mask of a [G, 8] tile whose row i holds eight consecutive columns from a
+    multiple of 8 and draws Philox call `counter[i]`: column j of a row takes 16-bit half
+    j % 2 of word j // 2 and is kept when that half is >= keep_from. Shared by the
+    forward and backward kernels here and in softmax_ce.py (inlined). The half is
+    shifted down by (j & 1) * 16: a `j % 2 == 0` select on the [1, 8] arange was
+    lowered through shared memory behind a barrier on the GPU (48 instructions more per
+    16 elements), and `cols & 7` instead of the arange cost the CPU ~5%."""
     r0, r1, r2, r3 = tl.randint4x(seed, counter)
-    j = cols & 7
+    j = tl.arange(0, 8)[None, :]
     w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
-    return tl.where((j & 1) == 0, w & 0xFFFF, w >> 16) >= keep_from
+    return ((w >> ((j & 1) * 16)) & 0xFFFF) >= keep_from
 
 
 @tessera.kernel
@@ -92,7 +92,7 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed, keep_from,
     if OP == 5:
         y = tl.maximum(a, 0.0)
     if DROPOUT:
-        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, cols, keep_from)
+        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
         y = tl.where(keep, y * (1.0 / (1.0 - p)), 0.0)
     tl.store(Y + row * n_cols + cols, y, mask=mask)
 
@@ -114,7 +114,7 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
         b = tl.load(B + row * stride_b + cols, mask=mask, other=0.0).to(ACC)
     dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
     if DROPOUT:
-        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, cols, keep_from)
+        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
         dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
     out = DA + row * n_cols + cols
     if OP == 0:
@@ -198,7 +198,7 @@ def _grid(rows, n, cap=2048):
 # The forward with dropout is bound by instruction issue on a GPU (Philox and erf, ~44
 # instructions per element), where a wider block spreads each thread's fixed work over
 # more elements: gelu_dropout 16384x4096 fp16 on an H100 ran 0.0989 ms with 4096-column
-# blocks, 0.1049 with 2048 (bench/results/memory_bound_configs_h100.md).
+# blocks, 0.1049 with 2048 (bench/results/memory_bound_configs_h100.md). The CPU keeps 2048.
 DROPOUT_FWD_BLOCK = 4096
 
 
@@ -206,7 +206,7 @@ def elementwise_forward(op, a, b, p, seed, bias_mode, tanh=False):
     av, bv, stride_b, rows, n = _views(op, a, b, bias_mode)
     y = H.empty(a, (rows, n))
     if rows and H.numel(a):
-        grid, block = _grid(rows, n, DROPOUT_FWD_BLOCK if p > 0 else 2048)
+        grid, block = _grid(rows, n, DROPOUT_FWD_BLOCK if p > 0 and H.on_gpu(a) else 2048)
         _ew_fwd_kernel[grid](av, bv, y, H.row_stride(av), stride_b, n, H.scalar(a, p), int(seed), _keep_from(p),
                              OP=op, TANH=tanh,
                              HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)

@@ -47,7 +47,7 @@ def _softmax_fwd_kernel(X, Y, stride_x, n_cols, p, seed, keep_from,
         x = tl.load(X + row * stride_x + cols, mask=mask, other=-float("inf")).to(ACC)
         e = tl.exp(x - tl.max(tl.max(x, axis=1), axis=0))
         s = tl.sum(tl.sum(e, axis=1), axis=0)
-        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + g, cols, keep_from)
+        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + g, keep_from)
         # 1/(s(1-p)) once per row: one multiply per element for the scale and the dropout.
         y = tl.where(keep, e * (1.0 / (s * (1.0 - p))), 0.0)
     else:
@@ -81,7 +81,7 @@ def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed, keep_fr
         x = tl.load(S + row * stride_s + cols, mask=mask, other=-float("inf")).to(ACC)
         e = tl.exp(x - tl.max(tl.max(x, axis=1), axis=0))
         y = e * (1.0 / tl.sum(tl.sum(e, axis=1), axis=0))
-        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + g, cols, keep_from)
+        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + g, keep_from)
         dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
         dx = y * (dy - tl.sum(tl.sum(dy * y, axis=1), axis=0))
     else:
