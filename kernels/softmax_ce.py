@@ -99,8 +99,9 @@ def _exp_of_difference(x, m):
     e^-87 (> 2^-126) changes no such sum (terms that small vanish next to 1) and lets
     the GPU's ex2 skip its denormal handling (compiler/codegen/nvptx/gpu_lowering.cpp:
     4 instructions -> 1); on the CPU the clamped exp is as fast as the plain one (an
-    exp2 of an FMA, one instruction fewer on the GPU, was ~20% slower there)."""
-    return tl.exp(tl.maximum(x - m, -87.0))
+    exp2 of an FMA, one instruction fewer on the GPU, was ~20% slower there). A NaN
+    logit stays NaN (propagate_nan), so its row's loss is NaN, as torch's."""
+    return tl.exp(tl.maximum(x - m, -87.0, propagate_nan=tl.PropagateNan.ALL))
 
 
 @tessera.kernel
@@ -130,9 +131,11 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
             c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector loads
             mask = c < n_cols
             x = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
-            m_new = tl.maximum(m_lane, x)
-            s_lane = tl.where(m_new > -float("inf"),
-                              s_lane * _exp_of_difference(m_lane, m_new) + _exp_of_difference(x, m_new), 0.0)
+            # A NaN logit makes its lane's max and sum NaN, so the row's loss is NaN (as
+            # torch's); a lane still at -inf (nothing seen but masked columns) sums 0.
+            m_new = tl.maximum(m_lane, x, propagate_nan=tl.PropagateNan.ALL)
+            s_lane = tl.where(m_new == -float("inf"), 0.0,
+                              s_lane * _exp_of_difference(m_lane, m_new) + _exp_of_difference(x, m_new))
             m_lane = m_new
             if SMOOTH:
                 x_sum += tl.where(mask, x, 0.0)

@@ -57,6 +57,7 @@ def test_cross_entropy_forward_uses_the_short_ex2_for_every_element(num_warps, t
                dict(SMOOTH=False, ONE_CHUNK=True, ACC=tl.float32, BLOCK=4096), num_warps, tmp_path)
     assert ptx.count("ex2.approx.ftz.f32") == 4096 // (32 * num_warps)
     assert "ex2.approx.f32" not in ptx
+    assert ptx.count("max.NaN.f32") == 4096 // (32 * num_warps)  # the clamp keeps a NaN logit NaN
 
 
 def test_rms_norm_rope_positions_use_32_bit_division(tmp_path):

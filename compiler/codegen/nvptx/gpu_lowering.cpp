@@ -13,15 +13,17 @@ namespace tessera::codegen::nvptx {
 
 namespace {
 
-// Whether ex2's argument is maxnum(y, c) (tl.maximum with a constant) for a c at or
-// above `floor`. ex2.approx.f32 keeps denormal results, which ptxas implements as four
+// Whether ex2's argument is maxnum(y, c) or maximum(y, c) (tl.maximum with a constant,
+// without or with propagate_nan) for a c at or above `floor`. ex2.approx.f32 keeps denormal results, which ptxas implements as four
 // instructions per call (a compare, a halving of the argument, the SFU, a squaring of
 // the result); the .ftz form is the SFU alone, and differs only for results below
 // 2^-126, which an argument clamped at >= -126 never produces. Kernels summing
 // exponentials (softmax_ce.py) clamp to get the short form: ex2(max(z, -126)).
 bool ex2_argument_is_clamped_at(llvm::Value* v, double floor) {
   auto* call = llvm::dyn_cast<llvm::CallInst>(v);
-  if (!call || call->getIntrinsicID() != llvm::Intrinsic::maxnum) return false;
+  if (!call || (call->getIntrinsicID() != llvm::Intrinsic::maxnum &&
+                call->getIntrinsicID() != llvm::Intrinsic::maximum))
+    return false;
   for (llvm::Value* operand : call->args())
     if (auto* c = llvm::dyn_cast<llvm::ConstantFP>(operand))
       if (c->getValueAPF().convertToDouble() >= floor) return true;
