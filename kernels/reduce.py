@@ -30,25 +30,42 @@ OP_SUM, OP_SUM_SQUARED, OP_MEAN_ABS = 0, 1, 2
 
 
 @tessera.kernel
+def _reduce_tile(base, rows, end, stride_r, i, inner, OP: tl.constexpr, ACC: tl.constexpr):
+    """x, x*x or |x| of the rows `rows` (those below `end`) of a column block, in ACC."""
+    m = (rows[:, None] < end) & (i[None, :] < inner)
+    x = tl.load(base + rows[:, None].to(tl.int64) * stride_r, mask=m, other=0.0).to(ACC)
+    if OP == 1:
+        x = x * x
+    if OP == 2:
+        x = tl.abs(x)
+    return x
+
+
+@tessera.kernel
 def _reduce_dim_kernel(X, Y, n, inner, stride_o, stride_r, stride_i, inv_n, rows_per_split,
                        OP: tl.constexpr, MEAN: tl.constexpr, ACC: tl.constexpr, BLOCK_R: tl.constexpr,
-                       BLOCK_I: tl.constexpr):
+                       BLOCK_I: tl.constexpr, UNROLL: tl.constexpr):
     # Program (o, i-block, s) reduces rows [s * rows_per_split, (s + 1) * rows_per_split)
     # into Y[s, o, i-block] (Y is (SPLIT, outer, inner); SPLIT = 1: the result itself).
+    # UNROLL = 4 (the GPU plan) loads four row tiles per step, written as four loads
+    # summed together: ptxas then issues the four before waiting on any. One [4 * BLOCK_R,
+    # BLOCK_I] tile accumulated as is needs 4x the accumulator registers, and ptxas
+    # waits for each load before issuing the next (one load in flight per thread).
     o = tl.program_id(0).to(tl.int64)
     i = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
     first = tl.program_id(2) * rows_per_split
+    end = tl.minimum(n, first + rows_per_split)
     r = tl.arange(0, BLOCK_R)
     base = X + o * stride_o + i[None, :] * stride_i
     acc = tl.zeros([BLOCK_R, BLOCK_I], ACC)
-    for start in range(0, rows_per_split, BLOCK_R):
+    for start in range(0, rows_per_split, BLOCK_R * UNROLL):
         rows = first + start + r
-        m = (rows[:, None] < n) & (i[None, :] < inner)
-        x = tl.load(base + rows[:, None].to(tl.int64) * stride_r, mask=m, other=0.0).to(ACC)
-        if OP == 1:
-            x = x * x
-        if OP == 2:
-            x = tl.abs(x)
+        x = _reduce_tile(base, rows, end, stride_r, i, inner, OP, ACC)
+        if UNROLL == 4:
+            x1 = _reduce_tile(base, rows + BLOCK_R, end, stride_r, i, inner, OP, ACC)
+            x2 = _reduce_tile(base, rows + 2 * BLOCK_R, end, stride_r, i, inner, OP, ACC)
+            x3 = _reduce_tile(base, rows + 3 * BLOCK_R, end, stride_r, i, inner, OP, ACC)
+            x = (x + x1) + (x2 + x3)
         acc += x
     total = tl.sum(acc, axis=0)
     if MEAN:
@@ -145,6 +162,10 @@ def _blocks(n, inner):
 # 2048, 71 with 4096); a slice keeps at least 4 tiles of rows.
 _GPU_PROGRAMS = 1024
 _MIN_TILES_PER_SLICE = 4
+# Warps of the column kernel on a GPU: 2 gives each thread two 16-byte loads per row
+# tile, 8 in flight per step (16384x4096 fp16 column mean on an H100: 0.0514 ms with 2
+# warps, 0.0544 with 4, 0.0657 with 8; bench/results/memory_bound_configs_h100.md).
+_GPU_DIM_WARPS = 2
 
 
 def _gpu_plan(x) -> bool:
@@ -178,11 +199,16 @@ def _reduce_steps(x, outer, n, inner, s_o, s_r, s_i, op, mean_over=None):
     programs = outer * tessera.cdiv(inner, block_i)
     rps = _rows_per_split(x, programs, n, block_r)
     split = tessera.cdiv(max(n, 1), rps)
+    # The GPU plan steps over block_r rows as 4 tiles of block_r / 4 (see the kernel).
+    unroll = 4 if _gpu_plan(x) and block_r >= 4 else 1
+    tiles = dict(ACC=acc, BLOCK_R=block_r // unroll, BLOCK_I=block_i, UNROLL=unroll)
+    if H.on_gpu(x):
+        tiles["num_warps"] = _GPU_DIM_WARPS
     if split == 1:
         return [(_reduce_dim_kernel, (outer, tessera.cdiv(inner, block_i), 1), (n, inner, s_o, s_r, s_i, inv_n, rps),
-                 dict(OP=op, MEAN=mean, ACC=acc, BLOCK_R=block_r, BLOCK_I=block_i), None)]
+                 dict(OP=op, MEAN=mean, **tiles), None)]
     first = (_reduce_dim_kernel, (outer, tessera.cdiv(inner, block_i), split), (n, inner, s_o, s_r, s_i, inv_n, rps),
-             dict(OP=op, MEAN=False, ACC=acc, BLOCK_R=block_r, BLOCK_I=block_i), (split, outer * inner))
+             dict(OP=op, MEAN=False, **tiles), (split, outer * inner))
     # The partials are in the accumulation type, which keeps x's precision class.
     return [first] + _reduce_steps(x, 1, split, outer * inner, 0, outer * inner, 1, OP_SUM, mean_over)
 

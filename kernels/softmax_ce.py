@@ -24,10 +24,16 @@ import tessera
 import tessera.language as tl
 
 from . import _host as H
-from .activation import _keep_from
+from .activation import _dropout_keep, _keep_from
 
 CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
+# Warps of a forward row on a GPU. The kernel issues ~6 instructions per element plus
+# ~100 per thread (two block reductions, the log), so fewer threads per row issue fewer
+# in all; with the short ex2 (see _exp_of_difference) 4 and 8 both run at copy speed on
+# an H100 (46.5 us for 16384x4096 fp16), 2 a little slower (47.3 us):
+# bench/results/memory_bound_configs_h100.md.
+CE_FWD_MAX_WARPS = 4
 
 
 @tessera.kernel
@@ -41,10 +47,7 @@ def _softmax_fwd_kernel(X, Y, stride_x, n_cols, p, seed, keep_from,
         x = tl.load(X + row * stride_x + cols, mask=mask, other=-float("inf")).to(ACC)
         e = tl.exp(x - tl.max(tl.max(x, axis=1), axis=0))
         s = tl.sum(tl.sum(e, axis=1), axis=0)
-        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 7) // 8) + g)
-        j = tl.arange(0, 8)[None, :]  # column j takes 16-bit half j % 2 of word j // 2
-        w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
-        keep = tl.where(j % 2 == 0, w & 0xFFFF, w >> 16) >= keep_from
+        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + g, keep_from)
         # 1/(s(1-p)) once per row: one multiply per element for the scale and the dropout.
         y = tl.where(keep, e * (1.0 / (s * (1.0 - p))), 0.0)
     else:
@@ -78,10 +81,7 @@ def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed, keep_fr
         x = tl.load(S + row * stride_s + cols, mask=mask, other=-float("inf")).to(ACC)
         e = tl.exp(x - tl.max(tl.max(x, axis=1), axis=0))
         y = e * (1.0 / tl.sum(tl.sum(e, axis=1), axis=0))
-        r0, r1, r2, r3 = tl.randint4x(seed, row * ((n_cols + 7) // 8) + g)
-        j = tl.arange(0, 8)[None, :]  # column j takes 16-bit half j % 2 of word j // 2
-        w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
-        keep = tl.where(j % 2 == 0, w & 0xFFFF, w >> 16) >= keep_from
+        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + g, keep_from)
         dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
         dx = y * (dy - tl.sum(tl.sum(dy * y, axis=1), axis=0))
     else:
@@ -91,6 +91,17 @@ def _softmax_bwd_kernel(S, DY, DX, stride_s, stride_dy, n_cols, p, seed, keep_fr
         else:
             dx = y * (dy - tl.sum(dy * y, axis=0))
     tl.store(DX + row * n_cols + cols, dx, mask=mask)
+
+
+@tessera.kernel
+def _exp_of_difference(x, m):
+    """exp(x - m) for x <= m, as a term of a sum that holds exp(0) = 1. The clamp at
+    e^-87 (> 2^-126) changes no such sum (terms that small vanish next to 1) and lets
+    the GPU's ex2 skip its denormal handling (compiler/codegen/nvptx/gpu_lowering.cpp:
+    4 instructions -> 1); on the CPU the clamped exp is as fast as the plain one (an
+    exp2 of an FMA, one instruction fewer on the GPU, was ~20% slower there). A NaN
+    logit stays NaN (propagate_nan), so its row's loss is NaN, as torch's."""
+    return tl.exp(tl.maximum(x - m, -87.0, propagate_nan=tl.PropagateNan.ALL))
 
 
 @tessera.kernel
@@ -109,7 +120,7 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
         mask = cols < n_cols
         x = tl.load(base + cols, mask=mask, other=-float("inf")).to(ACC)
         m = tl.max(x, axis=0)
-        lse = m + tl.log(tl.sum(tl.exp(x - m), axis=0))
+        lse = m + tl.log(tl.sum(_exp_of_difference(x, m), axis=0))
         if SMOOTH:
             x_sum = tl.where(mask, x, 0.0)
     else:
@@ -120,8 +131,11 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
             c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector loads
             mask = c < n_cols
             x = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
-            m_new = tl.maximum(m_lane, x)
-            s_lane = tl.where(m_new > -float("inf"), s_lane * tl.exp(m_lane - m_new) + tl.exp(x - m_new), 0.0)
+            # A NaN logit makes its lane's max and sum NaN, so the row's loss is NaN (as
+            # torch's); a lane still at -inf (nothing seen but masked columns) sums 0.
+            m_new = tl.maximum(m_lane, x, propagate_nan=tl.PropagateNan.ALL)
+            s_lane = tl.where(m_new == -float("inf"), 0.0,
+                              s_lane * _exp_of_difference(m_lane, m_new) + _exp_of_difference(x, m_new))
             m_lane = m_new
             if SMOOTH:
                 x_sum += tl.where(mask, x, 0.0)
@@ -359,7 +373,7 @@ def _ce_plan(logits, target, smoothing):
         # longer ones are walked in CE_BLOCK chunks with the online log-sum-exp.
         block = _ce_block(n)
         plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, ACC=H.acc_dtype(logits), BLOCK=block,
-                           **H.row_launch_options(logits, block, max_warps=8))
+                           **H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS))
         plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
                            **H.row_launch_options(logits, block))
     return plan

@@ -146,3 +146,79 @@ def test_erf_tanh_f16_round_the_f32_result_once(name):
     KERNELS[name][(tessera.cdiv(x.size, 1024),)](xt, out, x.size, BLOCK=1024)
     d = ulp_distance(out.cpu().numpy(), _ref(name, x).astype(np.float16))
     assert d.max() <= 1, f"tl.{name} f16: max {d.max()} ulp"
+
+
+# --- exp/exp2 of a clamped argument (compiler/codegen/nvptx/gpu_lowering.cpp) -----------------
+@tessera.kernel
+def exp_clamped_kernel(x_ptr, out_ptr, n, LO: tl.constexpr, EXP2: tl.constexpr, BLOCK: tl.constexpr,
+                       PROPAGATE_NAN: tl.constexpr = False):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0)
+    if PROPAGATE_NAN:
+        x = tl.maximum(x, LO, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        x = tl.maximum(x, LO)
+    tl.store(out_ptr + offs, tl.exp2(x) if EXP2 else tl.exp(x), mask=m)
+
+
+def _ex2_forms(exp2, lo, propagate_nan=False):
+    ck = tessera.compile(exp_clamped_kernel, signature="*fp32,*fp32,i32",
+                         constexprs={"LO": lo, "EXP2": exp2, "BLOCK": 128, "PROPAGATE_NAN": propagate_nan},
+                         target="cuda:90a")
+    ptx = ck.asm["ptx"]
+    return ptx.count("ex2.approx.ftz.f32"), ptx.count("ex2.approx.f32"), ptx
+
+
+@pytest.mark.parametrize("propagate_nan", [False, True])
+@pytest.mark.parametrize("exp2, lo, short", [(True, -126.0, True), (True, -10.0, True), (True, -127.0, False),
+                                             (False, -87.0, True), (False, -88.0, False)])
+def test_ex2_of_an_argument_clamped_above_the_denormals_is_the_short_form(exp2, lo, short, propagate_nan, tmp_path):
+    # ex2.approx.f32 keeps denormal results: ptxas wraps the SFU in a compare, a halving
+    # and a squaring (4 instructions). exp2(max(x, c >= -126)) (exp: c >= -87) never
+    # has a denormal result, so it takes the .ftz form, the SFU alone; below the
+    # bound the result could be denormal and the full form stays.
+    # propagate_nan (llvm.maximum, max.NaN.f32) qualifies too: ex2 of NaN is NaN in both forms.
+    ftz, full, ptx = _ex2_forms(exp2, lo, propagate_nan)
+    assert (ftz, full) == ((1, 0) if short else (0, 1)), ptx
+    assert ("max.NaN.f32" in ptx) == propagate_nan
+    if PTXAS is None:
+        pytest.skip("ptxas (CUDA toolkit) not installed")
+    (tmp_path / "k.ptx").write_text(ptx)
+    r = subprocess.run([PTXAS, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_ex2_without_a_clamp_keeps_denormal_results():
+    # maximum(x, -inf) is no bound: the full form (tests/python/test_cpu_elementwise.py
+    # checks exp's denormal results on a GPU).
+    ck = tessera.compile(exp_clamped_kernel, signature="*fp32,*fp32,i32",
+                         constexprs={"LO": -float("inf"), "EXP2": True, "BLOCK": 128}, target="cuda:90a")
+    assert "ex2.approx.f32" in ck.asm["ptx"] and "ex2.approx.ftz.f32" not in ck.asm["ptx"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("propagate_nan", [False, True])
+@pytest.mark.parametrize("exp2, lo", [(True, -126.0), (False, -87.0)])
+def test_ex2_clamped_short_form_matches_numpy_on_the_gpu(exp2, lo, propagate_nan):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = np.concatenate([np.linspace(-200, 80, 100001), [lo, np.nextafter(np.float32(lo), np.float32(0)), 0.0, -np.inf,
+                                                         np.nan]]).astype(np.float32)
+    xt = torch.from_numpy(x).cuda()
+    out = torch.empty_like(xt)
+    exp_clamped_kernel[(tessera.cdiv(x.size, 1024),)](xt, out, x.size, LO=lo, EXP2=exp2, BLOCK=1024,
+                                                      PROPAGATE_NAN=propagate_nan)
+    got = out.cpu().numpy().astype(np.float64)
+    if propagate_nan:
+        assert np.isnan(got[np.isnan(x)]).all()
+        got, x = got[~np.isnan(x)], x[~np.isnan(x)]
+    xc = np.maximum(np.where(np.isnan(x), lo, x), lo).astype(np.float64)  # maxnum(nan, lo) = lo
+    want = np.exp2(xc) if exp2 else np.exp(xc)
+    rel = np.abs(got - want) / want
+    # ex2.approx: relative error about 2^-22; exp also rounds x·log2 e (|x|·2^-24).
+    bound = 2.0 ** -21 + (0 if exp2 else np.abs(xc) * 2.0 ** -23)
+    assert (rel <= bound).all(), (x[np.argmax(rel - bound)], rel.max())
+    assert (got > 0).all()  # the clamp keeps every result a normal number, never 0

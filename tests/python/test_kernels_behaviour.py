@@ -121,6 +121,36 @@ def test_cross_entropy_large_vocabulary_chunked():
     torch.testing.assert_close(logits.grad.double(), ref_logits.grad, atol=1e-7, rtol=1e-4)
 
 
+def _check_cross_entropy_nan_row(n, device):
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, n, generator=gen)
+    t = torch.tensor([1, 2, 3, 4])
+    x[1, 5] = float("nan")
+    x[2, n - 1] = float("nan")
+    got = tk.cross_entropy(x.to(device), t.to(device), reduction="none").cpu()
+    want = F.cross_entropy(x, t, reduction="none")
+    assert torch.isnan(got[1]) and torch.isnan(got[2])
+    torch.testing.assert_close(got[[0, 3]], want[[0, 3]], rtol=1e-5, atol=1e-5)
+    assert torch.isnan(tk.cross_entropy(x.to(device), t.to(device)).cpu())  # the mean over rows
+
+
+@pytest.mark.parametrize("n", [37, 9000], ids=["one_chunk", "chunked"])
+def test_cross_entropy_nan_logit_gives_a_nan_row(n):
+    # The clamped exp of the forward kernels (softmax_ce._exp_of_difference) must not
+    # turn a NaN into e^-87, and the chunked walk must not skip a lane whose first
+    # value is NaN: that row's loss is NaN, the others are unchanged, as torch's.
+    _check_cross_entropy_nan_row(n, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [37, 9000], ids=["one_chunk", "chunked"])
+def test_cross_entropy_nan_logit_gives_a_nan_row_on_the_gpu(n):
+    # On the GPU the clamp is max.NaN.f32 and the exp ex2.approx.ftz (both keep NaN).
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    _check_cross_entropy_nan_row(n, "cuda")
+
+
 def test_cross_entropy_bad_targets():
     with pytest.raises(IndexError, match="cross_entropy: target values"):
         tk.cross_entropy(torch.randn(2, 5), torch.tensor([0, 5]))

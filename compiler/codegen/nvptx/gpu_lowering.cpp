@@ -13,6 +13,23 @@ namespace tessera::codegen::nvptx {
 
 namespace {
 
+// Whether ex2's argument is maxnum(y, c) or maximum(y, c) (tl.maximum with a constant,
+// without or with propagate_nan) for a c at or above `floor`. ex2.approx.f32 keeps denormal results, which ptxas implements as four
+// instructions per call (a compare, a halving of the argument, the SFU, a squaring of
+// the result); the .ftz form is the SFU alone, and differs only for results below
+// 2^-126, which an argument clamped at >= -126 never produces. Kernels summing
+// exponentials (softmax_ce.py) clamp to get the short form: ex2(max(z, -126)).
+bool ex2_argument_is_clamped_at(llvm::Value* v, double floor) {
+  auto* call = llvm::dyn_cast<llvm::CallInst>(v);
+  if (!call || (call->getIntrinsicID() != llvm::Intrinsic::maxnum &&
+                call->getIntrinsicID() != llvm::Intrinsic::maximum))
+    return false;
+  for (llvm::Value* operand : call->args())
+    if (auto* c = llvm::dyn_cast<llvm::ConstantFP>(operand))
+      if (c->getValueAPF().convertToDouble() >= floor) return true;
+  return false;
+}
+
 // exp/exp2 of f32 (and f16/bf16, computed in f32) with the SFU's ex2.approx, as
 // Triton does: exp(x) = ex2(x·log2 e), relative error about 2^-22; erf and tanh from
 // math_nvptx.cpp. Everything else goes to the shared elementwise lowering.
@@ -25,8 +42,12 @@ llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm
     const ElemType& e = op.result()->type.elem;
     ElemType f32{ScalarKind::F32, ScalarKind::I32};
     llvm::Value* x = emit_cast(b, args[0], e, f32);
-    if (op.kind == OpKind::Exp) x = b.CreateFMul(x, llvm::ConstantFP::get(b.getFloatTy(), 1.4426950408889634));
-    llvm::Value* r = b.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {x});
+    constexpr double kLog2e = 1.4426950408889634;
+    // exp(max(y, c)): c * log2 e >= -126 needs c >= -87.34 (-87: a margin for its rounding).
+    bool clamped = ex2_argument_is_clamped_at(x, op.kind == OpKind::Exp ? -87.0 : -126.0);
+    if (op.kind == OpKind::Exp) x = b.CreateFMul(x, llvm::ConstantFP::get(b.getFloatTy(), kLog2e));
+    llvm::Value* r = b.CreateIntrinsic(
+        clamped ? llvm::Intrinsic::nvvm_ex2_approx_ftz_f : llvm::Intrinsic::nvvm_ex2_approx_f, {}, {x});
     return emit_cast(b, r, f32, e);
   }
   // erf/tanh of f32 (and f16/bf16, computed in f32) on the SFU (math_nvptx.cpp, a

@@ -1,0 +1,187 @@
+"""Launch configurations of tessera.kernels' memory-bound GPU kernels side by side, on
+bench/kernels.py's fp16 shapes (16384x4096; rms_norm_rope 65536x8x128): the kernels
+launched directly, one candidate per row, each next to a torch copy of the same bytes,
+timed round-robin with CUDA events in one run (what the libraries' defaults are chosen
+from: kernels/softmax_ce.py, activation.py, reduce.py, rope.py).
+
+    python bench/memory_bound_configs.py [--out bench/results] [--tag _h100]
+
+'of copy' = copy time / kernel time (copy of the bytes the kernel must move: inputs
+read once, outputs written once); >= 0.9 is the target. The library ops' rows also give
+their host time per call (a host time above the GPU time means the op is host-bound)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import RESULTS_DIR, machine_info, table_lines  # noqa: E402
+from kernels import measure_cuda_events  # noqa: E402  (bench/kernels.py)
+
+import torch  # noqa: E402
+
+import tessera  # noqa: E402
+import tessera.language as tl  # noqa: E402
+import tessera.kernels as tk  # noqa: E402
+from tessera.kernels import activation as A  # noqa: E402
+from tessera.kernels import reduce as RD  # noqa: E402
+from tessera.kernels import rope as RP  # noqa: E402
+from tessera.kernels import softmax_ce as S  # noqa: E402
+
+
+def candidates(rows, cols, dev="cuda"):
+    """name -> (fn, bytes moved)."""
+    f16 = torch.float16
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(rows, cols, generator=g).to(dev, f16)
+    tgt = torch.randint(0, cols, (rows,), generator=g).to(dev)
+    mat = x.numel() * 2
+    out = {}
+
+    # cross_entropy forward: the row kernel alone, then the whole op (+ the loss reduction).
+    loss = torch.empty(rows, device=dev)
+    lse = torch.empty(rows, device=dev)
+    for w in (2, 4, 8):
+        out[f"cross_entropy fwd kernel, num_warps={w}"] = (
+            lambda w=w: S._xent_fwd_kernel[(rows,)](x, tgt, loss, lse, cols, cols, -100, 0.0, SMOOTH=False,
+                                                     ONE_CHUNK=True, ACC=tl.float32, BLOCK=cols, num_warps=w), mat)
+    out["cross_entropy loss reduction (mean) alone, library"] = (
+        lambda: S.reduce_loss(loss, tgt, -100, "mean", "float16"), rows * (4 + 8))
+    red_out, red_scale = torch.empty(1, device=dev), torch.empty(1, device=dev)
+    for block, w in ((16384, 32), (8192, 16), (4096, 16), (2048, 8)):
+        out[f"cross_entropy loss reduction kernel, BLOCK={block}, num_warps={w}"] = (
+            lambda block=block, w=w: S._xent_reduce_kernel[(1,)](loss, tgt, red_out, red_scale, rows, -100, MEAN=True,
+                                                               ACC=tl.float32, BLOCK=block, num_warps=w),
+            rows * (4 + 8))
+    out["tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), mat)
+
+    # gelu_dropout forward: column block and warps.
+    y = torch.empty_like(x)
+    for block in (1024, 2048, 4096):
+        for w in (4, 8):
+            if block // (32 * w) < 8:
+                continue
+            out[f"gelu_dropout fwd, BLOCK={block}, num_warps={w}"] = (
+                lambda block=block, w=w: A._ew_fwd_kernel[(rows, tessera.cdiv(cols, block))](
+                    x, x, y, cols, 0, cols, 0.1, 1, A._keep_from(0.1), OP=A.GELU, TANH=False, HAS_B=False,
+                    DROPOUT=True, ACC=tl.float32, BLOCK=block, num_warps=w), 2 * mat)
+    out["tk.gelu_dropout (library default)"] = (lambda: tk.gelu_dropout(x, 0.1, seed=1), 2 * mat)
+    dx = torch.empty_like(x)
+    for block in (2048, 4096):
+        out[f"gelu_dropout bwd, BLOCK={block}, num_warps=4"] = (
+            lambda block=block: A._ew_bwd_kernel[(rows, tessera.cdiv(cols, block))](
+                x, x, x, dx, dx, cols, 0, cols, cols, 0.1, 1, A._keep_from(0.1), OP=A.GELU, TANH=False, HAS_B=False,
+                WRITE_DB=False, DROPOUT=True, ACC=tl.float32, BLOCK=block, num_warps=4), 3 * mat)
+
+    # reduce_mean_abs(dim=0): the sliced column kernel (BLOCK_R x BLOCK_I tiles, ~`programs`
+    # programs) plus the sum of the slices, as reduce.py's _reduce launches them.
+    ycol = torch.empty(cols, device=dev, dtype=f16)
+
+    def mean_abs_dim0(block_r, block_i, w, programs, unroll):
+        # block_r rows per step: `unroll` tiles of block_r / unroll rows.
+        cols_progs = tessera.cdiv(cols, block_i)
+        split = max(1, min(tessera.cdiv(programs, cols_progs), rows // (block_r * 4)))
+        rps = tessera.cdiv(tessera.cdiv(rows, split), block_r) * block_r
+        split = tessera.cdiv(rows, rps)
+        part = torch.empty(split, cols, device=dev)
+
+        def run():
+            RD._reduce_dim_kernel[(1, cols_progs, split)](x, part, rows, cols, 0, cols, 1, 1.0, rps, OP=RD.OP_MEAN_ABS,
+                                                         MEAN=False, ACC=tl.float32, BLOCK_R=block_r // unroll,
+                                                         BLOCK_I=block_i, UNROLL=unroll, num_warps=w)
+            RD._reduce(part, ycol, 1, split, cols, 0, cols, 1, RD.OP_SUM, rows)
+        return run
+    for block_r, block_i, w, programs, unroll in (
+            (64, 64, 4, 1024, 1), (64, 64, 4, 1024, 4), (64, 64, 4, 2048, 4), (64, 64, 4, 512, 4),
+            (128, 64, 4, 1024, 4), (128, 64, 8, 1024, 4), (64, 64, 2, 1024, 4), (32, 128, 4, 1024, 4),
+            (64, 128, 4, 1024, 4), (16, 256, 4, 1024, 4), (64, 64, 8, 1024, 1), (64, 64, 2, 512, 4),
+            (64, 64, 2, 2048, 4), (128, 64, 2, 1024, 4), (64, 64, 1, 1024, 4), (32, 64, 2, 1024, 4)):
+        out[f"reduce_mean_abs(dim=0), {block_r}x{block_i} rows x cols per step as {unroll} loads, "
+            f"num_warps={w}, ~{programs} programs"] = (mean_abs_dim0(block_r, block_i, w, programs, unroll), mat)
+    out["tk.reduce_mean_abs(dim=0) (library default)"] = (lambda: tk.reduce_mean_abs(x, 0), mat)
+
+    # rms_norm_rope forward: head vectors per program and warps.
+    hd, heads = 128, 8
+    xq = torch.randn(rows * cols // (heads * hd), heads, hd, generator=g).to(dev, f16)
+    seq = xq.shape[0]
+    wq = torch.randn(hd, generator=g).to(dev, f16)
+    ang = torch.randn(seq, hd // 2, generator=g)
+    cos, sin = ang.cos().to(dev, f16), ang.sin().to(dev, f16)
+    xv = xq.view(-1, hd)
+    yq = torch.empty_like(xv)
+    rstd = torch.empty(xv.shape[0], device=dev)
+    n = xv.shape[0]
+    for per in (16, 32, 64):
+        for w in (2, 4, 8):
+            if per * 64 // (32 * w) < 8:
+                continue
+            out[f"rms_norm_rope fwd, ROWS={per}, num_warps={w}"] = (
+                lambda per=per, w=w: RP._rms_rope_fwd_kernel[(tessera.cdiv(n, per),)](
+                    xv, wq, cos, sin, yq, rstd, hd, n, heads, seq, hd // 2, 1e-6, HAS_W=True, ACC=tl.float32,
+                    ROWS=per, BLOCK=hd // 2, num_warps=w), 2 * xq.numel() * 2)
+    out["tk.rms_norm_rope (library default)"] = (lambda: tk.rms_norm_rope(xq, wq, cos, sin), 2 * xq.numel() * 2)
+    return out
+
+
+def host_us(fn, n=200):
+    """Host time per call, no synchronization between calls (above the GPU time: the op
+    is host-bound, and CUDA events around back-to-back calls measure the host)."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=RESULTS_DIR)
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--smoke", action="store_true", help="run every candidate once on the CPU at 256x4096 (no timing)")
+    args = ap.parse_args()
+    if args.smoke:
+        for name, (fn, _) in candidates(256, 4096, "cpu").items():
+            fn()
+            print("ran", name)
+        return
+    t0 = time.time()
+    rows_out, records = [], []
+    with torch.no_grad():
+        for name, (fn, nbytes) in candidates(16384, 4096).items():
+            src = torch.empty(max(nbytes // 8, 1), dtype=torch.float32, device="cuda")
+            dst = torch.empty_like(src)
+            t = measure_cuda_events({"kernel": fn, "copy": lambda: dst.copy_(src)})
+            k, c = t["kernel"].min, t["copy"].min
+            host = host_us(fn) if "library" in name else None
+            rows_out.append([name, k * 1e3, t["kernel"].median * 1e3, c * 1e3, nbytes / k / 1e9, c / k,
+                             host if host is not None else "n/a"])
+            records.append({"config": name, "ms": k * 1e3, "median_ms": t["kernel"].median * 1e3, "copy_ms": c * 1e3,
+                            "GBps": nbytes / k / 1e9, "of_copy": c / k, "host_us_per_call": host})
+            print(f"{name:80s} {k * 1e3:8.4f} ms  of copy {c / k:5.3f}"
+                  + (f"  host {host:6.1f} us/call" if host is not None else ""), flush=True)
+    header = ["config", "ms (best)", "ms (median)", "copy ms", "GB/s", "of copy", "host us/call (library ops)"]
+    machine = machine_info()
+    machine["gpu"] = torch.cuda.get_device_name()
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, "memory_bound_configs" + args.tag)
+    with open(stem + ".json", "w") as fh:
+        json.dump({"machine": machine, "records": records}, fh, indent=1, default=str)
+    md = [f"# Launch configurations of the memory-bound kernels ({machine['gpu']}, fp16)", "",
+          f"Generated by `python bench/memory_bound_configs.py` on {machine['date']}; each row: the kernel launched "
+          "directly (or the library op, '(library default)'), next to a torch copy of the same bytes, CUDA events "
+          "around back-to-back batches, best of 5 round-robin rounds.", ""]
+    md += table_lines(header, rows_out, markdown=True)
+    with open(stem + ".md", "w") as fh:
+        fh.write("\n".join(md) + "\n")
+    print(f"wrote {stem}.{{md,json}} in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The PTX of the library's memory-bound GPU kernels, as the fp16 benchmark
+(bench/kernels.py --device cuda, 16384x4096) specializes them, checked for the
+instruction-level choices their speed depends on (kernels/*.py say why); no GPU needed."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import tessera
+import tessera.language as tl
+from tessera.kernels import activation as A
+from tessera.kernels import rope as R
+from tessera.kernels import softmax_ce as S
+
+PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
+                                  else None)
+
+
+def _ptx(kernel, signature, constexprs, num_warps, tmp_path):
+    ptx = tessera.compile(kernel, signature, constexprs, target="cuda:90a", num_warps=num_warps).asm["ptx"]
+    if PTXAS is not None:
+        (tmp_path / "k.ptx").write_text(ptx)
+        r = subprocess.run([PTXAS, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    return ptx
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_gelu_dropout_draws_its_mask_without_shared_memory(direction, tmp_path):
+    # _dropout_keep shifts each column's 16-bit half down by (j & 1) * 16; the
+    # `j % 2 == 0` select it replaced went through shared memory behind a barrier.
+    if direction == "fwd":
+        ptx = _ptx(A._ew_fwd_kernel, "*fp16:16,*fp16:16,*fp16:16,i32:16,i32,i32:16,fp32,i32,i32",
+                   dict(OP=A.GELU, TANH=False, HAS_B=False, DROPOUT=True, ACC=tl.float32, BLOCK=2048), 4, tmp_path)
+    else:
+        ptx = _ptx(A._ew_bwd_kernel, "*fp16:16,*fp16:16,*fp16:16,*fp16:16,*fp16:16,i32:16,i32,i32:16,i32:16,fp32,i32,i32",
+                   dict(OP=A.GELU, TANH=False, HAS_B=False, WRITE_DB=False, DROPOUT=True, ACC=tl.float32,
+                        BLOCK=2048), 4, tmp_path)
+    assert "bar.sync" not in ptx and "st.shared" not in ptx
+    # 2048 columns over 128 threads: two 16-byte runs per thread of each input.
+    assert ptx.count("ld.global.v4.b32") == 2 * (2 if direction == "bwd" else 1)
+
+
+def test_softmax_dropout_barriers_are_its_two_reductions_only(tmp_path):
+    ptx = _ptx(S._softmax_fwd_kernel, "*fp16:16,*fp16:16,i32:16,i32:16,fp32,i32,i32",
+               dict(LOG=False, DROPOUT=True, ACC=tl.float32, BLOCK=4096), 8, tmp_path)
+    assert ptx.count("bar.sync") == 4  # max and sum across 8 warps: two barriers each
+
+
+@pytest.mark.parametrize("num_warps", [4, 8])
+def test_cross_entropy_forward_uses_the_short_ex2_for_every_element(num_warps, tmp_path):
+    # 4096 classes over 32 * num_warps threads; exp(x - max) clamped at e^-87
+    # (_exp_of_difference) is one ex2.approx.ftz each, with no denormal handling.
+    ptx = _ptx(S._xent_fwd_kernel, "*fp16:16,*i64:16,*fp32:16,*fp32:16,i32:16,i32:16,i32,fp32",
+               dict(SMOOTH=False, ONE_CHUNK=True, ACC=tl.float32, BLOCK=4096), num_warps, tmp_path)
+    assert ptx.count("ex2.approx.ftz.f32") == 4096 // (32 * num_warps)
+    assert "ex2.approx.f32" not in ptx
+    assert ptx.count("max.NaN.f32") == 4096 // (32 * num_warps)  # the clamp keeps a NaN logit NaN
+
+
+def test_rms_norm_rope_positions_use_32_bit_division(tmp_path):
+    ptx = _ptx(R._rms_rope_fwd_kernel, "*fp16:16,*fp16:16,*fp16:16,*fp16:16,*fp16:16,*fp32:16,i32:16,i32:16,i32,"
+               "i32:16,i32:16,fp32", dict(HAS_W=True, ACC=tl.float32, ROWS=32, BLOCK=64), 4, tmp_path)
+    assert "div.s64" not in ptx and "rem.s64" not in ptx
+    assert "div.s32" in ptx and "rem.s32" in ptx
+
