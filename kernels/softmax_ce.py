@@ -114,7 +114,11 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
     # for the reductions.
     t = tl.load(T + row)
     valid = t != ignore_index
-    x_t = tl.load(base + tl.where(valid, t, 0)).to(ACC)
+    # A target outside [0, n_cols) (and not ignore_index) must not read another column's
+    # logit: its loss is NaN (the host checks CPU targets and raises; device targets are
+    # not copied back for a check, as torch's device-side assert would stop the context).
+    in_range = (t >= 0) & (t < n_cols)
+    x_t = tl.load(base + tl.where(valid & in_range, t, 0)).to(ACC)
     if ONE_CHUNK:
         # The whole row in one tile (BLOCK >= n_cols): one exp per element, as softmax.
         mask = cols < n_cols
@@ -145,7 +149,7 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
     if SMOOTH:
         # torch's label smoothing: (1 - eps) * nll + eps * mean over classes of -log p.
         loss = (1.0 - smoothing) * loss + smoothing * (lse - tl.sum(x_sum, axis=0) / n_cols)
-    tl.store(LOSS + row, tl.where(valid, loss, 0.0))
+    tl.store(LOSS + row, tl.where(valid, tl.where(in_range, loss, float("nan")), 0.0))
     tl.store(LSE + row, lse)
 
 
@@ -160,7 +164,8 @@ def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols
     d = tl.load(DLOSS + row * stride_dloss).to(ACC)
     if HAS_SCALE:
         d = d * tl.load(SCALE)
-    d = tl.where(t != ignore_index, d, 0.0)
+    # Ignored rows get zero gradients; an out-of-range target NaN ones (its loss is NaN).
+    d = tl.where(t != ignore_index, tl.where((t >= 0) & (t < n_cols), d, float("nan")), 0.0)
     lse = tl.load(LSE + row)
     for start in range(0, n_cols, BLOCK):
         c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector accesses
