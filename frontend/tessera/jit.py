@@ -466,6 +466,9 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         target, device = "cpu", None
         if devices and next(iter(devices)) != "cpu":
             device = next(iter(devices))
+            if not device.startswith("cuda"):
+                raise ValueError(f"kernel {self.__name__}: {', '.join(devices[device])} on device '{device}': "
+                                 f"a launch takes arrays in host memory (cpu) or on an NVIDIA GPU (cuda)")
             target = _gpu_target(self.__name__, device)
         options = {"num_warps": opt_key[0], "num_stages": opt_key[1], "debug": opt_key[2]}
         runtime_names = [self.arg_names[i] for i in runtime]

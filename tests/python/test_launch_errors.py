@@ -192,6 +192,14 @@ def test_arrays_on_different_devices(path):
         launch(FakeTorchTensor("cuda:0"), FakeTorchTensor("cuda:1"), FakeTorchTensor("cuda:0"), N, BLOCK=128)
 
 
+def test_arrays_on_a_device_no_backend_runs(path):
+    # torch's 'meta' (no storage) and other devices: named as such, not as a missing CUDA.
+    with pytest.raises(ValueError, match=r"kernel add: 'x' \(position 0\), 'y' \(position 1\), "
+                                         r"'out' \(position 2\) on device 'meta': a launch takes arrays in host "
+                                         r"memory \(cpu\) or on an NVIDIA GPU \(cuda\)"):
+        launch(FakeTorchTensor("meta"), FakeTorchTensor("meta"), FakeTorchTensor("meta"), N, BLOCK=128)
+
+
 @pytest.mark.parametrize("make", [lambda: FakeTorchTensor("cuda:0"), FakeCupyArray])
 def test_gpu_arrays_without_a_usable_gpu(path, make):
     from tessera._core import _C
