@@ -176,6 +176,16 @@ def test_nn_tf32_matches_reference(monkeypatch, M, N, K, BM, BN, BK, num_warps, 
             assert "wgmma" not in ptx and "mma.sync.aligned.m16n8k8" in ptx
 
 
+@pytest.mark.parametrize("K", [32, 64, 96, 200, 2080])
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_nn_tf32_iteration_counts(monkeypatch, K, tma):
+    # The benchmark's NN config (256x128x32, 8 warps, 4 stages: a wgmma group in flight
+    # across iterations) at 1, 2, 3, 7 and 65 K steps, many CTAs, from both rings.
+    a, w = inputs(512, 384, K, seed=K + 31)
+    c, _ = run("NN", a, w, 256, 128, 32, 8, 4, monkeypatch=monkeypatch, tma=tma)
+    check(c, a, w)
+
+
 @pytest.mark.parametrize("M,N,K", [(200, 184, 300), (256, 512, 128)])
 def test_nn_tf32_cp_async_ring(monkeypatch, M, N, K):
     # TESSERA_TMA=0: B's column blocks filled by cp.async, the same swapped wgmma.
