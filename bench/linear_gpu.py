@@ -102,12 +102,25 @@ def products(dtype, m=4096, k=1024, n=2048, heads=8, seq=2048, d=64):
                                                  lambda t: L.matmul(q, kk, qs, (ks[0], ks[2], ks[1]), heads, seq, seq,
                                                                     d, q, scale=0.125, tiles=t),
                                                  lambda: torch.bmm(q, kk.transpose(1, 2))),
+        **{f"fwd relu(x@W^T+b) {m2}x{k2}x{n2}": _linear_product(r, m2, k2, n2)
+           for (m2, k2, n2) in ((8192, 4096, 4096), (4097, 1000, 1030))},
     }
 
 
-def sweep(dtype):
+def _linear_product(r, m, k, n):
+    """(flops, tk relu(x @ W^T + b) given tiles, cuBLAS x @ W^T) on fresh inputs."""
+    x, w, b = r(m, k), r(n, k, sc=k ** -0.5), r(n)
+    xs, ws = x.stride(), w.stride()
+    return (2 * m * n * k,
+            lambda t: L.matmul(x, w, (0,) + xs, (0, ws[1], ws[0]), 1, m, n, k, x, bias=b, act=L.ACT_RELU, tiles=t),
+            lambda: torch.mm(x, w.t()))
+
+
+def sweep(dtype, only=""):
     rows = []
     for name, (flops, f_tk, f_cublas) in products(dtype).items():
+        if only and not any(o in name for o in only.split(",")):
+            continue
         fns = {"cuBLAS": f_cublas}
         for (bm, bn, bk, w, s, g) in SWEEP:
             if dtype == torch.float32 and bk > 32:
@@ -214,11 +227,13 @@ def main():
     ap.add_argument("--no-triton", dest="triton", action="store_false")
     ap.add_argument("--out", default=RESULTS_DIR)
     ap.add_argument("--tag", default="linear", help="results go to kernels_cuda_<dtype>_<tag>.{md,json}")
+    ap.add_argument("--products", default="", help="sweep only the products whose names contain one of these "
+                    "comma-separated strings (e.g. 'fwd,dW')")
     ap.add_argument("--shapes", default="", help="only these linear shapes of the ops table, e.g. 4096x1024x2048 "
                     "(M x K x N, comma-separated); attention_score only when empty")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
-    sw = sweep(dtype) if args.sweep else []
+    sw = sweep(dtype, args.products) if args.sweep else []
     ops = [] if args.no_ops else ops_table(dtype, args.triton, args.shapes)
     machine = machine_info()
     machine["gpu"] = torch.cuda.get_device_name()

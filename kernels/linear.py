@@ -22,7 +22,11 @@ from .reduce import column_sum
 
 ACT_NONE, ACT_RELU, ACT_GELU, ACT_GELU_TANH = 0, 1, 2, 3
 BM, BN, BK = 64, 64, 32
-GROUP_M = 8  # the GPU grid's row blocks per group (_grouped_tile)
+# The GPU grid's row blocks per group (_grouped_tile). 1 (row blocks in turn, column
+# blocks fastest): with A and W in L2 (50 MB on an H100) grouping bought nothing at
+# 4096x1024x2048 and its backward products, and GROUP_M 8 was 0-3% slower
+# (bench/results/kernels_cuda_float16_linear2.md).
+GROUP_M = 1
 
 
 @tessera.kernel
@@ -183,7 +187,8 @@ def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, s
     """(kernel, grid, the arguments after the five arrays, constexpr and launch keywords)."""
     gpu = H.on_gpu(like)
     if tiles is None:
-        tiles = _gpu_tiles(H.dtype_name(like), m, n, k, batch) if gpu else _tiles(like, m, n, k)
+        tiles = (_gpu_tiles(H.dtype_name(like), m, n, k, batch, a_mmajor=a_strides[1] == 1 and a_strides[2] != 1)
+                 if gpu else _tiles(like, m, n, k))
     bm, bn, bk, opts = tiles
     if gpu:  # one grid axis over C's tiles, walked in _grouped_tile's order
         opts = {"GROUP_M": GROUP_M, **opts}
@@ -198,21 +203,26 @@ def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, s
     return (_matmul_kernel if gpu else _matmul_kernel_cpu), grid, sizes, meta
 
 
-def _gpu_tiles(name, m, n, k, batch):
+def _gpu_tiles(name, m, n, k, batch, a_mmajor=False):
     """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) on a GPU: 128-row tensor-core tiles
     over 8 warps (two warpgroups of wgmma on sm_90a, mma.sync elsewhere); float64 has
-    no tensor-core path and keeps the small tile.
-    - 16-bit, one batch (linear's products: TMA-filled rings on sm_90a) with at least
-      WIDE_TILES_FROM 128x256 tiles: 128x256, 4 stages (one CTA per SM, one wgmma group
-      kept in flight), the bench matmul's best TMA configuration
-      (bench/results/gpu_matmul_tma.md); fewer tiles would leave SMs idle.
-    - otherwise 128x128, 3 stages (two CTAs per SM; 32-wide K for fp32's tf32x3):
-      bench/results/kernels_cuda_float16_linear.md's sweep of the cp.async rings.
-    bench/linear_gpu.py --sweep times the alternatives (kernels_cuda_float16_linear2.md)."""
+    no tensor-core path and keeps the small tile. For 16-bit products of one batch
+    (linear's, TMA-filled rings on sm_90a), from bench/linear_gpu.py --sweep on an H100
+    (bench/results/kernels_cuda_float16_linear2.md, 4096x1024x2048):
+    - with at least WIDE_TILES_FROM 128x256 tiles: 128x256, 4 stages (one CTA per SM,
+      one wgmma group kept in flight): x @ W^T 0.87 of cuBLAS (128x128, 3 stages: 0.80),
+      dX = dZ W 0.93-0.95 (0.83); fewer such tiles would leave SMs idle;
+    - an M-major A (dW = dZ^T X): 128x128, 4 stages, 0.66 of cuBLAS (3 stages 0.59,
+      128x256 0.52);
+    - otherwise (and for batched products, fp32's tf32x3 with 32-wide K) 128x128, 3
+      stages (two CTAs per SM)."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
-    if name != "float32" and batch == 1 and tessera.cdiv(m, 128) * tessera.cdiv(n, 256) >= WIDE_TILES_FROM:
-        return 128, 256, 64, {"num_warps": 8, "num_stages": 4}
+    if name != "float32" and batch == 1:
+        if a_mmajor:
+            return 128, 128, 64, {"num_warps": 8, "num_stages": 4}
+        if tessera.cdiv(m, 128) * tessera.cdiv(n, 256) >= WIDE_TILES_FROM:
+            return 128, 256, 64, {"num_warps": 8, "num_stages": 4}
     return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}
 
 
