@@ -187,7 +187,8 @@ def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, s
     """(kernel, grid, the arguments after the five arrays, constexpr and launch keywords)."""
     gpu = H.on_gpu(like)
     if tiles is None:
-        tiles = (_gpu_tiles(H.dtype_name(like), m, n, k, batch, a_mmajor=a_strides[1] == 1 and a_strides[2] != 1)
+        tiles = (_gpu_tiles(H.dtype_name(like), m, n, k, batch, a_mmajor=a_strides[1] == 1 and a_strides[2] != 1,
+                            rows_aligned=all(st % 16 == 0 for st in a_strides[1:] + b_strides[1:] if st != 1))
                  if gpu else _tiles(like, m, n, k))
     bm, bn, bk, opts = tiles
     if gpu:  # one grid axis over C's tiles, walked in _grouped_tile's order
@@ -203,7 +204,7 @@ def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, s
     return (_matmul_kernel if gpu else _matmul_kernel_cpu), grid, sizes, meta
 
 
-def _gpu_tiles(name, m, n, k, batch, a_mmajor=False):
+def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
     """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) on a GPU: 128-row tensor-core tiles
     over 8 warps (two warpgroups of wgmma on sm_90a, mma.sync elsewhere); float64 has
     no tensor-core path and keeps the small tile. For 16-bit products of one batch
@@ -212,13 +213,16 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False):
     - with at least WIDE_TILES_FROM 128x256 tiles: 128x256, 4 stages (one CTA per SM,
       one wgmma group kept in flight): x @ W^T 0.87 of cuBLAS (128x128, 3 stages: 0.80),
       dX = dZ W 0.93-0.95 (0.83); fewer such tiles would leave SMs idle;
-    - an M-major A (dW = dZ^T X): 128x128, 4 stages, 0.66 of cuBLAS (3 stages 0.59,
-      128x256 0.52);
-    - otherwise (and for batched products, fp32's tf32x3 with 32-wide K) 128x128, 3
-      stages (two CTAs per SM)."""
+    - an M-major A (dW = dZ^T X): 128x128, 4 stages, 0.65-0.67 of cuBLAS (3 stages
+      0.58-0.59, 128x256 0.52);
+    - otherwise 128x128, 3 stages (two CTAs per SM): batched products, fp32's tf32x3
+      (32-wide K), and operands with a row stride that is not a multiple of 16 elements
+      (rows_aligned false: the launch's specialization, which knows divisibility by 16
+      only, cannot prove the rows 16-byte aligned, so no ring takes the loads) -- there
+      128x256 ran 0.46 of cuBLAS against 0.55 (4097x1000x1030)."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
-    if name != "float32" and batch == 1:
+    if name != "float32" and batch == 1 and rows_aligned:
         if a_mmajor:
             return 128, 128, 64, {"num_warps": 8, "num_stages": 4}
         if tessera.cdiv(m, 128) * tessera.cdiv(n, 256) >= WIDE_TILES_FROM:
@@ -451,7 +455,7 @@ def _linear_fast(x, weight, bias, act):
     y = T.empty(x.shape[:-1] + (n,), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1)
+    bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1, rows_aligned=k % 16 == 0)
     # A = x (m, k) row-major; B = W^T: B[k, n] at W + n * k + k, K-major unless k == 1.
     _matmul_kernel[(tessera.cdiv(m, bm) * tessera.cdiv(n, bn), 1, 1)](
         x, weight, bias if bias is not None else x, y, y, m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0,

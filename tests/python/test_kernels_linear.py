@@ -248,10 +248,28 @@ TMA_MAPS = {"fwd": "14|0:2:128:64:128:i7:i5:i9|1:2:128:64:{n}:i7:i6:i11",
             "dw": "14|0:2:128:64:64:i5:i7:i9|1:2:128:64:64:i6:i7:i11"}
 
 
+def test_gpu_plans_pick_the_tiles_of_their_layouts(monkeypatch):
+    # linear's products as _matmul_plan plans them on a GPU (the layout decides what
+    # _gpu_tiles is told): x @ W^T and dX wide, dW (M-major A) 4 stages, K = 1000 (rows
+    # not provably 16-byte aligned: no ring) the narrow tile.
+    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    like = torch.empty(1, dtype=torch.float16)
+
+    def tiles(m, k, n, a_strides, b_strides):
+        kernel, grid, sizes, meta = L._matmul_plan(a_strides, b_strides, 1, m, n, k, like, None, L.ACT_NONE, None,
+                                                   False, None)
+        assert kernel is L._matmul_kernel and grid == (-(-m // meta["BLOCK_M"]) * -(-n // meta["BLOCK_N"]), 1, 1)
+        return meta["BLOCK_M"], meta["BLOCK_N"], meta["num_stages"], meta["GROUP_M"]
+    assert tiles(4096, 1024, 2048, (0, 1024, 1), (0, 1, 1024)) == (128, 256, 4, L.GROUP_M)   # x @ W^T
+    assert tiles(4096, 2048, 1024, (0, 2048, 1), (0, 1024, 1)) == (128, 256, 4, L.GROUP_M)   # dz @ W
+    assert tiles(2048, 4096, 1024, (0, 1, 2048), (0, 1024, 1)) == (128, 128, 4, L.GROUP_M)   # dz^T @ x
+    assert tiles(4097, 1000, 1030, (0, 1000, 1), (0, 1, 1000)) == (128, 128, 3, L.GROUP_M)
+
+
 def test_gpu_tiles_per_product():
     # (BLOCK_M, BLOCK_N, num_stages) for 16-bit products of one batch: 128x256 from about
-    # a wave of such tiles on, dW (M-major A) 128x128 with 4 stages; batched, fp32 and
-    # small products 128x128 with 3 stages.
+    # a wave of such tiles on, dW (M-major A) 128x128 with 4 stages; batched, fp32, small
+    # products and rows not 16-byte aligned 128x128 with 3 stages.
     def pick(*args, **kw):
         bm, bn, bk, opts = L._gpu_tiles(*args, **kw)
         return bm, bn, bk, opts.get("num_stages")
@@ -261,6 +279,7 @@ def test_gpu_tiles_per_product():
     assert pick("float16", 2048, 1024, 4096, 1, a_mmajor=True) == (128, 128, 64, 4)
     assert pick("float16", 16384, 4096, 1024, 1, a_mmajor=True) == (128, 128, 64, 4)
     assert pick("float16", 2048, 2048, 64, 8) == (128, 128, 64, 3)          # batched scores
+    assert pick("float16", 4097, 1030, 1000, 1, rows_aligned=False) == (128, 128, 64, 3)  # no ring
     assert pick("float32", 4096, 2048, 1024, 1) == (128, 128, 32, 3)
     assert pick("float64", 4096, 2048, 1024, 1) == (L.BM, L.BN, L.BK, None)
 
