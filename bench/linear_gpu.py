@@ -4,7 +4,7 @@ attention_score, each beside the bare cuBLAS product of the same shape (torch.mm
 torch.bmm: what issue 5's "linear_relu >= 95% of cuBLAS matmul time alone" compares
 with), torch eager's unfused op and the same tk sources compiled by Triton; one run.
 
-    python bench/linear_gpu.py [--dtype float16] [--sweep] [--out bench/results]
+    python bench/linear_gpu.py [--dtype float16] [--sweep] [--shapes MxKxN,...] [--tag linear] [--out bench/results]
 
 --sweep also times every candidate tile configuration of kernels/linear.py's matmul
 kernel on each product (what _gpu_tiles was chosen from). Writes
@@ -28,9 +28,9 @@ import torch.nn.functional as F  # noqa: E402
 import tessera.kernels as tk  # noqa: E402
 from tessera.kernels import linear as L  # noqa: E402
 
-SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
-    (128, 128, 64, 8, 3), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3), (128, 64, 64, 8, 4), (64, 128, 64, 4, 3),
-    (128, 128, 32, 8, 3),
+SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M)
+    (128, 128, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 4, 8),
+    (128, 128, 64, 8, 3, 1), (128, 256, 64, 8, 4, 1), (128, 128, 32, 8, 3, 8),
 ]
 
 
@@ -46,18 +46,52 @@ def host_us(fn, n=200):
     return (t1 - t0) / n * 1e6
 
 
+def measure_queued(fns, calls=50, rounds=5, sleep_cycles=20_000_000):
+    """GPU seconds per call with the host out of the picture: each batch of `calls`
+    back-to-back calls is queued behind a torch.cuda._sleep of `sleep_cycles` GPU
+    clocks (~10 ms), so the events around the batch time the GPU's work alone, as long
+    as the host queued the whole batch before the sleep ended (checked: a name whose
+    queuing outlasted the sleep is reported in the second result). Round-robin over the
+    implementations, best of `rounds`. (best seconds per name, names that underran)."""
+    best, underran = {}, set()
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            e0, s, e = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            e0.record()
+            torch.cuda._sleep(sleep_cycles)
+            s.record()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            host_ms = (time.perf_counter() - t0) * 1e3
+            e.record()
+            torch.cuda.synchronize()
+            if host_ms >= e0.elapsed_time(s):
+                underran.add(name)
+            t = s.elapsed_time(e) / calls / 1e3
+            best[name] = min(best.get(name, t), t)
+    return best, underran
+
+
 def products(dtype, m=4096, k=1024, n=2048, heads=8, seq=2048, d=64):
     """name -> (flops, tk product through L.matmul given tiles, cuBLAS alone)."""
     g = torch.Generator(device="cpu").manual_seed(0)
     r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to("cuda", dtype)  # noqa: E731
-    x, w, dz = r(m, k), r(n, k, sc=k ** -0.5), r(m, n)
+    x, w, dz, b = r(m, k), r(n, k, sc=k ** -0.5), r(m, n), r(n)
     q, kk = r(heads, seq, d), r(heads, seq, d)
     xs, ws, zs, qs, ks = (x.stride(), w.stride(), dz.stride(), q.stride(), kk.stride())
     return {
-        f"fwd x@W^T {m}x{k}x{n}": (2 * m * n * k,
-                                   lambda t: L.matmul(x, w, (0,) + xs, (0, ws[1], ws[0]), 1, m, n, k, x, act=L.ACT_RELU,
-                                                      tiles=t),
-                                   lambda: torch.mm(x, w.t())),
+        f"fwd relu(x@W^T+b) {m}x{k}x{n}": (2 * m * n * k,
+                                           lambda t: L.matmul(x, w, (0,) + xs, (0, ws[1], ws[0]), 1, m, n, k, x,
+                                                              bias=b, act=L.ACT_RELU, tiles=t),
+                                           lambda: torch.mm(x, w.t())),
+        f"fwd gelu(x@W^T+b) {m}x{k}x{n}": (2 * m * n * k,
+                                           lambda t: L.matmul(x, w, (0,) + xs, (0, ws[1], ws[0]), 1, m, n, k, x,
+                                                              bias=b, act=L.ACT_GELU, tiles=t),
+                                           lambda: torch.mm(x, w.t())),
         f"dX dZ@W {m}x{n}x{k}": (2 * m * n * k,
                                  lambda t: L.matmul(dz, w, (0,) + zs, (0,) + ws, 1, m, k, n, x, tiles=t),
                                  lambda: torch.mm(dz, w)),
@@ -68,36 +102,54 @@ def products(dtype, m=4096, k=1024, n=2048, heads=8, seq=2048, d=64):
                                                  lambda t: L.matmul(q, kk, qs, (ks[0], ks[2], ks[1]), heads, seq, seq,
                                                                     d, q, scale=0.125, tiles=t),
                                                  lambda: torch.bmm(q, kk.transpose(1, 2))),
+        **{f"fwd relu(x@W^T+b) {m2}x{k2}x{n2}": _linear_product(r, m2, k2, n2)
+           for (m2, k2, n2) in ((8192, 4096, 4096), (4097, 1000, 1030))},
     }
 
 
-def sweep(dtype):
+def _linear_product(r, m, k, n):
+    """(flops, tk relu(x @ W^T + b) given tiles, cuBLAS x @ W^T) on fresh inputs."""
+    x, w, b = r(m, k), r(n, k, sc=k ** -0.5), r(n)
+    xs, ws = x.stride(), w.stride()
+    return (2 * m * n * k,
+            lambda t: L.matmul(x, w, (0,) + xs, (0, ws[1], ws[0]), 1, m, n, k, x, bias=b, act=L.ACT_RELU, tiles=t),
+            lambda: torch.mm(x, w.t()))
+
+
+def sweep(dtype, only=""):
     rows = []
     for name, (flops, f_tk, f_cublas) in products(dtype).items():
+        if only and not any(o in name for o in only.split(",")):
+            continue
         fns = {"cuBLAS": f_cublas}
-        for (bm, bn, bk, w, s) in SWEEP:
+        for (bm, bn, bk, w, s, g) in SWEEP:
             if dtype == torch.float32 and bk > 32:
                 continue
-            t = (bm, bn, bk, {"num_warps": w, "num_stages": s})
-            fns[f"{bm}x{bn}x{bk} w{w} s{s}"] = (lambda t=t, f=f_tk: f(t))
+            t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g})
+            fns[f"{bm}x{bn}x{bk} w{w} s{s} g{g}"] = (lambda t=t, f=f_tk: f(t))
         fns["heuristic"] = lambda f=f_tk: f(None)
         with torch.no_grad():
             res = measure_cuda_events(fns)
-        base = res["cuBLAS"].min
+            q, underran = measure_queued(fns)
+        base, qbase = res["cuBLAS"].min, q["cuBLAS"]
         for cfg, tm in res.items():
-            rows.append([name, cfg, tm.min * 1e3, flops / tm.min / 1e12, base / tm.min])
+            rows.append([name, cfg, tm.min * 1e3, flops / tm.min / 1e12, base / tm.min, q[cfg] * 1e3,
+                         flops / q[cfg] / 1e12, qbase / q[cfg], "host underran" if cfg in underran else "ok"])
             print(f"{name:34s} {cfg:22s} {tm.min * 1e3:8.4f} ms {flops / tm.min / 1e12:7.1f} TFLOP/s "
-                  f"cuBLAS/this {base / tm.min:5.2f}", flush=True)
+                  f"cuBLAS/this {base / tm.min:5.2f} | queued {q[cfg] * 1e3:8.4f} ms cuBLAS/this "
+                  f"{qbase / q[cfg]:5.2f}{' UNDERRAN' if cfg in underran else ''}", flush=True)
     return rows
 
 
-def ops_table(dtype, triton):
+def ops_table(dtype, triton, only=""):
     """The library ops as a user calls them, beside cuBLAS alone and torch eager."""
     g = torch.Generator(device="cpu").manual_seed(1)
     r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to("cuda", dtype)  # noqa: E731
     tkt = load_triton_tk() if triton else None
     rows = []
     shapes = [(4096, 1024, 2048), (8192, 4096, 4096), (4097, 1000, 1030), (17, 1024, 2048)]
+    if only:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in only.split(",")]
     for (m, k, n) in shapes:
         x, w, b = r(m, k), r(n, k, sc=k ** -0.5), r(n)
         for op, f_tk, f_torch in (("linear_relu", tk.linear_relu, lambda: F.relu(F.linear(x, w, b))),
@@ -107,6 +159,8 @@ def ops_table(dtype, triton):
             if tkt is not None:
                 fns["triton (same source)"] = lambda op=op: getattr(tkt, op)(x, w, b)
             rows.append(_row(op, f"{m}x{k} @ {n}x{k}^T", 2 * m * n * k, fns, dtype, (x, w, b), op))
+    if only:
+        return rows
     q, kk = r(8, 2048, 64), r(8, 2048, 64)
     fns = {"tk": lambda: tk.attention_score(q, kk, 0.125), "cuBLAS mm alone": lambda: torch.bmm(q, kk.transpose(1, 2)),
            "torch eager": lambda: q @ kk.transpose(-1, -2) * 0.125}
@@ -117,11 +171,19 @@ def ops_table(dtype, triton):
 
 
 def _row(op, shape, flops, fns, dtype, inputs, name):
+    if "triton (same source)" in fns:  # a peer that fails to compile leaves its column empty, not the run
+        try:
+            with torch.no_grad():
+                fns["triton (same source)"]()
+        except Exception as exc:  # noqa: BLE001
+            print(f"{op} {shape}: Triton failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            del fns["triton (same source)"]
     with torch.no_grad():
         ref = fns["torch eager"]().double()
         got = fns["tk"]().double()
         err = (got - ref).abs().max().item() / max(1.0, ref.abs().max().item())
         res = {k: v.min for k, v in measure_cuda_events(fns).items()}
+        q, underran = measure_queued({k: fns[k] for k in ("tk", "cuBLAS mm alone")})
         hus = host_us(fns["tk"])
     fb = {}
     leaves = [i.detach().clone().requires_grad_(True) for i in inputs]
@@ -141,7 +203,9 @@ def _row(op, shape, flops, fns, dtype, inputs, name):
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     row = [op, shape, res["tk"] * 1e3, res["cuBLAS mm alone"] * 1e3, res["torch eager"] * 1e3,
            res["triton (same source)"] * 1e3 if "triton (same source)" in res else "n/a",
-           flops / res["tk"] / 1e12, res["cuBLAS mm alone"] / res["tk"], res["torch eager"] / res["tk"], hus,
+           flops / res["tk"] / 1e12, res["cuBLAS mm alone"] / res["tk"], res["torch eager"] / res["tk"],
+           q["tk"] * 1e3, q["cuBLAS mm alone"] * 1e3,
+           (f"{q['cuBLAS mm alone'] / q['tk']:.3f}" + (" (host underran)" if underran else "")), hus,
            resb["tk"] * 1e3, resb["torch eager"] * 1e3, resb["torch eager"] / resb["tk"],
            "ok" if err < tol else f"WRONG ({err:.2g})"]
     print(" | ".join(str(round(v, 4)) if isinstance(v, float) else str(v) for v in row), flush=True)
@@ -149,9 +213,10 @@ def _row(op, shape, flops, fns, dtype, inputs, name):
 
 
 HEADER = ["op", "shape", "tk ms", "cuBLAS mm alone ms", "torch eager ms", "triton ms", "tk TFLOP/s",
-          "cuBLAS alone / tk", "torch / tk", "tk host us/call", "tk fwd+bwd ms", "torch fwd+bwd ms",
-          "torch/tk fwd+bwd", "check"]
-SWEEP_HEADER = ["product", "config", "ms", "TFLOP/s", "cuBLAS / this"]
+          "cuBLAS alone / tk", "torch / tk", "tk GPU-queued ms", "cuBLAS GPU-queued ms", "cuBLAS / tk GPU-queued",
+          "tk host us/call", "tk fwd+bwd ms", "torch fwd+bwd ms", "torch/tk fwd+bwd", "check"]
+SWEEP_HEADER = ["product", "config", "ms", "TFLOP/s", "cuBLAS / this", "GPU-queued ms", "GPU-queued TFLOP/s",
+                "GPU-queued cuBLAS / this", "queue"]
 
 
 def main():
@@ -161,23 +226,30 @@ def main():
     ap.add_argument("--no-ops", action="store_true", help="only the sweep")
     ap.add_argument("--no-triton", dest="triton", action="store_false")
     ap.add_argument("--out", default=RESULTS_DIR)
+    ap.add_argument("--tag", default="linear", help="results go to kernels_cuda_<dtype>_<tag>.{md,json}")
+    ap.add_argument("--products", default="", help="sweep only the products whose names contain one of these "
+                    "comma-separated strings (e.g. 'fwd,dW')")
+    ap.add_argument("--shapes", default="", help="only these linear shapes of the ops table, e.g. 4096x1024x2048 "
+                    "(M x K x N, comma-separated); attention_score only when empty")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
-    sw = sweep(dtype) if args.sweep else []
-    ops = [] if args.no_ops else ops_table(dtype, args.triton)
+    sw = sweep(dtype, args.products) if args.sweep else []
+    ops = [] if args.no_ops else ops_table(dtype, args.triton, args.shapes)
     machine = machine_info()
     machine["gpu"] = torch.cuda.get_device_name()
-    tag = f"kernels_cuda_{args.dtype}_linear"
+    tag = f"kernels_cuda_{args.dtype}_{args.tag}"
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, tag + ".json"), "w") as fh:
         json.dump({"machine": machine, "args": vars(args), "ops": ops, "sweep": sw}, fh, indent=1, default=str)
     md = [f"# tessera.kernels matmul ops vs cuBLAS alone ({args.dtype}, {machine['gpu']})", "",
-          f"Generated by `python bench/linear_gpu.py --dtype {args.dtype}{' --sweep' if args.sweep else ''}` on "
+          f"Generated by `python bench/linear_gpu.py {' '.join(sys.argv[1:])}` on "
           f"{machine['date']}. GPU time per call from CUDA events around batches of back-to-back calls, best "
           "of 5 round-robin batches. 'cuBLAS alone / tk' >= 1: tk (matmul + bias + activation, fused) is at "
           "least as fast as cuBLAS's bare product of the same shape (torch.mm / torch.bmm). 'tk host us/call': "
           "host time of one tk call without synchronization (when it exceeds the GPU time, the GPU waits "
-          "for the host).", ""]
+          "for the host). 'GPU-queued': batches of 50 calls queued behind a ~10 ms GPU sleep, so the "
+          "events time the GPU's work alone (best of 5; 'host underran' if the host had not queued the "
+          "batch before the sleep ended).", ""]
     if ops:
         md += table_lines(HEADER, ops, markdown=True)
     if sw:

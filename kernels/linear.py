@@ -22,6 +22,11 @@ from .reduce import column_sum
 
 ACT_NONE, ACT_RELU, ACT_GELU, ACT_GELU_TANH = 0, 1, 2, 3
 BM, BN, BK = 64, 64, 32
+# The GPU grid's row blocks per group (_grouped_tile). 1 (row blocks in turn, column
+# blocks fastest): with A and W in L2 (50 MB on an H100) grouping bought nothing at
+# 4096x1024x2048 and its backward products, and GROUP_M 8 was 0-3% slower
+# (bench/results/kernels_cuda_float16_linear2.md).
+GROUP_M = 1
 
 
 @tessera.kernel
@@ -50,51 +55,74 @@ def _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT: tl.constex
 
 
 @tessera.kernel
+def _grouped_tile(t, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Output tile t of the GPU grid as (row block, column block): groups of GROUP_M row
+    blocks walked column by column, so that the CTAs running at once share their A rows
+    and B columns in L2 (GROUP_M 1: column blocks fastest)."""
+    n_m = tl.cdiv(M, BLOCK_M)
+    per_group = GROUP_M * tl.cdiv(N, BLOCK_N)
+    first_m = (t // per_group) * GROUP_M
+    rows_in_group = tl.minimum(n_m - first_m, GROUP_M)
+    return first_m + (t % per_group) % rows_in_group, (t % per_group) // rows_in_group
+
+
+@tessera.kernel
 def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, scale,
-                   A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr,
-                   ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+                   A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                   STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr, BATCHED: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """The GPU kernel; grid (tiles of C, 1, batch) in grouped order (_grouped_tile).
+    Every operand tile is written as `base + row * stride + col` over an index that
+    starts at a scalar, masked by `index < bound` with the same index, and the K index
+    kk = k + rk is recomputed each step (no pointer tiles carried around the loop): the
+    form compiler/codegen/nvptx/tma_nvptx.cpp turns into TMA copies on sm_90a (one
+    thread per stage, no per-element addresses) and the cp.async ring elsewhere. An
+    unbatched product (BATCHED false) keeps the bases the bare parameters, which the
+    TMA's tensor maps are made from at launch; a batch offset makes the base per CTA,
+    which only the cp.async ring takes (attention_score's q k^T)."""
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     batch = tl.program_id(2).to(tl.int64)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    if A_MMAJOR:
-        # A[m, k] contiguous along m (dz^T in dW = dz^T @ x): load the [BLOCK_K, BLOCK_M]
-        # tile along its rows and transpose it in registers, as B below.
-        a_ptrs = A + batch * s_ab + rk[:, None] * s_ak + rm[None, :] * s_am
+    if BATCHED:
+        a_base = A + batch * s_ab
+        b_base = B + batch * s_bb
     else:
-        a_ptrs = A + batch * s_ab + rm[:, None] * s_am + rk[None, :] * s_ak
-    if B_KMAJOR:
-        # B[k, n] contiguous along k (a row-major W read as W^T): load the [BLOCK_N,
-        # BLOCK_K] tile along its rows, then transpose it in registers.
-        b_ptrs = B + batch * s_bb + rn[:, None] * s_bn + rk[None, :] * s_bk
-    else:
-        b_ptrs = B + batch * s_bb + rk[:, None] * s_bk + rn[None, :] * s_bn
+        a_base = A
+        b_base = B
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in range(0, K, BLOCK_K):
+        kk = k + rk
         if A_MMAJOR:
-            a = tl.trans(tl.load(a_ptrs, mask=(rk[:, None] < K - k) & (rm[None, :] < M), other=0.0))
+            # A[m, k] contiguous along m (dz^T in dW = dz^T @ x): the [BLOCK_K, BLOCK_M]
+            # tile along its rows, transposed for the dot (wgmma reads it M-major).
+            a = tl.trans(tl.load(a_base + kk[:, None] * s_ak + rm[None, :] * s_am,
+                                 mask=(kk[:, None] < K) & (rm[None, :] < M), other=0.0))
         else:
-            a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k), other=0.0)
+            a = tl.load(a_base + rm[:, None] * s_am + kk[None, :] * s_ak,
+                        mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         if B_KMAJOR:
-            b = tl.trans(tl.load(b_ptrs, mask=(rn[:, None] < N) & (rk[None, :] < K - k), other=0.0))
+            # B[k, n] contiguous along k (a row-major W read as W^T): the [BLOCK_N,
+            # BLOCK_K] tile along its rows, transposed for the dot.
+            b = tl.trans(tl.load(b_base + rn[:, None] * s_bn + kk[None, :] * s_bk,
+                                 mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0))
         else:
-            b = tl.load(b_ptrs, mask=(rk[:, None] < K - k) & (rn[None, :] < N), other=0.0)
+            b = tl.load(b_base + kk[:, None] * s_bk + rn[None, :] * s_bn,
+                        mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
         # fp32 inputs: three tf32 products on tensor cores give fp32 accuracy, as
         # torch's default (allow_tf32=False) does; 16-bit inputs ignore the option.
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
-        a_ptrs += BLOCK_K * s_ak
-        b_ptrs += BLOCK_K * s_bk
     _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC)
 
 
 @tessera.kernel
 def _matmul_kernel_cpu(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, scale,
                        A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                       STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
-                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """_matmul_kernel as the CPU compiles it best (same arguments and result):
+                       STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr, BATCHED: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """_matmul_kernel as the CPU compiles it best (same arguments and result, but for
+    the grid: (row blocks, column blocks, batch), no GROUP_M order):
     - every tile is loaded along its contiguous dimension, and a transposed operand
       (A M-major as dz^T in dW = dz^T @ x, B K-major as W^T) is a tl.trans of that
       load, which the x86 dot reads or packs transposed; loading it across its
@@ -108,8 +136,12 @@ def _matmul_kernel_cpu(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, 
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    a_base = A + batch * s_ab
-    b_base = B + batch * s_bb
+    if BATCHED:
+        a_base = A + batch * s_ab
+        b_base = B + batch * s_bb
+    else:
+        a_base = A
+        b_base = B
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in range(0, K, BLOCK_K):
         if A_MMAJOR:
@@ -155,28 +187,51 @@ def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, s
     """(kernel, grid, the arguments after the five arrays, constexpr and launch keywords)."""
     gpu = H.on_gpu(like)
     if tiles is None:
-        tiles = _gpu_tiles(H.dtype_name(like), m, n, k, batch) if gpu else _tiles(like, m, n, k)
+        tiles = (_gpu_tiles(H.dtype_name(like), m, n, k, batch, a_mmajor=a_strides[1] == 1 and a_strides[2] != 1,
+                            rows_aligned=all(st % 16 == 0 for st in a_strides[1:] + b_strides[1:] if st != 1))
+                 if gpu else _tiles(like, m, n, k))
     bm, bn, bk, opts = tiles
-    grid = (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
+    if gpu:  # one grid axis over C's tiles, walked in _grouped_tile's order
+        opts = {"GROUP_M": GROUP_M, **opts}
+        grid = (tessera.cdiv(m, bm) * tessera.cdiv(n, bn), 1, batch)
+    else:
+        grid = (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
     sizes = (m, n, k, *a_strides, *b_strides, m * n, H.scalar(like, 1.0 if scale is None else scale))
     meta = dict(A_MMAJOR=a_strides[1] == 1 and a_strides[2] != 1,
                 B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
-                STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like),
+                STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like), BATCHED=batch > 1,
                 BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
     return (_matmul_kernel if gpu else _matmul_kernel_cpu), grid, sizes, meta
 
 
-def _gpu_tiles(name, m, n, k, batch):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) on a GPU: 128x128 tensor-core tiles
-    over 8 warps (two warpgroups of wgmma on sm_90a, mma.sync elsewhere) fed by a
-    3-stage cp.async ring, as bench/gpu_kernels.py's matmul; float64 has no tensor-core
-    path and keeps the small tile. Chosen by bench/linear_gpu.py --sweep on an H100
-    (bench/results/kernels_cuda_float16_linear.md): 128x256, 4 stages (one CTA per SM
-    instead of two), 64-wide tiles and BLOCK_K 32 were slower or even on every product
-    of the linear and attention_score ops."""
+def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
+    """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) on a GPU: 128-row tensor-core tiles
+    over 8 warps (two warpgroups of wgmma on sm_90a, mma.sync elsewhere); float64 has
+    no tensor-core path and keeps the small tile. For 16-bit products of one batch
+    (linear's, TMA-filled rings on sm_90a), from bench/linear_gpu.py --sweep on an H100
+    (bench/results/kernels_cuda_float16_linear2.md, 4096x1024x2048):
+    - with at least WIDE_TILES_FROM 128x256 tiles: 128x256, 4 stages (one CTA per SM,
+      one wgmma group kept in flight): x @ W^T 0.87 of cuBLAS (128x128, 3 stages: 0.80),
+      dX = dZ W 0.93-0.95 (0.83); fewer such tiles would leave SMs idle;
+    - an M-major A (dW = dZ^T X): 128x128, 4 stages, 0.65-0.67 of cuBLAS (3 stages
+      0.58-0.59, 128x256 0.52);
+    - otherwise 128x128, 3 stages (two CTAs per SM): batched products, fp32's tf32x3
+      (32-wide K), and operands with a row stride that is not a multiple of 16 elements
+      (rows_aligned false: the launch's specialization, which knows divisibility by 16
+      only, cannot prove the rows 16-byte aligned, so no ring takes the loads) -- there
+      128x256 ran 0.46 of cuBLAS against 0.55 (4097x1000x1030)."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
+    if name != "float32" and batch == 1 and rows_aligned:
+        if a_mmajor:
+            return 128, 128, 64, {"num_warps": 8, "num_stages": 4}
+        if tessera.cdiv(m, 128) * tessera.cdiv(n, 256) >= WIDE_TILES_FROM:
+            return 128, 256, 64, {"num_warps": 8, "num_stages": 4}
     return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}
+
+
+# About one wave of 128x256 tiles on an H100 (132 SMs, one such CTA each).
+WIDE_TILES_FROM = 128
 
 
 def _tiles(like, m, n, k):
@@ -295,10 +350,10 @@ def _attention_score_fast(q, k, scale):
     s = T.empty(qs[:-1] + (n,), dtype=q.dtype, device=q.device)
     bm, bn, bk, opts = _gpu_tiles(name, m, n, d, bt)
     # A = q (bt, m, d) row-major; B = k^T: B[b, d, n] at k + b * n * d + n * d + d.
-    _matmul_kernel[(tessera.cdiv(m, bm), tessera.cdiv(n, bn), bt)](
+    _matmul_kernel[(tessera.cdiv(m, bm) * tessera.cdiv(n, bn), 1, bt)](
         q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale,
         A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
-        ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+        ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, **opts)
     return s
 
 
@@ -400,12 +455,12 @@ def _linear_fast(x, weight, bias, act):
     y = T.empty(x.shape[:-1] + (n,), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1)
+    bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1, rows_aligned=k % 16 == 0)
     # A = x (m, k) row-major; B = W^T: B[k, n] at W + n * k + k, K-major unless k == 1.
-    _matmul_kernel[(tessera.cdiv(m, bm), tessera.cdiv(n, bn), 1)](
+    _matmul_kernel[(tessera.cdiv(m, bm) * tessera.cdiv(n, bn), 1, 1)](
         x, weight, bias if bias is not None else x, y, y, m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0,
         A_MMAJOR=False, B_KMAJOR=k != 1, ACT=act, HAS_BIAS=bias is not None, STORE_Z=False, SCALE=False,
-        ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+        ACC=tl.float32, BATCHED=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, **opts)
     return y
 
 

@@ -59,8 +59,9 @@ def _record_specializations(monkeypatch, dtype):
             seen.setdefault(key, (kernel, arg_types, constexprs, gpu_attrs, gpu_options, names))
             if kernel is L._matmul_kernel_cpu:
                 # On a GPU the same launch runs _matmul_kernel (same arguments and
-                # constexprs) with the GPU's tiles and launch options (linear._gpu_tiles).
-                gk = dict(constexprs)
+                # constexprs, plus the GPU grid's tile order) with the GPU's tiles and
+                # launch options (linear._gpu_tiles).
+                gk = dict(constexprs, GROUP_M=L.GROUP_M)
                 go = dict(gpu_options)
                 elem = str(arg_types["A"])
                 if elem == "pointer<fp64>":

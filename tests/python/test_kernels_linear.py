@@ -3,7 +3,7 @@
 forward and backward against float64 torch references, on the CPU and (marked gpu)
 on CUDA; and, without a GPU, the PTX of kernels/linear.py's matmul kernel in the
 configurations the host code launches on an H100 (tensor-core instructions fed by a
-cp.async ring, 16-byte output stores)."""
+TMA or cp.async ring, 16-byte output stores)."""
 import re
 import shutil
 import subprocess
@@ -102,6 +102,30 @@ def test_linear_forward_backward(op, shape, device, dtype):
     _check(run, ref, _linear_inputs(*shape), dtype, device)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["relu", "gelu"])
+def test_linear_wide_tiles_on_gpu(op, dtype):
+    """Products large enough for _gpu_tiles' 128x256 tiles (4 stages, TMA-filled on
+    sm_90a), with every edge: 4097 rows (one into a new row block), K = 1032 (a partial
+    K tile), N = 2056 (a partial 256-column tile); dx = dz @ W takes the wide tiles
+    too. Through autograd (the general path) and without grad (the CUDA fast path)."""
+    _skip_without("cuda")
+    m, k, n = 4097, 1032, 2056
+    assert L._gpu_tiles("float16", m, n, k, 1)[:2] == (128, 256)
+    assert L._gpu_tiles("float16", m, k, n, 1)[:2] == (128, 256)
+    run, ref = LINEAR_OPS[op]
+    inputs = _linear_inputs(m, k, n)
+    # ReLU's gradient steps at 0: among 8.4M outputs a few pre-activations within the fp32
+    # accumulation's error of 0 fall on the other side than in float64, each moving a
+    # dx element by |dy * w| (up to ~0.5; seen: 0.15 in fp16). GELU's backward runs the
+    # same two products and is checked.
+    _check(run, ref, inputs, dtype, "cuda", backward=op != "relu")
+    x, w, b = (t.to("cuda", dtype) for t in inputs)
+    with torch.no_grad():
+        _close(run(x, w, b), ref(*inputs), TOL[dtype], "output without grad")
+
+
 @pytest.mark.parametrize("device,dtype", _devices_and_dtypes())
 def test_linear_without_bias_and_leading_dims(device, dtype):
     _skip_without(device)
@@ -173,13 +197,15 @@ def test_fast_paths_match_the_general_path():
 
 # --------------------------------------------------------------------------- PTX (no GPU needed)
 
-def _ptx(case, dtype="fp16", act=L.ACT_RELU):
-    """PTX of the matmul kernel for sm_90a as kernels/linear.py launches it on a GPU for
-    `case` (the strides equal to 1 specialize as constants, as a launch does), with the
-    tiles _gpu_tiles picks for large shapes."""
+def _compiled(case, dtype="fp16", act=L.ACT_RELU, rows=1024):
+    """kernels/linear.py's matmul kernel compiled for sm_90a as the host code launches it
+    on a GPU for `case` (the strides equal to 1 specialize as constants, as a launch
+    does), with the tiles _gpu_tiles picks for a rows x 1024 output (K 1024): 128x128
+    for 1024 rows, 128x256 (4 stages) from 16384 rows on; dW's M-major A 128x128, 4
+    stages. attention_score's q k^T is the one batched product (8 heads)."""
     unit = {"fwd": ("s_ak", "s_bk"), "dx": ("s_ak", "s_bn"), "dw": ("s_am", "s_bn"), "score": ("s_ak", "s_bk")}[case]
     name = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[dtype]
-    bm, bn, bk, opts = L._gpu_tiles(name, 4096, 4096, 1024, 1)
+    bm, bn, bk, opts = L._gpu_tiles(name, rows, 1024, 1024, 8 if case == "score" else 1, a_mmajor=case == "dw")
     sig = {p: f"*{dtype}:16" for p in ("A", "B", "BIAS", "C", "Z")}
     sig.update({p: "i32:16" for p in ("M", "N", "K", "s_ab", "s_am", "s_ak", "s_bb", "s_bk", "s_bn", "s_cb")
                 if p not in unit})
@@ -187,35 +213,113 @@ def _ptx(case, dtype="fp16", act=L.ACT_RELU):
     ce = {p: 1 for p in unit}
     ce.update(A_MMAJOR=case == "dw", B_KMAJOR=case in ("fwd", "score"), ACT=act if case == "fwd" else L.ACT_NONE,
               HAS_BIAS=case == "fwd", STORE_Z=False, SCALE=case == "score", ACC=tl.float32,
-              BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
-    ck = tessera.compile(L._matmul_kernel, sig, ce, target="cuda:90a", **opts)
-    return ck.asm["ptx"]
+              BATCHED=case == "score", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=L.GROUP_M)
+    return tessera.compile(L._matmul_kernel, sig, ce, target="cuda:90a", **opts)
 
 
-def _k_loop(ptx):
-    """The PTX between the K loop's first and last cp.async.wait_group (its body)."""
+def _ptx(case, dtype="fp16", act=L.ACT_RELU):
+    return _compiled(case, dtype, act).asm["ptx"]
+
+
+def _k_loop(ptx, ring="cp.async.wait_group"):
+    """The PTX between the K loop's first and last `ring` wait (its body)."""
     lines = ptx.splitlines()
-    waits = [i for i, ln in enumerate(lines) if "cp.async.wait_group" in ln]
-    assert waits, "no cp.async ring"
+    waits = [i for i, ln in enumerate(lines) if ring in ln]
+    assert waits, f"no {ring}"
     return "\n".join(lines[waits[0]:waits[-1] + 1])
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize("case", ["fwd", "dx", "dw", "score"])
-def test_ptx_16bit_products_run_wgmma_from_a_cp_async_ring(case, dtype):
-    ptx = _ptx(case, dtype)
-    # 128x128x64 over two warpgroups: 4 wgmma m64n128k16 per K step, operands in shared memory.
+def _wgmma_steps(ptx, dtype, n=128):
+    # 128xNx64 over two warpgroups: 4 wgmma m64nNk16 per K step, operands in shared
+    # memory; the two flags are imm-trans-a / imm-trans-b.
     t = {"fp16": "f16", "bf16": "bf16"}[dtype]
-    steps = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.{t}\.{t} .*, p, 1, 1, (\d), (\d);", ptx)
-    # imm-trans-a / imm-trans-b: A is M-major only in dW = dz^T x; B is N-major (dz @ W, dz^T @ x).
+    return re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.{t}\.{t} .*, p, 1, 1, (\d), (\d);", ptx)
+
+
+# Tensor maps per case (tma_nvptx.cpp's spec: parameter count | per load: base parameter,
+# element bytes, swizzle, box inner x outer, extents inner x outer, row stride; i<n> =
+# the n-th parameter: A B BIAS C Z M N K s_ab 0..8, then the strides that are not 1).
+# fwd: A = x, box 64 (K) x 128 (M) over K x M, rows s_am; B = W as stored, box 64 (K)
+# x BLOCK_N (N) over K x N, rows s_bn. dx = dz @ W: B is N-major, 64-column boxes (two
+# or four per stage) over N x K, rows s_bk. dw = dz^T @ x: A is M-major, two 64-row
+# boxes over M x K.
+TMA_MAPS = {"fwd": "14|0:2:128:64:128:i7:i5:i9|1:2:128:64:{n}:i7:i6:i11",
+            "dx": "14|0:2:128:64:128:i7:i5:i9|1:2:128:64:64:i6:i7:i11",
+            "dw": "14|0:2:128:64:64:i5:i7:i9|1:2:128:64:64:i6:i7:i11"}
+
+
+def test_gpu_plans_pick_the_tiles_of_their_layouts(monkeypatch):
+    # linear's products as _matmul_plan plans them on a GPU (the layout decides what
+    # _gpu_tiles is told): x @ W^T and dX wide, dW (M-major A) 4 stages, K = 1000 (rows
+    # not provably 16-byte aligned: no ring) the narrow tile.
+    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    like = torch.empty(1, dtype=torch.float16)
+
+    def tiles(m, k, n, a_strides, b_strides):
+        kernel, grid, sizes, meta = L._matmul_plan(a_strides, b_strides, 1, m, n, k, like, None, L.ACT_NONE, None,
+                                                   False, None)
+        assert kernel is L._matmul_kernel and grid == (-(-m // meta["BLOCK_M"]) * -(-n // meta["BLOCK_N"]), 1, 1)
+        return meta["BLOCK_M"], meta["BLOCK_N"], meta["num_stages"], meta["GROUP_M"]
+    assert tiles(4096, 1024, 2048, (0, 1024, 1), (0, 1, 1024)) == (128, 256, 4, L.GROUP_M)   # x @ W^T
+    assert tiles(4096, 2048, 1024, (0, 2048, 1), (0, 1024, 1)) == (128, 256, 4, L.GROUP_M)   # dz @ W
+    assert tiles(2048, 4096, 1024, (0, 1, 2048), (0, 1024, 1)) == (128, 128, 4, L.GROUP_M)   # dz^T @ x
+    assert tiles(4097, 1000, 1030, (0, 1000, 1), (0, 1, 1000)) == (128, 128, 3, L.GROUP_M)
+
+
+def test_gpu_tiles_per_product():
+    # (BLOCK_M, BLOCK_N, num_stages) for 16-bit products of one batch: 128x256 from about
+    # a wave of such tiles on, dW (M-major A) 128x128 with 4 stages; batched, fp32, small
+    # products and rows not 16-byte aligned 128x128 with 3 stages.
+    def pick(*args, **kw):
+        bm, bn, bk, opts = L._gpu_tiles(*args, **kw)
+        return bm, bn, bk, opts.get("num_stages")
+    assert pick("float16", 4096, 2048, 1024, 1) == (128, 256, 64, 4)
+    assert pick("bfloat16", 4096, 1024, 2048, 1) == (128, 256, 64, 4)       # 128 such tiles
+    assert pick("float16", 4096, 768, 2048, 1) == (128, 128, 64, 3)         # 96 such tiles
+    assert pick("float16", 2048, 1024, 4096, 1, a_mmajor=True) == (128, 128, 64, 4)
+    assert pick("float16", 16384, 4096, 1024, 1, a_mmajor=True) == (128, 128, 64, 4)
+    assert pick("float16", 2048, 2048, 64, 8) == (128, 128, 64, 3)          # batched scores
+    assert pick("float16", 4097, 1030, 1000, 1, rows_aligned=False) == (128, 128, 64, 3)  # no ring
+    assert pick("float32", 4096, 2048, 1024, 1) == (128, 128, 32, 3)
+    assert pick("float64", 4096, 2048, 1024, 1) == (L.BM, L.BN, L.BK, None)
+
+
+@pytest.mark.parametrize("rows", [1024, 16384])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("case", ["fwd", "dx", "dw"])
+def test_ptx_unbatched_16bit_products_run_wgmma_from_a_tma_ring(case, dtype, rows):
+    # linear's three products (one batch): the operand tiles are affine in bare
+    # parameters, so the ring is filled by cp.async.bulk.tensor from the host's tensor
+    # maps, one thread per stage, with no per-element address or cp.async. 4 stages
+    # (128x256 tiles from 16384 rows on; dW always) keep one wgmma group in flight.
+    n = 256 if rows == 16384 and case != "dw" else 128
+    in_flight = "1" if n == 256 or case == "dw" else "0"
+    ck = _compiled(case, dtype, rows=rows)
+    ptx = ck.asm["ptx"]
     want = ("1" if case == "dw" else "0", "1" if case in ("dx", "dw") else "0")
-    assert steps == [want] * 4, ptx
-    assert "mma.sync" not in ptx
+    assert _wgmma_steps(ptx, dtype, n) == [want] * 4, ptx
+    assert ck.metadata["tensor_maps"] == TMA_MAPS[case].format(n=n)
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" in ptx
+    assert "cp.async.cg" not in ptx and "mma.sync" not in ptx
+    assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", ptx)[0] == in_flight
+    body = _k_loop(ptx, "mbarrier.try_wait")
+    assert "ld.global" not in body and "bar.sync" not in body, body
+    # The 16-bit output leaves through shared memory: 16-byte stores, 8 per thread per 128 columns.
+    assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == 8 * n // 128, ptx
+    assert not re.search(r"st\.global\.b32", ptx)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_ptx_batched_scores_run_wgmma_from_a_cp_async_ring(dtype):
+    # q k^T over 8 heads: the batch offset makes each CTA's base its own (no tensor map
+    # for it), so the ring is filled by cp.async with the same wgmma.
+    ck = _compiled("score", dtype)
+    ptx = ck.asm["ptx"]
+    assert _wgmma_steps(ptx, dtype) == [("0", "0")] * 4, ptx
+    assert not ck.metadata.get("tensor_maps") and "cp.async.bulk" not in ptx
     body = _k_loop(ptx)
     assert "cp.async.cg.shared.global" in body and "ld.global" not in body, body
-    # The 16-bit output leaves through shared memory: 8 stores of 16 bytes per thread.
     assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == 8, ptx
-    assert not re.search(r"st\.global\.b32", ptx)
 
 
 def test_ptx_fp32_runs_tf32x3_mma_sync_from_a_cp_async_ring():
@@ -226,12 +330,15 @@ def test_ptx_fp32_runs_tf32x3_mma_sync_from_a_cp_async_ring():
 
 
 @pytest.mark.skipif(PTXAS is None, reason="ptxas not installed")
-@pytest.mark.parametrize("case,dtype,act", [("fwd", "fp16", L.ACT_RELU), ("fwd", "bf16", L.ACT_GELU),
-                                            ("dx", "fp16", L.ACT_NONE), ("dw", "fp16", L.ACT_NONE),
-                                            ("fwd", "fp32", L.ACT_RELU)])
-def test_ptx_assembles_without_spills(case, dtype, act, tmp_path):
+@pytest.mark.parametrize("case,dtype,act,rows", [("fwd", "fp16", L.ACT_RELU, 1024), ("fwd", "bf16", L.ACT_GELU, 1024),
+                                                 ("dx", "fp16", L.ACT_NONE, 1024), ("dw", "fp16", L.ACT_NONE, 1024),
+                                                 ("fwd", "fp32", L.ACT_RELU, 1024), ("score", "fp16", L.ACT_NONE, 1024),
+                                                 ("fwd", "fp16", L.ACT_GELU, 16384),
+                                                 ("fwd", "fp16", L.ACT_GELU_TANH, 16384),
+                                                 ("dw", "bf16", L.ACT_NONE, 16384)])
+def test_ptx_assembles_without_spills(case, dtype, act, rows, tmp_path):
     src = tmp_path / "k.ptx"
-    src.write_text(_ptx(case, dtype, act))
+    src.write_text(_compiled(case, dtype, act, rows).asm["ptx"])
     r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
