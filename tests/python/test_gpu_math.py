@@ -1,4 +1,4 @@
-"""tl.erf and tl.tanh of f32 (and f16/bf16, computed in f32) on NVIDIA GPUs use the SFU
+"""tl.erf, tl.tanh and tl.sigmoid of f32 (and f16/bf16, computed in f32) on NVIDIA GPUs use the SFU
 (compiler/codegen/nvptx/math_nvptx.cpp): without a GPU, the PTX is checked for the
 ex2.approx form, no division and a short instruction count, and assembled; on a GPU the
 results are swept densely against float64 references within the documented ulp bounds
@@ -20,7 +20,7 @@ PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr
                                   else None)
 
 # Documented in math_nvptx.h; measured on an H100 (the GPU tests below).
-MAX_ULP_F32 = {"erf": 2, "tanh": 3}
+MAX_ULP_F32 = {"erf": 2, "tanh": 3, "sigmoid": 3}
 
 
 @tessera.kernel
@@ -37,7 +37,14 @@ def tanh_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.tanh(tl.load(x_ptr + offs, mask=m, other=0)), mask=m)
 
 
-KERNELS = {"erf": erf_kernel, "tanh": tanh_kernel}
+@tessera.kernel
+def sigmoid_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.sigmoid(tl.load(x_ptr + offs, mask=m, other=0)), mask=m)
+
+
+KERNELS = {"erf": erf_kernel, "tanh": tanh_kernel, "sigmoid": sigmoid_kernel}
 # Instructions of the kernel body, not counting declarations, labels and braces.
 _INSTR = re.compile(r"^\s*(?:@!?%p\d+\s+)?([a-z][\w.]*)", re.M)
 
@@ -50,14 +57,15 @@ def _ptx(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("name", ["erf", "tanh"])
+@pytest.mark.parametrize("name", ["erf", "tanh", "sigmoid"])
 def test_erf_tanh_ptx_uses_the_sfu_without_division(name, dtype, tmp_path):
     ptx = _ptx(name, dtype)
     body = ptx[ptx.index("{", ptx.index(".entry")):]
     ops = [m.group(1) for m in _INSTR.finditer(body)]
-    assert "ex2.approx.ftz.f32" in ops
-    assert not any(o.startswith("div.") for o in ops), "erf/tanh must not divide (div.rn.f32 is ~10 instructions)"
-    if name == "tanh":
+    # sigmoid keeps denormal results: ex2.approx without ftz
+    assert ("ex2.approx.f32" if name == "sigmoid" else "ex2.approx.ftz.f32") in ops
+    assert not any(o.startswith("div.") for o in ops), f"{name} must not divide (div.rn.f32 is ~10 instructions)"
+    if name in ("tanh", "sigmoid"):
         assert "rcp.approx.ftz.f32" in ops
     # The shared polynomial lowering took ~80 instructions per element; this one ~25,
     # plus the kernel's own loads, stores and index arithmetic.
@@ -73,7 +81,7 @@ def test_erf_tanh_ptx_uses_the_sfu_without_division(name, dtype, tmp_path):
 
 
 def test_f64_erf_tanh_keep_the_shared_polynomials():
-    for name in ("erf", "tanh"):
+    for name in ("erf", "tanh", "sigmoid"):
         ptx = _ptx(name, "fp64")
         assert "ex2.approx" not in ptx and "fma.rn.f64" in ptx
 
@@ -83,6 +91,9 @@ def _ref(name, x):
     x = np.asarray(x, np.float64)
     if name == "tanh":
         return np.tanh(x)
+    if name == "sigmoid":
+        with np.errstate(over="ignore"):
+            return 1.0 / (1.0 + np.exp(-x))
     return np.vectorize(math.erf, otypes=[np.float64])(x)
 
 
@@ -92,8 +103,9 @@ def _sweep_f32():
     rng = np.random.default_rng(7)
     parts = [np.linspace(-5, 5, 400001), np.linspace(-12, 12, 100001), rng.uniform(0.55, 1.1, 100000),
              np.exp2(rng.uniform(-149, 0, 20000)) * rng.choice([-1, 1], 20000),
+             rng.uniform(80, 104, 20000),  # sigmoid(-x): results near and below 2^-126
              np.array([1.0, np.nextafter(np.float32(1), np.float32(0)), 0.6, np.nextafter(np.float32(0.6), np.float32(1)),
-                       3.92, 8.7, 10.0, 1e30, np.finfo(np.float32).max])]
+                       3.92, 8.7, 10.0, 17.0, 87.3, 103.9, 104.0, 1e30, np.finfo(np.float32).max])]
     x = np.concatenate(parts).astype(np.float32)
     return np.concatenate([x, -x])
 
@@ -109,7 +121,7 @@ def _run_on_gpu(name, x):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["erf", "tanh"])
+@pytest.mark.parametrize("name", ["erf", "tanh", "sigmoid"])
 def test_erf_tanh_f32_within_the_documented_ulp_bound(name):
     x = _sweep_f32()
     got = _run_on_gpu(name, x)
@@ -135,12 +147,24 @@ def test_erf_tanh_special_values_on_the_gpu(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["erf", "tanh"])
+def test_sigmoid_special_values_on_the_gpu():
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 104.0, -104.0, -95.0], np.float32)
+    got = _run_on_gpu("sigmoid", x)
+    np.testing.assert_array_equal(got[[0, 1, 2, 3, 5, 6, 7, 8]],
+                                  np.array([0.5, 0.5, 1.0, 0.0, 0.5, 0.5, 1.0, 0.0], np.float32))
+    assert np.isnan(got[4])
+    assert 0 < got[9] < np.finfo(np.float32).tiny        # e^-95: a denormal, not flushed to 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["erf", "tanh", "sigmoid"])
 def test_erf_tanh_f16_round_the_f32_result_once(name):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     x = np.linspace(-6, 6, 20001).astype(np.float16)
+    if name == "sigmoid":  # down to fp16's denormals: sigmoid(-17) = 4.1e-8
+        x = np.linspace(-17, 12, 20001).astype(np.float16)
     xt = torch.from_numpy(x).cuda()
     out = torch.empty_like(xt)
     KERNELS[name][(tessera.cdiv(x.size, 1024),)](xt, out, x.size, BLOCK=1024)

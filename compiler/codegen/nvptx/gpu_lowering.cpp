@@ -50,14 +50,17 @@ llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm
         clamped ? llvm::Intrinsic::nvvm_ex2_approx_ftz_f : llvm::Intrinsic::nvvm_ex2_approx_f, {}, {x});
     return emit_cast(b, r, f32, e);
   }
-  // erf/tanh of f32 (and f16/bf16, computed in f32) on the SFU (math_nvptx.cpp, a
-  // few ulp); f64 keeps the shared polynomials.
-  if ((op.kind == OpKind::Erf || op.kind == OpKind::Tanh) && op.result()->type.elem.is_float() &&
+  // erf/tanh/sigmoid of f32 (and f16/bf16, computed in f32) on the SFU (math_nvptx.cpp,
+  // a few ulp); f64 keeps the shared polynomials.
+  if ((op.kind == OpKind::Erf || op.kind == OpKind::Tanh || op.kind == OpKind::Sigmoid) &&
+      op.result()->type.elem.is_float() &&
       op.result()->type.elem.kind != ScalarKind::F64 && !args[0]->getType()->isVectorTy()) {
     const ElemType& e = op.result()->type.elem;
     ElemType f32{ScalarKind::F32, ScalarKind::I32};
     llvm::Value* x = emit_cast(b, args[0], e, f32);
-    llvm::Value* r = op.kind == OpKind::Erf ? emit_erf_f32_nvptx(b, x) : emit_tanh_f32_nvptx(b, x);
+    llvm::Value* r = op.kind == OpKind::Erf    ? emit_erf_f32_nvptx(b, x)
+                     : op.kind == OpKind::Tanh ? emit_tanh_f32_nvptx(b, x)
+                                               : emit_sigmoid_f32_nvptx(b, x);
     return emit_cast(b, r, f32, e);
   }
   // fp32 `/` is div.full.f32 (max error 2 ulp), as in Triton; tl.div_rn and

@@ -1,6 +1,6 @@
-// erf and tanh of f32 on NVIDIA GPUs: a short odd polynomial near 0, and past it a
-// form built on ex2.approx (one SFU instruction, relative error about 2^-22) that
-// needs no division. Both sides are computed and one is selected (a warp's lanes
+// erf, tanh and sigmoid of f32 on NVIDIA GPUs: a short odd polynomial near 0, and past
+// it a form built on ex2.approx (one SFU instruction, relative error about 2^-22) that
+// needs no division (sigmoid: ex2 and rcp.approx everywhere). Both sides are computed and one is selected (a warp's lanes
 // take both sides anyway), so the code is straight-line.
 //
 // Why not the shared lowering (vector_math.cpp): it is written for exact CPU results
@@ -41,6 +41,9 @@ constexpr double kErfOneAbove = 3.92;  // erfc < 2^-25 above: erf rounds to ±1
 constexpr double kTanhSplit = 0.6;
 constexpr double kTanhOneAbove = 10.0;  // 2/(1 + e^2x) < 2^-25 above: tanh rounds to ±1
 constexpr double kTwoLog2e = 2.8853900817779268;
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+constexpr double kSigmoidZeroAbove = 104.0;  // e^-104 < 2^-150: sigmoid(-|x|) rounds to 0
 
 class F32Math {
  public:
@@ -64,6 +67,8 @@ class F32Math {
   }
   // 2^a; flushes denormal results to 0, which no caller here produces.
   Value* ex2(Value* a) { return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz_f, {}, {a}); }
+  // 2^a with denormal results kept (ex2.approx.f32: ptxas adds a scaling around the SFU).
+  Value* ex2_denormal(Value* a) { return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_f, {}, {a}); }
   Value* rcp(Value* a) { return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {}, {a}); }
   // The side chosen for |x| >= split (ordered: a nan input takes the polynomial side,
   // which propagates it).
@@ -115,6 +120,35 @@ llvm::Value* emit_tanh_f32_nvptx(llvm::IRBuilderBase& b, llvm::Value* x) {
   Value* residual = m.sub(m.fma(b.CreateFNeg(d), r, m.c(1)), m.mul(d_err, r));  // 1 - r·(d + d_err)
   r = m.fma(r, residual, r);
   return m.with_sign_of(m.pick(ax, kTanhSplit, m.fma(m.c(-2), r, m.c(1)), small), x);
+}
+
+// sigmoid(x) = r = 1/(1 + e) for x >= 0 and e·r for x < 0, with e = e^-|x| in (0, 1].
+// e^-|x| = 2^(hi + lo) where hi + lo = -|x|·log2 e to about 2^-40 (hi rounded, lo by an
+// FMA and log2 e's tail), so e = 2^hi·(1 + lo·ln 2): on the x < 0 side the result is
+// e itself (times r in (1/2, 1]) and an error in the exponent would reach it undamped
+// (the plain |x|·log2 e product's rounding costs up to |x|·2^-24 relative: 80 ulp at
+// x = -80). r is rcp.approx with one Newton step against d = 1 + e's exact value
+// d + d_err (Fast2Sum: 1 >= e), as tanh. Results below 2^-126 stay denormal
+// (ex2.approx without ftz), down to 0 past |x| = 104.
+// Worked example, sigmoid(-2): e = 0.1353353, d = 1.1353353, r = 0.8807971, e·r = 0.1192029.
+llvm::Value* emit_sigmoid_f32_nvptx(llvm::IRBuilderBase& b, llvm::Value* x) {
+  llvm::IRBuilderBase::FastMathFlagGuard keep_callers_flags(b);
+  b.clearFastMathFlags();
+  F32Math m(b);
+  const float log2e_hi = static_cast<float>(kLog2e);
+  const double log2e_lo = kLog2e - static_cast<double>(log2e_hi);
+  Value* t = b.CreateFNeg(m.min(m.fabs(x), m.c(kSigmoidZeroAbove)));  // -|x|, finite (nan -> 104)
+  Value* hi = m.mul(t, m.c(log2e_hi));
+  Value* lo = m.fma(t, m.c(log2e_lo), m.fma(t, m.c(log2e_hi), b.CreateFNeg(hi)));
+  Value* p = m.ex2_denormal(hi);
+  Value* e = m.fma(p, m.mul(lo, m.c(kLn2)), p);
+  Value* d = m.add(m.c(1), e);
+  Value* d_err = m.add(m.sub(m.c(1), d), e);
+  Value* r = m.rcp(d);
+  Value* residual = m.sub(m.fma(b.CreateFNeg(d), r, m.c(1)), m.mul(d_err, r));  // 1 - r·(d + d_err)
+  r = m.fma(r, residual, r);
+  Value* y = b.CreateSelect(b.CreateFCmpOLT(x, m.c(0)), m.mul(e, r), r);
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, y);  // nan in, nan out
 }
 
 }  // namespace tessera::codegen::nvptx

@@ -1,4 +1,4 @@
-// erf and tanh of f32 for the NVPTX lowering, built on the SFU's ex2.approx and
+// erf, tanh and sigmoid of f32 for the NVPTX lowering, built on the SFU's ex2.approx and
 // rcp.approx units instead of the shared polynomials' exact divisions.
 #pragma once
 
@@ -15,5 +15,11 @@ llvm::Value* emit_erf_f32_nvptx(llvm::IRBuilderBase& b, llvm::Value* x);
 // tanh(x) for an f32 scalar. Max error 3 ulp (2 ulp measured as above); same special
 // values as erf.
 llvm::Value* emit_tanh_f32_nvptx(llvm::IRBuilderBase& b, llvm::Value* x);
+
+// sigmoid(x) = 1 / (1 + e^-x) for an f32 scalar. Max error 3 ulp (tests/python/test_gpu_math.py
+// measures it); about 25 instructions where the shared lowering needs a correctly rounded
+// division and the compensated exp (~60). nan -> nan, +inf -> 1, -inf -> 0, ±0 -> 0.5,
+// results below 2^-126 denormal.
+llvm::Value* emit_sigmoid_f32_nvptx(llvm::IRBuilderBase& b, llvm::Value* x);
 
 }  // namespace tessera::codegen::nvptx
