@@ -20,7 +20,7 @@ PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr
                                   else None)
 
 # Documented in math_nvptx.h; measured on an H100 (the GPU tests below).
-MAX_ULP_F32 = {"erf": 2, "tanh": 3, "sigmoid": 3}
+MAX_ULP_F32 = {"erf": 2, "tanh": 3, "sigmoid": 4}
 
 
 @tessera.kernel
