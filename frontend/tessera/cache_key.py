@@ -10,7 +10,8 @@ is listed here, in this one block, and nowhere else:
      divisible by 16;
   4. the constexpr values;
   5. the options: num_warps, num_stages, debug (TESSERA_DEBUG), and on GPU targets
-     tma when TESSERA_TMA is set (read at compile time: TMA or cp.async rings on sm_90a);
+     tma when TESSERA_TMA is set (read at compile time: TMA or cp.async rings on sm_90a)
+     and fp_fusion when TESSERA_GPU_FP_FUSION is set (FMA contraction on GPUs);
   6. the target: "cpu" + CPU name + feature string (the host's, or TESSERA_CPU's),
      or "cuda:<arch>".
 

@@ -32,8 +32,13 @@ bool ex2_argument_is_clamped_at(llvm::Value* v, double floor) {
 
 // exp/exp2 of f32 (and f16/bf16, computed in f32) with the SFU's ex2.approx, as
 // Triton does: exp(x) = ex2(x·log2 e), relative error about 2^-22; erf and tanh from
-// math_nvptx.cpp. Everything else goes to the shared elementwise lowering.
-llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm::ArrayRef<llvm::Value*> args) {
+// math_nvptx.cpp. Everything else goes to the shared elementwise lowering, where with
+// fp_fusion the kernel's own float +, - and * may contract (a * b + c -> one fma.rn, as
+// Triton's enable_fp_fusion default): only the user's f32/f64 operations carry the flag,
+// never the compensated sequences of the math library; f16/bf16 round after every op
+// (an f16 fma.rn would not), so they never contract.
+llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm::ArrayRef<llvm::Value*> args,
+                                  bool fp_fusion) {
   using ir::ElemType;
   using ir::OpKind;
   using ir::ScalarKind;
@@ -80,6 +85,14 @@ llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm
     llvm::Value* r = emit_exact_fmod(b, emit_cast(b, args[0], e, wide), emit_cast(b, args[1], e, wide));
     return emit_cast(b, r, wide, e);
   }
+  if (fp_fusion && (op.kind == OpKind::Add || op.kind == OpKind::Sub || op.kind == OpKind::Mul) &&
+      (op.result()->type.elem.kind == ScalarKind::F32 || op.result()->type.elem.kind == ScalarKind::F64)) {
+    llvm::IRBuilderBase::FastMathFlagGuard keep_callers_flags(b);
+    llvm::FastMathFlags contract;
+    contract.setAllowContract(true);
+    b.setFastMathFlags(contract);
+    return emit_elementwise(b, op, args);
+  }
   return emit_elementwise(b, op, args);
 }
 
@@ -112,6 +125,9 @@ GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool d
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
       num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma),
       tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), axis_(k) {
+  auto fusion = k.attrs.find("fp_fusion");
+  fp_fusion_ = fusion == k.attrs.end() || !std::holds_alternative<int64_t>(fusion->second) ||
+               std::get<int64_t>(fusion->second) != 0;
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();
   if (wgmma_) plan_wgmma(*k.body());
@@ -261,7 +277,7 @@ void GpuLowering::lower_op(const Op& op) {
   if (op_has_trait(op.kind, 'E') || op.kind == OpKind::Hint) {
     std::vector<llvm::Value*> args;
     for (Value* v : op.operands) args.push_back(scalar(v));
-    scalars_[op.result()] = emit_gpu_elementwise(b_, op, args);
+    scalars_[op.result()] = emit_gpu_elementwise(b_, op, args, fp_fusion_);
     return;
   }
   unsupported(op, std::string("'") + op.name() + "' is not supported on the GPU yet");
@@ -362,7 +378,7 @@ llvm::Value* GpuLowering::at_uncached(const Value* v, const SymIndex& s) {
   }
   std::vector<llvm::Value*> args;
   for (const Value* a : op.operands) args.push_back(at(a, s));
-  return emit_gpu_elementwise(b_, op, args);
+  return emit_gpu_elementwise(b_, op, args, fp_fusion_);
 }
 
 std::vector<llvm::Value*> GpuLowering::materialize(const Value* v, const BlockedLayout& l) {

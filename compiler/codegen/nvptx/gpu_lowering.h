@@ -307,6 +307,9 @@ class GpuLowering {
   llvm::IRBuilder<> b_;
   int num_warps_, num_threads_;
   bool debug_;
+  // float +, -, * of the kernel may contract to FMAs (the kernel's fp_fusion attribute,
+  // TESSERA_GPU_FP_FUSION; on unless it is 0).
+  bool fp_fusion_ = true;
   int cc_;
   int num_stages_;
   bool wgmma_;
