@@ -1,7 +1,7 @@
-"""FMA contraction on the GPU (compiler/codegen/nvptx/gpu_lowering.cpp): the kernel's own
-float a * b + c becomes one fma.rn (Triton's enable_fp_fusion default), TESSERA_GPU_FP_FUSION=0
-keeps mul.rn + add.rn, fp16 (rounded after every op) never contracts, and the CPU never
-does. Checked in the PTX without a GPU, and on a GPU against the exactly rounded FMA."""
+"""FMA contraction on the GPU (compiler/codegen/nvptx/gpu_lowering.cpp): with
+TESSERA_GPU_FP_FUSION=1 the kernel's own float a * b + c becomes one fma.rn (Triton's
+enable_fp_fusion default); by default (and with 0) mul.rn + add.rn stay separately rounded;
+fp16 (rounded after every op) never contracts, and the CPU never does. Checked in the PTX without a GPU, and on a GPU against the exactly rounded FMA."""
 import numpy as np
 import pytest
 
@@ -31,18 +31,19 @@ def _ptx(monkeypatch, dtype, fusion):
     return tessera.compile(tessera.jit(axpy), sig, {"BLOCK": 128}, target="cuda:90a").asm["ptx"]
 
 
-def test_fp32_multiply_add_contracts_by_default(monkeypatch):
-    ptx = _ptx(monkeypatch, "fp32", None)
+def test_fp32_multiply_add_contracts_with_fusion_on(monkeypatch):
+    ptx = _ptx(monkeypatch, "fp32", "1")
     assert "fma.rn.f32" in ptx and "mul.rn.f32" not in ptx and "add.rn.f32" not in ptx
 
 
-def test_fusion_off_keeps_separately_rounded_operations(monkeypatch):
-    ptx = _ptx(monkeypatch, "fp32", "0")
+@pytest.mark.parametrize("fusion", [None, "0"])
+def test_by_default_and_off_operations_stay_separately_rounded(monkeypatch, fusion):
+    ptx = _ptx(monkeypatch, "fp32", fusion)
     assert "fma.rn.f32" not in ptx and "mul.rn.f32" in ptx and "add.rn.f32" in ptx
 
 
 def test_fp16_rounds_after_every_op_and_never_contracts(monkeypatch):
-    ptx = _ptx(monkeypatch, "fp16", None)
+    ptx = _ptx(monkeypatch, "fp16", "1")
     assert "fma.rn" not in ptx
 
 

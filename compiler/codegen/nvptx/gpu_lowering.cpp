@@ -33,8 +33,8 @@ bool ex2_argument_is_clamped_at(llvm::Value* v, double floor) {
 // exp/exp2 of f32 (and f16/bf16, computed in f32) with the SFU's ex2.approx, as
 // Triton does: exp(x) = ex2(x·log2 e), relative error about 2^-22; erf and tanh from
 // math_nvptx.cpp. Everything else goes to the shared elementwise lowering, where with
-// fp_fusion the kernel's own float +, - and * may contract (a * b + c -> one fma.rn, as
-// Triton's enable_fp_fusion default): only the user's f32/f64 operations carry the flag,
+// fp_fusion (opt-in, TESSERA_GPU_FP_FUSION=1) the kernel's own float +, - and * may
+// contract (a * b + c -> one fma.rn, as Triton's enable_fp_fusion default): only the user's f32/f64 operations carry the flag,
 // never the compensated sequences of the math library; f16/bf16 round after every op
 // (an f16 fma.rn would not), so they never contract.
 llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm::ArrayRef<llvm::Value*> args,
@@ -126,7 +126,7 @@ GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool d
       num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma),
       tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), axis_(k) {
   auto fusion = k.attrs.find("fp_fusion");
-  fp_fusion_ = fusion == k.attrs.end() || !std::holds_alternative<int64_t>(fusion->second) ||
+  fp_fusion_ = fusion != k.attrs.end() && std::holds_alternative<int64_t>(fusion->second) &&
                std::get<int64_t>(fusion->second) != 0;
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();
