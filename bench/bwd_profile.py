@@ -17,11 +17,14 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from common import cuda_host_us  # noqa: E402
 from kernels import _fwd_bwd, cases  # noqa: E402
 
 from tessera.kernels import norm as N  # noqa: E402
 
 ROWS, COLS = 16384, 4096
+
+
 def gpu_ms(fn, reps=20):
     """Best of 3 batches of `reps` back-to-back calls, ms per call (CUDA events)."""
     fn()
@@ -61,15 +64,6 @@ def profile(name, fn, iters=10):
         print(f"      {t:8.1f} us  x{c}  {k}")
 
 
-def host_us(fn, n=50):
-    import time
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / n * 1e6
 
 
 def norm_plans(inputs):
@@ -103,7 +97,7 @@ def main():
             for impl, f in (("tk", f_tk), ("torch", f_torch)):
                 fb = _fwd_bwd(f, inputs)
                 profile(impl, fb)
-                print(f"      host {host_us(fb):.1f} us per fwd+bwd call (no sync)")
+                print(f"      host {cuda_host_us(fb, n=50):.1f} us per fwd+bwd call (no sync)")
         if name == "layer_norm":
             norm_plans(inputs)
 

@@ -445,3 +445,18 @@ def write_results(name, machine, sections, summary, targets, extra_notes=()):
         md += [f"- {n}" for n in extra_notes]
     with open(os.path.join(RESULTS_DIR, f"{name}.md"), "w") as f:
         f.write("\n".join(md) + "\n")
+
+
+def cuda_host_us(fn, n=200):
+    """Host microseconds per call of `fn` on a GPU, with no synchronization between calls
+    (above the GPU time an op is host-bound, and CUDA events around back-to-back calls
+    then measure the host): one warm-up call, n calls, a synchronize after."""
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6

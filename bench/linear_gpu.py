@@ -19,7 +19,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import machine_info, RESULTS_DIR, table_lines  # noqa: E402
+from common import cuda_host_us, machine_info, RESULTS_DIR, table_lines  # noqa: E402
 from kernels import load_triton_tk, measure_cuda_events  # noqa: E402  (bench/kernels.py)
 
 import torch  # noqa: E402
@@ -34,16 +34,6 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M)
 ]
 
 
-def host_us(fn, n=200):
-    """Host time per call with no synchronization (the launch path's cost)."""
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / n * 1e6
 
 
 def measure_queued(fns, calls=50, rounds=5, sleep_cycles=20_000_000):
@@ -184,7 +174,7 @@ def _row(op, shape, flops, fns, dtype, inputs, name):
         err = (got - ref).abs().max().item() / max(1.0, ref.abs().max().item())
         res = {k: v.min for k, v in measure_cuda_events(fns).items()}
         q, underran = measure_queued({k: fns[k] for k in ("tk", "cuBLAS mm alone")})
-        hus = host_us(fns["tk"])
+        hus = cuda_host_us(fns["tk"])
     fb = {}
     leaves = [i.detach().clone().requires_grad_(True) for i in inputs]
     f_tk = {"linear_relu": tk.linear_relu, "linear_gelu": tk.linear_gelu,

@@ -19,7 +19,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import RESULTS_DIR, machine_info, table_lines  # noqa: E402
+from common import RESULTS_DIR, cuda_host_us, machine_info, table_lines  # noqa: E402
 from kernels import measure_cuda_events  # noqa: E402  (bench/kernels.py)
 
 import torch  # noqa: E402
@@ -127,17 +127,6 @@ def candidates(rows, cols, dev="cuda"):
     return out
 
 
-def host_us(fn, n=200):
-    """Host time per call, no synchronization between calls (above the GPU time: the op
-    is host-bound, and CUDA events around back-to-back calls measure the host)."""
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / n * 1e6
 
 
 def main():
@@ -159,7 +148,7 @@ def main():
             dst = torch.empty_like(src)
             t = measure_cuda_events({"kernel": fn, "copy": lambda: dst.copy_(src)})
             k, c = t["kernel"].min, t["copy"].min
-            host = host_us(fn) if "library" in name else None
+            host = cuda_host_us(fn) if "library" in name else None
             rows_out.append([name, k * 1e3, t["kernel"].median * 1e3, c * 1e3, nbytes / k / 1e9, c / k,
                              host if host is not None else "n/a"])
             records.append({"config": name, "ms": k * 1e3, "median_ms": t["kernel"].median * 1e3, "copy_ms": c * 1e3,

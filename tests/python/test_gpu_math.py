@@ -49,6 +49,15 @@ KERNELS = {"erf": erf_kernel, "tanh": tanh_kernel, "sigmoid": sigmoid_kernel}
 _INSTR = re.compile(r"^\s*(?:@!?%p\d+\s+)?([a-z][\w.]*)", re.M)
 
 
+def _assemble(ptx, tmp_path):
+    if PTXAS is None:
+        pytest.skip("ptxas (CUDA toolkit) not installed")
+    (tmp_path / "k.ptx").write_text(ptx)
+    r = subprocess.run([PTXAS, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
 def _ptx(name, dtype):
     # BLOCK = 128 over 4 warps: one element per thread, so the body is one evaluation.
     ck = tessera.compile(KERNELS[name], signature=f"*{dtype},*{dtype},i32", constexprs={"BLOCK": 128},
@@ -72,12 +81,7 @@ def test_erf_tanh_ptx_uses_the_sfu_without_division(name, dtype, tmp_path):
     arith = [o for o in ops if o.split(".")[0] in ("fma", "mul", "add", "sub", "min", "max", "selp", "ex2", "rcp",
                                                     "abs", "neg", "and", "or", "setp")]
     assert len(arith) <= 40, f"{len(arith)} arithmetic instructions for one {name}:\n{ptx}"
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    (tmp_path / "k.ptx").write_text(ptx)
-    r = subprocess.run([PTXAS, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    _assemble(ptx, tmp_path)
 
 
 def test_f64_erf_tanh_keep_the_shared_polynomials():
@@ -206,12 +210,7 @@ def test_ex2_of_an_argument_clamped_above_the_denormals_is_the_short_form(exp2, 
     ftz, full, ptx = _ex2_forms(exp2, lo, propagate_nan)
     assert (ftz, full) == ((1, 0) if short else (0, 1)), ptx
     assert ("max.NaN.f32" in ptx) == propagate_nan
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    (tmp_path / "k.ptx").write_text(ptx)
-    r = subprocess.run([PTXAS, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    _assemble(ptx, tmp_path)
 
 
 def test_ex2_without_a_clamp_keeps_denormal_results():
