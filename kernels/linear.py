@@ -67,6 +67,23 @@ def _grouped_tile(t, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M
 
 
 @tessera.kernel
+def _tile_operands(A, B, s_ab, s_bb, pid_m, pid_n, batch, BATCHED: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A program's row, column and K indices and its batch's A and B (inlined into both
+    matmul kernels): unbatched, the bare parameters, which the TMA's tensor maps are made from."""
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    if BATCHED:
+        a_base = A + batch * s_ab
+        b_base = B + batch * s_bb
+    else:
+        a_base = A
+        b_base = B
+    return rm, rn, rk, a_base, b_base
+
+
+@tessera.kernel
 def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, scale,
                    A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
                    STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr, BATCHED: tl.constexpr,
@@ -82,15 +99,8 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
     which only the cp.async ring takes (attention_score's q k^T)."""
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     batch = tl.program_id(2).to(tl.int64)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    if BATCHED:
-        a_base = A + batch * s_ab
-        b_base = B + batch * s_bb
-    else:
-        a_base = A
-        b_base = B
+    rm, rn, rk, a_base, b_base = _tile_operands(A, B, s_ab, s_bb, pid_m, pid_n, batch, BATCHED, BLOCK_M, BLOCK_N,
+                                                BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in range(0, K, BLOCK_K):
         kk = k + rk
@@ -133,15 +143,8 @@ def _matmul_kernel_cpu(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, 
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     batch = tl.program_id(2).to(tl.int64)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    if BATCHED:
-        a_base = A + batch * s_ab
-        b_base = B + batch * s_bb
-    else:
-        a_base = A
-        b_base = B
+    rm, rn, rk, a_base, b_base = _tile_operands(A, B, s_ab, s_bb, pid_m, pid_n, batch, BATCHED, BLOCK_M, BLOCK_N,
+                                                BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in range(0, K, BLOCK_K):
         if A_MMAJOR:
