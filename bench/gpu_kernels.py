@@ -80,8 +80,10 @@ def _grouped_tile(t, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.const
 
 @jit_module.jit
 def _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, B_ROWS_ALONG_K: tl.constexpr):
     # One BM x BN tile of C = A @ B with fp32 accumulation, stored in C's dtype.
+    # B_ROWS_ALONG_K: B = W^T with W stored N x K (B's strides are W's swapped): its
+    # [BN, BK] tile is loaded along W's rows and transposed for the dot.
     # Addresses are recomputed from k each iteration (no pointer tiles carried around
     # the loop: Tessera would keep every element's 64-bit pointer in registers).
     rm = pid_m * BM + tl.arange(0, BM)
@@ -92,8 +94,12 @@ def _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_c
         kk = k * BK + rk
         a = tl.load(a_ptr + rm[:, None] * s_am + kk[None, :] * s_ak,
                     mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + kk[:, None] * s_bk + rn[None, :] * s_bn,
-                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        if B_ROWS_ALONG_K:
+            b = tl.trans(tl.load(b_ptr + rn[:, None] * s_bn + kk[None, :] * s_bk,
+                                 mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0))
+        else:
+            b = tl.load(b_ptr + kk[:, None] * s_bk + rn[None, :] * s_bn,
+                        mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc = tl.dot(a, b, acc)
     tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc.to(c_ptr.dtype.element_ty),
              mask=(rm[:, None] < M) & (rn[None, :] < N))
@@ -104,7 +110,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     # A program per output tile.
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
-    _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n, BM, BN, BK)
+    _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n, BM, BN, BK, False)
 
 
 @jit_module.jit
@@ -114,7 +120,7 @@ def persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_b
     # program loops over output tiles with a stride of the grid size.
     for t in range(tl.program_id(0), tl.cdiv(M, BM) * tl.cdiv(N, BN), tl.num_programs(0)):
         pid_m, pid_n = _grouped_tile(t, M, N, BM, BN, GROUP_M)
-        _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n, BM, BN, BK)
+        _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n, BM, BN, BK, False)
 
 
 @jit_module.jit
@@ -124,19 +130,7 @@ def matmul_nt_kernel(a_ptr, w_ptr, c_ptr, M, N, K, s_am, s_ak, s_wn, s_wk, s_cm,
     # along K, the layout tf32 wgmma reads from shared memory (no transpose for 32-bit
     # types). Same program order as matmul_kernel.
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
-    rm = pid_m * BM + tl.arange(0, BM)
-    rn = pid_n * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        kk = k * BK + rk
-        a = tl.load(a_ptr + rm[:, None] * s_am + kk[None, :] * s_ak,
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        w = tl.load(w_ptr + rn[:, None] * s_wn + kk[None, :] * s_wk,
-                    mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
-        acc = tl.dot(a, tl.trans(w), acc)
-    tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
+    _matmul_tile(a_ptr, w_ptr, c_ptr, M, N, K, s_am, s_ak, s_wk, s_wn, s_cm, s_cn, pid_m, pid_n, BM, BN, BK, True)
 
 
 @jit_module.jit

@@ -10,45 +10,13 @@ The PTX checks without a GPU are in test_gpu_tf32_wgmma_compile.py."""
 import pytest
 
 import tessera
-import tessera.language as tl
+from matmul_kernels import matmul
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 DEV = "cuda"
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-
-
-def _mm_nt(a_ptr, w_ptr, c_ptr, M, N, K, s_am, s_ak, s_wn, s_wk, s_cm, s_cn,
-           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        kk = k * BK + rk
-        a = tl.load(a_ptr + rm[:, None] * s_am + kk[None, :] * s_ak,
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        w = tl.load(w_ptr + rn[:, None] * s_wn + kk[None, :] * s_wk,
-                    mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
-        acc = tl.dot(a, tl.trans(w), acc, input_precision=PREC)
-    tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
-def _mm_nn(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
-           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        kk = k * BK + rk
-        a = tl.load(a_ptr + rm[:, None] * s_am + kk[None, :] * s_ak,
-                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + kk[:, None] * s_bk + rn[None, :] * s_bn,
-                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=PREC)
-    tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def inputs(M, N, K, seed, ld=None):
@@ -64,15 +32,15 @@ def inputs(M, N, K, seed, ld=None):
 def run(layout, a, w, BM, BN, BK, num_warps, num_stages, prec="tf32", monkeypatch=None, tma="1"):
     if monkeypatch is not None:
         monkeypatch.setenv("TESSERA_TMA", tma)
-    kernel = tessera.jit(_mm_nt if layout == "NT" else _mm_nn)  # fresh specializations (TESSERA_TMA)
+    kernel = tessera.jit(matmul)  # fresh specializations (TESSERA_TMA)
     M, K = a.shape
     N = w.shape[0]
-    b = w.t() if layout == "NT" else w.t().contiguous()  # NN: B row-major K x N
+    # NT: B = W^T as it is (read along W's rows); NN: B row-major K x N.
+    b = w.t() if layout == "NT" else w.t().contiguous()
     c = torch.full((M, N), float("nan"), device=DEV)
-    second = (w.stride(0), w.stride(1)) if layout == "NT" else (b.stride(0), b.stride(1))
     ck = kernel[(tessera.cdiv(M, BM), tessera.cdiv(N, BN))](
-        a, w if layout == "NT" else b, c, M, N, K, a.stride(0), a.stride(1), *second, c.stride(0), c.stride(1),
-        BM=BM, BN=BN, BK=BK, PREC=prec, num_warps=num_warps, num_stages=num_stages)
+        a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BM=BM, BN=BN, BK=BK, PREC=prec, B_ROWS_ALONG_K=layout == "NT", num_warps=num_warps, num_stages=num_stages)
     torch.cuda.synchronize()
     return c, ck
 
@@ -204,7 +172,7 @@ def test_nn_tf32_padded_row_strides(monkeypatch):
     a = torch.randn(M, K + 48, device=DEV, generator=g)[:, :K]
     b = torch.randn(K, N + 32, device=DEV, generator=g)[:, :N]
     c = torch.full((M, N), float("nan"), device=DEV)
-    ck = tessera.jit(_mm_nn)[(tessera.cdiv(M, 256), tessera.cdiv(N, 128))](
+    ck = tessera.jit(matmul)[(tessera.cdiv(M, 256), tessera.cdiv(N, 128))](
         a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         BM=256, BN=128, BK=32, PREC="tf32", num_warps=8, num_stages=4)
     torch.cuda.synchronize()

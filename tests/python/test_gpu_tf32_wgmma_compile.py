@@ -15,14 +15,15 @@ import pytest
 import tessera
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_gpu_tf32_wgmma as G  # noqa: E402  (the kernels; its tests need a GPU and skip here)
+from matmul_kernels import matmul  # noqa: E402  (the kernel test_gpu_tf32_wgmma.py runs on a GPU)
 
 PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
                                   else None)
 # 16-byte aligned fp32 arrays, row strides divisible by 16 elements, unit inner strides.
-SIG_NT = {"a_ptr": "*fp32:16", "w_ptr": "*fp32:16", "c_ptr": "*fp32:16", "M": "i32", "N": "i32", "K": "i32",
-          "s_am": "i32:16", "s_wn": "i32:16", "s_cm": "i32:16"}
-UNIT_NT = {"s_ak": 1, "s_wk": 1, "s_cn": 1}
+# NT: B = W^T with W stored N x K, read along W's rows (B's k stride is 1, its n stride W's rows').
+SIG_NT = {"a_ptr": "*fp32:16", "b_ptr": "*fp32:16", "c_ptr": "*fp32:16", "M": "i32", "N": "i32", "K": "i32",
+          "s_am": "i32:16", "s_bn": "i32:16", "s_cm": "i32:16"}
+UNIT_NT = {"s_ak": 1, "s_bk": 1, "s_cn": 1, "B_ROWS_ALONG_K": True}
 SIG_NN = {"a_ptr": "*fp32:16", "b_ptr": "*fp32:16", "c_ptr": "*fp32:16", "M": "i32", "N": "i32", "K": "i32",
           "s_am": "i32:16", "s_bk": "i32:16", "s_cm": "i32:16"}
 UNIT_NN = {"s_ak": 1, "s_bn": 1, "s_cn": 1}
@@ -31,9 +32,9 @@ UNIT_NN = {"s_ak": 1, "s_bn": 1, "s_cn": 1}
 def build(monkeypatch, layout="NT", tma="1", prec="tf32", target="cuda:90a", BM=128, BN=128, BK=32, num_warps=8,
           num_stages=3, sig=None):
     monkeypatch.setenv("TESSERA_TMA", tma)
-    fn, sig0, unit = (G._mm_nt, SIG_NT, UNIT_NT) if layout == "NT" else (G._mm_nn, SIG_NN, UNIT_NN)
+    sig0, unit = (SIG_NT, UNIT_NT) if layout == "NT" else (SIG_NN, UNIT_NN)
     sig = {**sig0, **(sig or {})}
-    return tessera.compile(tessera.jit(fn), sig, {**unit, "BM": BM, "BN": BN, "BK": BK, "PREC": prec},
+    return tessera.compile(tessera.jit(matmul), sig, {**unit, "BM": BM, "BN": BN, "BK": BK, "PREC": prec},
                            target=target, num_warps=num_warps, num_stages=num_stages)
 
 
@@ -55,7 +56,7 @@ WGMMA_TF32 = r"wgmma\.mma_async\.sync\.aligned\.m64n{n}k8\.f32\.tf32\.tf32 \{{[^
 
 @pytest.mark.parametrize("BN,BK,num_warps,num_stages,maps", [
     # A: base 0, 4-byte elements, 128-byte swizzle, box 32 (K) x 128 (M), extents K (5) x M (3), stride s_am (6).
-    # W: base 1, box 32 (K) x BN rows, extents K (5) x N (4), stride s_wn (7) -- K-major like A.
+    # W: base 1, box 32 (K) x BN rows, extents K (5) x N (4), stride s_bn (7) -- K-major like A.
     (128, 32, 8, 3, "9|0:4:128:32:128:i5:i3:i6|1:4:128:32:128:i5:i4:i7"),
     (256, 32, 8, 4, "9|0:4:128:32:128:i5:i3:i6|1:4:128:32:256:i5:i4:i7"),   # n256, a wgmma group in flight
     (64, 16, 4, 3, "9|0:4:64:16:64:i5:i3:i6|1:4:64:16:64:i5:i4:i7"),        # 64-byte rows, one warpgroup
