@@ -130,7 +130,12 @@ def host_us(fn, n=2000):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--only", default="", help="comma-separated substrings: run only the rows whose name "
+                    "contains one (e.g. 'skinny,tf32'); compile and launch rows then run only if named "
+                    "('compile', 'launch')")
     args = ap.parse_args()
+    only = [o for o in args.only.split(",") if o]
+    wanted = lambda name: not only or any(o in name for o in only)
     dev = torch.cuda.get_device_name()
     TR = load_triton_kernels()
     rows = []
@@ -163,6 +168,8 @@ def main():
     same_size = {}
 
     def bw_row(name, nbytes, t_fn, torch_fn, tr_fn, check):
+        if not wanted(name):
+            return
         same_size[name] = same_size_copy_bw(nbytes)
         t_ms, err = try_bench(t_fn, check)
         to_ms = do_bench(torch_fn) if torch_fn else None
@@ -174,6 +181,8 @@ def main():
         """A row kernel (one program per row of 4096) at the num_warps that is fastest for
         each framework on this card (4, 8 or 16: fp16 rows want fewer warps than fp32),
         the same source and choices for both; the note says what each picked."""
+        if not wanted(name):
+            return
         picked = {}
         for fw, K in (("tessera", TK), ("triton", TR)):
             if K is None:
@@ -246,6 +255,8 @@ def main():
         # gpu_kernels.matmul_nt_kernel reads W's K-contiguous rows; cuBLAS gets the same view.
         # alternatives: more (BM, BN, BK, warps, stages) configs; each framework then runs the
         # fastest of them on the same source (the note says which).
+        if not wanted(label):
+            return
         g = torch.Generator(device="cuda").manual_seed(M * 7 + N)
         A = torch.randn(M, K, device="cuda", dtype=dtype, generator=g)
         W = torch.randn(N, K, device="cuda", dtype=dtype, generator=g) if nt else None
@@ -253,9 +264,15 @@ def main():
         Cm = torch.empty(M, N, device="cuda", dtype=dtype)
 
         def launcher(Kmod, cfg):
-            BM, BN, BK, warps, stages = cfg
+            BM, BN, BK, warps, stages, split = (*cfg, 1)[:6]
             grid = (tessera.cdiv(M, BM) * tessera.cdiv(N, BN),)
             meta = dict(BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=warps, num_stages=stages)
+            if split > 1:  # gpu_kernels.splitk_matmul_kernel: fp32 partials + per-tile counters (zeroed once)
+                ws = torch.empty(split, M, N, device="cuda", dtype=torch.float32)
+                count = torch.zeros(grid[0], device="cuda", dtype=torch.int32)
+                return lambda: Kmod.splitk_matmul_kernel[(grid[0], split)](
+                    A, B, Cm, ws, count, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
+                    Cm.stride(0), Cm.stride(1), SPLIT_K=split, **meta)
             if persistent:  # one program per SM, each looping over output tiles
                 grid = (min(grid[0], torch.cuda.get_device_properties(0).multi_processor_count),)
                 return lambda: Kmod.persistent_matmul_kernel[grid](
@@ -294,7 +311,7 @@ def main():
         tr_ms, tr_err, tr_cfg = fastest(TR) if TR else (None, "", None)
         note = err or (f"triton: {tr_err}" if tr_err else "")
         if alternatives:
-            name = lambda c: f"{c[0]}x{c[1]}x{c[2]} {c[3]}w {c[4]}s"
+            name = lambda c: f"{c[0]}x{c[1]}x{c[2]} {c[3]}w {c[4]}s" + (f" split-K {c[5]}" if len(c) > 5 else "")
             picked = f"config tessera {name(t_cfg)}" + (f", triton {name(tr_cfg)}" if tr_cfg else "")
             note = f"{note}; {picked}" if note else picked
         mm_rows.append((label, tflops(t_ms) if t_ms else None, tflops(to_ms), tflops(tr_ms) if tr_ms else None, note))
@@ -316,18 +333,25 @@ def main():
         mm_row(f"matmul tf32 NT {size}^3", torch.float32, size, size, size, TF32_NT[0], TF32_NT[1], TF32_NT[2],
                8, 3e-3, stages=TF32_NT[3], nt=True)
     for m in (16, 32, 64, 128):
-        # 8192 / 128 = 64 column tiles for 132 SMs: 64-wide tiles (128 programs) are tried too.
+        # 8192 / 128 = 64 column tiles for 132 SMs: 64-wide tiles (128 programs) are tried too,
+        # and split-K (the 6th field): 256-wide tiles read A from L2 4x less often than 64-wide
+        # ones, and 4 programs per tile fill the SMs.
+        bm, w = min(m, 128), 8 if m > 64 else 4
+        split = tuple((bm, bn, 64, w, 4, k) for bn in (256, 128) for k in (2, 4))
         mm_row(f"matmul fp16 skinny {m}x8192x8192", torch.float16, m, 8192, 8192, min(m, 64), 128, 64, 4, 1e-2,
-               alternatives=((min(m, 64), 64, 64, 4, 4), (min(m, 64), 64, 128, 4, 3)))
+               alternatives=((min(m, 64), 64, 64, 4, 4), (min(m, 64), 64, 128, 4, 3), *split))
 
-    compile_rows = [("cold compile + first launch of softmax, ms", *first_launch_ms(cold=True)),
-                    ("warm first launch (disk cache), new process, ms", *first_launch_ms(cold=False))]
-    tiny = torch.zeros(16, device="cuda")
-    host = [("cached launch of a tiny kernel, host us", host_us(lambda: TK.tiny_kernel[(1,)](tiny, BLOCK=16)),
-             host_us(lambda: tiny.add_(1.0)),
-             host_us(lambda: TR.tiny_kernel[(1,)](tiny, BLOCK=16)) if TR else None)]
-    # The row above must measure the C++ launch path (frontend/csrc/launch_fastpath.cpp).
-    assert TK.tiny_kernel._fast_path_size() == 1, "the cached tiny launch did not run from the C++ launch path"
+    compile_rows, host = [], []
+    if wanted("compile"):
+        compile_rows = [("cold compile + first launch of softmax, ms", *first_launch_ms(cold=True)),
+                        ("warm first launch (disk cache), new process, ms", *first_launch_ms(cold=False))]
+    if wanted("launch"):
+        tiny = torch.zeros(16, device="cuda")
+        host = [("cached launch of a tiny kernel, host us", host_us(lambda: TK.tiny_kernel[(1,)](tiny, BLOCK=16)),
+                 host_us(lambda: tiny.add_(1.0)),
+                 host_us(lambda: TR.tiny_kernel[(1,)](tiny, BLOCK=16)) if TR else None)]
+        # The row above must measure the C++ launch path (frontend/csrc/launch_fastpath.cpp).
+        assert TK.tiny_kernel._fast_path_size() == 1, "the cached tiny launch did not run from the C++ launch path"
 
     lines = [f"# GPU benchmark — {dev}", "",
              f"GB/s (bytes that must be read + written); device copy {copy_bw:.0f} GB/s. "
@@ -362,9 +386,10 @@ def main():
               "(bench/launch/launch_native.py has the breakdown and the C floor)."]
     text = "\n".join(lines)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "gpu.md"), "w") as fh:
+    stem = "gpu" if not only else "gpu_only_" + "_".join(o.replace(" ", "-") for o in only)
+    with open(os.path.join(args.out, stem + ".md"), "w") as fh:
         fh.write(text + "\n")
-    with open(os.path.join(args.out, "gpu.json"), "w") as fh:
+    with open(os.path.join(args.out, stem + ".json"), "w") as fh:
         json.dump({"device": dev, "rows": rows, "same_size_copy_gbps": same_size, "matmul_tflops": mm_rows,
                    "host": host}, fh, indent=1)
     print(text)

@@ -79,9 +79,10 @@ def _grouped_tile(t, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.const
 
 
 @jit_module.jit
-def _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, B_ROWS_ALONG_K: tl.constexpr):
-    # One BM x BN tile of C = A @ B with fp32 accumulation, stored in C's dtype.
+def _tile_product(a_ptr, b_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, pid_m, pid_n, k_first, k_steps,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, B_ROWS_ALONG_K: tl.constexpr):
+    # The fp32 product of A's BM rows and B's BN columns of tile (pid_m, pid_n) over K
+    # steps k_first .. k_first + k_steps - 1 of BK each (steps past K load zeros).
     # B_ROWS_ALONG_K: B = W^T with W stored N x K (B's strides are W's swapped): its
     # [BN, BK] tile is loaded along W's rows and transposed for the dot.
     # Addresses are recomputed from k each iteration (no pointer tiles carried around
@@ -90,8 +91,8 @@ def _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_c
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        kk = k * BK + rk
+    for k in range(0, k_steps):
+        kk = (k_first + k) * BK + rk
         a = tl.load(a_ptr + rm[:, None] * s_am + kk[None, :] * s_ak,
                     mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
         if B_ROWS_ALONG_K:
@@ -101,6 +102,17 @@ def _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_c
             b = tl.load(b_ptr + kk[:, None] * s_bk + rn[None, :] * s_bn,
                         mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
         acc = tl.dot(a, b, acc)
+    return acc
+
+
+@jit_module.jit
+def _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, B_ROWS_ALONG_K: tl.constexpr):
+    # One BM x BN tile of C = A @ B with fp32 accumulation, stored in C's dtype.
+    acc = _tile_product(a_ptr, b_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, pid_m, pid_n, 0, tl.cdiv(K, BK),
+                        BM, BN, BK, B_ROWS_ALONG_K)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
     tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, acc.to(c_ptr.dtype.element_ty),
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
@@ -121,6 +133,40 @@ def persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_b
     for t in range(tl.program_id(0), tl.cdiv(M, BM) * tl.cdiv(N, BN), tl.num_programs(0)):
         pid_m, pid_n = _grouped_tile(t, M, N, BM, BN, GROUP_M)
         _matmul_tile(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, pid_m, pid_n, BM, BN, BK, False)
+
+
+@jit_module.jit
+def splitk_matmul_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, count_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+                         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                         SPLIT_K: tl.constexpr):
+    # Split-K for short, wide products (M = 16..128, N = K = 8192): A is read from L2
+    # once per column tile, so wide BN tiles read less, but leave SMs idle (8192 / 256 =
+    # 32 tiles); SPLIT_K programs (grid axis 1) share each tile's K steps instead. Each
+    # writes its fp32 partial tile to ws (SPLIT_K x M x N, row-major) and counts itself
+    # in count[t] (int32, zero before the first launch); the last to arrive sums the
+    # partials, stores C and sets count[t] back to 0, so a launch needs no memset.
+    t = tl.program_id(0)
+    split = tl.program_id(1)
+    pid_m, pid_n = _grouped_tile(t, M, N, BM, BN, GROUP_M)
+    steps = tl.cdiv(tl.cdiv(K, BK), SPLIT_K)
+    acc = _tile_product(a_ptr, b_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, pid_m, pid_n, split * steps, steps,
+                        BM, BN, BK, False)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    tl.store(ws_ptr + split * M * N + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.debug_barrier()  # all of this program's partial is written before it counts itself
+    arrived = tl.atomic_add(count_ptr + t, 1, sem="acq_rel")
+    if arrived == SPLIT_K - 1:
+        # The sum runs over 64-column slices: a whole fp32 tile next to the loaded one
+        # would not fit in registers.
+        for c in range(0, BN // 64):
+            cn = pid_n * BN + c * 64 + tl.arange(0, 64)
+            cmask = (rm[:, None] < M) & (cn[None, :] < N)
+            total = tl.zeros((BM, 64), dtype=tl.float32)
+            for s in range(0, SPLIT_K):
+                total += tl.load(ws_ptr + s * M * N + rm[:, None] * N + cn[None, :], mask=cmask, other=0.0)
+            tl.store(c_ptr + rm[:, None] * s_cm + cn[None, :] * s_cn, total.to(c_ptr.dtype.element_ty), mask=cmask)
+        tl.store(count_ptr + t, 0)
 
 
 @jit_module.jit
