@@ -103,6 +103,8 @@ using namespace ir;
 namespace {
 
 constexpr unsigned kSharedAS = 3;
+// FMA contraction when the kernel does not say (TESSERA_GPU_FP_FUSION unset).
+constexpr bool kFpFusionByDefault = false;
 
 void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out) {
   for (auto& op : b.ops) {
@@ -120,14 +122,18 @@ void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out
 
 }  // namespace
 
+bool kernel_fp_fusion(const Kernel& k) {
+  auto fusion = k.attrs.find("fp_fusion");
+  if (fusion == k.attrs.end() || !std::holds_alternative<int64_t>(fusion->second)) return kFpFusionByDefault;
+  return std::get<int64_t>(fusion->second) != 0;
+}
+
 GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc, int num_stages,
                          bool wgmma, int tma)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
       num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma),
       tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), axis_(k) {
-  auto fusion = k.attrs.find("fp_fusion");
-  fp_fusion_ = fusion != k.attrs.end() && std::holds_alternative<int64_t>(fusion->second) &&
-               std::get<int64_t>(fusion->second) != 0;
+  fp_fusion_ = kernel_fp_fusion(k);
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();
   if (wgmma_) plan_wgmma(*k.body());

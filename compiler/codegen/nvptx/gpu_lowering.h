@@ -40,6 +40,10 @@ struct TileVal {
 // The most dynamic shared memory a CTA may opt into on compute capability cc.
 int max_dynamic_shared_bytes(int cc);
 
+// Whether the kernel's float a * b + c may contract to FMAs: its fp_fusion attribute
+// (the frontend writes it from TESSERA_GPU_FP_FUSION), else the default.
+bool kernel_fp_fusion(const ir::Kernel& k);
+
 // The tensor-core instruction a dot lowers to (lower_dot_mma_nvptx.cpp).
 enum class MmaKind { F16, BF16, TF32, TF32x3, I8 };
 
