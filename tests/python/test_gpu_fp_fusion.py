@@ -68,3 +68,70 @@ def test_gpu_results_match_the_chosen_rounding(monkeypatch, fusion):
     torch.cuda.synchronize()
     want = 2.0 ** -24 if fusion == "1" else 0.0
     assert (y == want).all(), y[:4]
+
+
+# --- How fusion prints (compiler/codegen/nvptx/pin_fp_rounding_nvptx.cpp): with it on,
+# the kernel's own ops carry no rounding mode (ptxas may fuse them further, as Triton's
+# do); everything else keeps .rn, so the math library's instructions do not change.
+
+def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 3.0, mask=m)
+
+
+@pytest.mark.parametrize("fusion,want,absent", [("1", "mul.f32", "mul.rn.f32"), ("0", "mul.rn.f32", "mul.f32")])
+def test_the_kernels_own_ops_print_without_rounding_mode_only_with_fusion(monkeypatch, fusion, want, absent):
+    monkeypatch.setenv("TESSERA_GPU_FP_FUSION", fusion)
+    sig = {"x_ptr": "*fp32:16", "y_ptr": "*fp32:16", "n": "i32"}
+    ptx = tessera.compile(tessera.jit(scale), sig, {"BLOCK": 128}, target="cuda:90a").asm["ptx"]
+    assert f"\t{want}" in ptx and f"\t{absent}" not in ptx
+
+
+def math_only(x_ptr, y_ptr, FN: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    if FN == "tanh":
+        y = tl.tanh(x)
+    if FN == "erf":
+        y = tl.erf(x)
+    if FN == "sigmoid":
+        y = tl.sigmoid(x)
+    if FN == "log":
+        y = tl.log(x)
+    if FN == "log2":
+        y = tl.log2(x)
+    if FN == "exp":
+        y = tl.exp(x)
+    tl.store(y_ptr + offs, y)
+
+
+def _instruction_counts(ptx):
+    """How many times each PTX instruction occurs, moves left out (the pinned ops take
+    their constants in registers, which changes moves and register names only)."""
+    import collections
+    import re
+    names = re.findall(r"^\s+(?:@%p\d+ )?([a-z][\w.]*)", ptx, re.M)
+    return collections.Counter(n for n in names if not n.startswith("mov"))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp64"])
+@pytest.mark.parametrize("fn", ["tanh", "erf", "sigmoid", "log", "log2", "exp"])
+def test_math_library_instructions_are_the_same_with_fusion(monkeypatch, dtype, fn):
+    counts = []
+    for fusion in ("0", "1"):
+        monkeypatch.setenv("TESSERA_GPU_FP_FUSION", fusion)
+        sig = {"x_ptr": f"*{dtype}:16", "y_ptr": f"*{dtype}:16"}
+        ptx = tessera.compile(tessera.jit(math_only), sig, {"BLOCK": 128, "FN": fn}, target="cuda:90a").asm["ptx"]
+        counts.append(_instruction_counts(ptx))
+    assert counts[0] == counts[1]
+    assert not any(n.split(".")[0] in ("add", "sub", "mul") and ".rn" not in n for n in counts[1] if n[-3:] in ("f32", "f64"))
+
+
+@pytest.mark.parametrize("dtype,target", [("fp16", "cuda:90a"), ("bf16", "cuda:90a"), ("bf16", "cuda:80")])
+def test_half_precision_ops_keep_their_rounding_with_fusion(monkeypatch, dtype, target):
+    monkeypatch.setenv("TESSERA_GPU_FP_FUSION", "1")
+    sig = {n: f"*{dtype}:16" for n in ("a_ptr", "b_ptr", "c_ptr", "y_ptr")} | {"n": "i32"}
+    ptx = tessera.compile(tessera.jit(axpy), sig, {"BLOCK": 128}, target=target).asm["ptx"]
+    assert "fma.rn" not in ptx
+    assert not any(f"\t{op}.{t}\t" in ptx or f"\t{op}.{t} " in ptx for op in ("add", "sub", "mul") for t in ("f16", "bf16", "f32"))
