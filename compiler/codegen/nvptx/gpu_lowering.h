@@ -312,8 +312,8 @@ class GpuLowering {
   int num_warps_, num_threads_;
   bool debug_;
   // float +, -, * of the kernel may contract to FMAs (the kernel's fp_fusion attribute,
-  // TESSERA_GPU_FP_FUSION=1; off by default until the GPU suite has run with it on).
-  bool fp_fusion_ = false;
+  // kernel_fp_fusion: on unless TESSERA_GPU_FP_FUSION=0).
+  bool fp_fusion_ = true;
   int cc_;
   int num_stages_;
   bool wgmma_;
