@@ -105,7 +105,8 @@ namespace {
 constexpr unsigned kSharedAS = 3;
 // FMA contraction when the kernel does not say (TESSERA_GPU_FP_FUSION unset): on, as
 // Triton's enable_fp_fusion. The H100 GPU suite passed with it (581 tests) and no kernel
-// library op got slower (bench/results/kernels_cuda_float16_gpuelem2.md).
+// library op got slower (bench/results/kernels_cuda_float16_gpuelem2.md). Triton 3.9
+// warns that 3.10 turns its default off (TRITON_DEFAULT_FP_FUSION): revisit with it.
 constexpr bool kFpFusionByDefault = true;
 
 void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out) {
