@@ -127,12 +127,43 @@ def host_us(fn, n=2000):
     return dt
 
 
+def rows_table(rows, same_size, copy_bw):
+    """The bandwidth table's lines (GB/s per kernel, ratios to the copies and to Triton)."""
+    lines = ["| kernel | tessera | torch | triton | tessera / copy | tessera / same-size copy | tessera / triton | note |",
+             "|---|---|---|---|---|---|---|---|"]
+    f = lambda v: f"{v:.0f}" if v else "n/a"
+    for name, t, to, tr, err in rows:
+        ss = f"{t / same_size[name]:.2f}" if (t and name in same_size) else "n/a"
+        lines.append(f"| {name} | {f(t)} | {f(to)} | {f(tr)} | {t / copy_bw:.2f} | {ss} | "
+                     f"{(t / tr) if (t and tr) else float('nan'):.2f} | {err} |" if t else
+                     f"| {name} | n/a | {f(to)} | {f(tr)} | n/a | n/a | n/a | {err} |")
+    return lines
+
+
+def write_rows_only(args, dev, rows, same_size, copy_bw):
+    fusion = os.environ.get("TESSERA_GPU_FP_FUSION")
+    lines = [f"# GPU benchmark, bandwidth rows — {dev}", "",
+             f"GB/s (bytes that must be read + written); device copy {copy_bw:.0f} GB/s; "
+             f"TESSERA_GPU_FP_FUSION={fusion if fusion is not None else '(unset)'}. Tessera and Triton run the "
+             "same kernel source (bench/gpu_kernels.py); torch is eager.", ""] + rows_table(rows, same_size, copy_bw)
+    text = "\n".join(lines)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"gpu_rows{args.tag}.md"), "w") as fh:
+        fh.write(text + "\n")
+    with open(os.path.join(args.out, f"gpu_rows{args.tag}.json"), "w") as fh:
+        json.dump({"device": dev, "fp_fusion": fusion, "rows": rows, "same_size_copy_gbps": same_size}, fh, indent=1)
+    print(text)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--only", default="", help="comma-separated substrings: run only the rows whose name "
                     "contains one (e.g. 'skinny,tf32'); compile and launch rows then run only if named "
                     "('compile', 'launch')")
+    ap.add_argument("--rows-only", action="store_true",
+                    help="the bandwidth rows only (no matmul, compile or host rows): writes gpu_rows<tag>.{md,json}")
+    ap.add_argument("--tag", default="", help="suffix of the result files' names")
     args = ap.parse_args()
     only = [o for o in args.only.split(",") if o]
     wanted = lambda name: not only or any(o in name for o in only)
@@ -316,6 +347,8 @@ def main():
             note = f"{note}; {picked}" if note else picked
         mm_rows.append((label, tflops(t_ms) if t_ms else None, tflops(to_ms), tflops(tr_ms) if tr_ms else None, note))
 
+    if args.rows_only:
+        return write_rows_only(args, dev, rows, same_size, copy_bw)
     for dname, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         for size in (1024, 2048, 4096, 8192):
             # Below 4096 a 128x256 tile leaves SMs idle (1024^3: 32 tiles on 132 SMs): smaller
@@ -357,14 +390,8 @@ def main():
              f"GB/s (bytes that must be read + written); device copy {copy_bw:.0f} GB/s. "
              "Tessera and Triton run the same kernel source (bench/gpu_kernels.py); torch is eager.", "",
              "'same-size copy' is a torch copy moving the kernel's byte count (half read, half written).", "",
-             "| kernel | tessera | torch | triton | tessera / copy | tessera / same-size copy | tessera / triton | note |",
-             "|---|---|---|---|---|---|---|---|"]
+             ] + rows_table(rows, same_size, copy_bw)
     f = lambda v: f"{v:.0f}" if v else "n/a"
-    for name, t, to, tr, err in rows:
-        ss = f"{t / same_size[name]:.2f}" if (t and name in same_size) else "n/a"
-        lines.append(f"| {name} | {f(t)} | {f(to)} | {f(tr)} | {t / copy_bw:.2f} | {ss} | "
-                     f"{(t / tr) if (t and tr) else float('nan'):.2f} | {err} |" if t else
-                     f"| {name} | n/a | {f(to)} | {f(tr)} | n/a | n/a | n/a | {err} |")
     lines += ["", "TFLOP/s (2 M N K / time); torch.matmul is cuBLAS (allow_tf32 on for the tf32 rows only); every "
               "result checked against a float64 reference (relative Frobenius error; the note says why a "
               "column is missing).", "",

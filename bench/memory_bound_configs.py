@@ -77,6 +77,27 @@ def candidates(rows, cols, dev="cuda"):
                 x, x, x, dx, dx, cols, 0, cols, cols, 0.1, 1, A._keep_from(0.1), OP=A.GELU, TANH=False, HAS_B=False,
                 WRITE_DB=False, DROPOUT=True, ACC=tl.float32, BLOCK=block, num_warps=4), 3 * mat)
 
+    # Elementwise forwards without dropout: column block and warps. Bound by instruction
+    # issue as much as by bytes on an H200 (bias_gelu erf ~30 SASS instructions per
+    # element); a wider block spreads each thread's fixed work (addresses, masks) over
+    # more elements (bias_gelu 30.5 -> 28.5 per element at 4096, swiglu 31 -> 28.5).
+    bias = torch.randn(cols, generator=g).to(dev, f16)
+    x2 = torch.randn(rows, cols, generator=g).to(dev, f16)
+    N = x.numel()
+    for op, name, tanh, same in ((A.GELU, "bias_gelu", False, False), (A.GELU, "bias_gelu_tanh", True, False),
+                                 (A.SWIGLU, "swiglu", False, True), (A.GEGLU, "geglu", False, True)):
+        for block in (2048, 4096):
+            for w in (4, 8):
+                if same:  # two same-shape inputs: one long row
+                    fn = (lambda op=op, tanh=tanh, block=block, w=w: A._ew_fwd_kernel[(1, tessera.cdiv(N, block))](
+                        x, x2, y, N, N, N, 0.0, 0, 0, OP=op, TANH=tanh, HAS_B=True, DROPOUT=False, ACC=tl.float32,
+                        BLOCK=block, num_warps=w))
+                else:  # a bias: the second input with a row stride of 0
+                    fn = (lambda op=op, tanh=tanh, block=block, w=w: A._ew_fwd_kernel[(rows, tessera.cdiv(cols, block))](
+                        x, bias, y, cols, 0, cols, 0.0, 0, 0, OP=op, TANH=tanh, HAS_B=True, DROPOUT=False,
+                        ACC=tl.float32, BLOCK=block, num_warps=w))
+                out[f"ew fwd {name}, BLOCK={block}, num_warps={w}"] = (fn, (3 if same else 2) * mat)
+
     # reduce_mean_abs(dim=0): the sliced column kernel (BLOCK_R x BLOCK_I tiles, ~`programs`
     # programs) plus the sum of the slices, as reduce.py's _reduce launches them.
     ycol = torch.empty(cols, device=dev, dtype=f16)
@@ -133,10 +154,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=RESULTS_DIR)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--only", default="", help="only the candidates whose name starts with this")
     ap.add_argument("--smoke", action="store_true", help="run every candidate once on the CPU at 256x4096 (no timing)")
     args = ap.parse_args()
     if args.smoke:
         for name, (fn, _) in candidates(256, 4096, "cpu").items():
+            if not name.startswith(args.only):
+                continue
             fn()
             print("ran", name)
         return
@@ -144,6 +168,8 @@ def main():
     rows_out, records = [], []
     with torch.no_grad():
         for name, (fn, nbytes) in candidates(16384, 4096).items():
+            if not name.startswith(args.only):
+                continue
             src = torch.empty(max(nbytes // 8, 1), dtype=torch.float32, device="cuda")
             dst = torch.empty_like(src)
             t = measure_cuda_events({"kernel": fn, "copy": lambda: dst.copy_(src)})

@@ -48,8 +48,10 @@ def _softmax_fwd_kernel(X, Y, stride_x, n_cols, p, seed, keep_from,
         e = tl.exp(x - tl.max(tl.max(x, axis=1), axis=0))
         s = tl.sum(tl.sum(e, axis=1), axis=0)
         keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + g, keep_from)
-        # 1/(s(1-p)) once per row: one multiply per element for the scale and the dropout.
-        y = tl.where(keep, e * (1.0 / (s * (1.0 - p))), 0.0)
+        # 1/(s(1-p)) once per row: one multiply per element for the scale and the dropout
+        # (by a selected factor, so that pairs of fp16 roundings stay one instruction on
+        # the GPU, as activation.py's dropout).
+        y = e * tl.where(keep, 1.0 / (s * (1.0 - p)), 0.0)
     else:
         cols = tl.arange(0, BLOCK)
         mask = cols < n_cols

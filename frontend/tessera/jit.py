@@ -117,7 +117,7 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
     if gpu and tma is not None:  # sm_90a wgmma rings: cp.async (0) or the TMA (1; 2: CTA-barrier variant)
         options = {**options, "tma": 2 if tma == "2" else int(tma not in ("0", "", "false", "False"))}
     fusion = os.environ.get("TESSERA_GPU_FP_FUSION")
-    if gpu and fusion is not None:  # float a * b + c contracted to one FMA on the GPU (1) or not (0, the default)
+    if gpu and fusion is not None:  # float a * b + c contracted to one FMA on the GPU (1, the default) or not (0)
         options = {**options, "fp_fusion": int(fusion not in ("0", "", "false", "False"))}
     kinds = "".join(S.launch_kind(arg_types[n]) for n in runtime_names)
     spec = tuple((n, arg_types[n].ir, tuple(sorted(arg_attrs.get(n, {}).items()))) for n in runtime_names)

@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "codegen/nvptx/gpu_lowering.h"
+#include "codegen/nvptx/pin_fp_rounding_nvptx.h"
 
 namespace tessera::codegen::nvptx {
 
@@ -83,7 +84,12 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   std::string err;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, err);
   if (!target) throw CompileError("LLVM has no NVPTX target: " + err + " (this is a Tessera bug)", false);
+  // FMA contraction (the kernel's fp_fusion attribute, see gpu_lowering.h): fusion is
+  // allowed module-wide, so that the kernel's ops print without a rounding mode and ptxas
+  // may fuse them as it does Triton's; pin_uncontracted_fp_rounding keeps the rest rounded.
+  const bool fp_fusion = kernel_fp_fusion(k);
   llvm::TargetOptions to;
+  if (fp_fusion) to.AllowFPOpFusion = llvm::FPOpFusion::Fast;
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(kTriple, out.arch, kPtxFeatures, to, std::nullopt,
                                                                       std::nullopt, llvm::CodeGenOptLevel::Aggressive));
 
@@ -120,6 +126,7 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   verify_llvm_module(*m, k.name);
 
   optimize_llvm_module(*m, tm.get(), /*vectorize=*/false);
+  if (fp_fusion) pin_uncontracted_fp_rounding(*m, cc);
   out.llir_opt = print_llvm_module(*m);
 
   llvm::SmallVector<char, 0> buf;

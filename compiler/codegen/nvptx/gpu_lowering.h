@@ -40,6 +40,10 @@ struct TileVal {
 // The most dynamic shared memory a CTA may opt into on compute capability cc.
 int max_dynamic_shared_bytes(int cc);
 
+// Whether the kernel's float a * b + c may contract to FMAs: its fp_fusion attribute
+// (the frontend writes it from TESSERA_GPU_FP_FUSION), else the default.
+bool kernel_fp_fusion(const ir::Kernel& k);
+
 // The tensor-core instruction a dot lowers to (lower_dot_mma_nvptx.cpp).
 enum class MmaKind { F16, BF16, TF32, TF32x3, I8 };
 
@@ -308,8 +312,8 @@ class GpuLowering {
   int num_warps_, num_threads_;
   bool debug_;
   // float +, -, * of the kernel may contract to FMAs (the kernel's fp_fusion attribute,
-  // TESSERA_GPU_FP_FUSION=1; off by default until the GPU suite has run with it on).
-  bool fp_fusion_ = false;
+  // kernel_fp_fusion: on unless TESSERA_GPU_FP_FUSION=0).
+  bool fp_fusion_ = true;
   int cc_;
   int num_stages_;
   bool wgmma_;
