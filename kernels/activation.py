@@ -151,6 +151,46 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
         tl.store(out, tl.where(a > 0, dy, 0.0), mask=mask)
 
 
+@tessera.kernel
+def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols, p, seed, keep_from,
+                         TANH: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, ROWS: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    # gelu(a + bias) (optionally then dropout) backward with the bias gradient fused:
+    # program (i, j) writes da for rows [i * ROWS, (i + 1) * ROWS) of column block j and
+    # the sum of those rows of da as row i of DBP (fp32 partials, one column sum away
+    # from dbias). The unfused plan wrote da and read it back for the column sum (4
+    # passes over a (rows, cols) array instead of 3 plus the partials: 1/ROWS of one).
+    first = tl.program_id(1) * BLOCK
+    if DROPOUT:
+        g = tl.arange(0, BLOCK // 8)
+        cols = first + 8 * g[:, None] + tl.arange(0, 8)[None, :]
+    else:
+        cols = first + tl.arange(0, BLOCK)
+    cmask = cols < n_cols
+    b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
+    acc = tl.zeros(cols.shape, ACC)
+    r0 = tl.program_id(0) * ROWS
+    for i in range(0, ROWS):
+        r = r0 + i
+        row = r.to(tl.int64)
+        mask = cmask & (r < n_rows)
+        x = tl.load(A + row * stride_a + cols, mask=mask, other=0.0).to(ACC) + b
+        dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
+        if DROPOUT:
+            keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
+            dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
+        if TANH:
+            t = tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
+            dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+        else:
+            cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
+            dgelu = cdf + x * (0.3989422804014327 * tl.exp(-0.5 * x * x))
+        da = tl.where(mask, dy * dgelu, 0.0)
+        tl.store(DA + row * n_cols + cols, da, mask=mask)
+        acc += da
+    tl.store(DBP + tl.program_id(0).to(tl.int64) * n_cols + cols, acc, mask=cmask)
+
+
 def _keep_from(p):
     """Dropout's threshold on a 16-bit draw: P(draw >= it) = 1 - p, p resolved to 2^-16
     (softmax_ce.py uses it too)."""
@@ -202,11 +242,19 @@ def _grid(rows, n, cap=2048):
 DROPOUT_FWD_BLOCK = 4096
 
 
+# The bias-gradient backward (_bias_act_bwd_kernel): rows per program (each program
+# writes one fp32 partial row, so the partials are 1/ROWS of da's size in fp32), the
+# column block, and the GPU's warps (a warp per 256 columns).
+BIAS_BWD_ROWS = 32
+BIAS_BWD_BLOCK = 1024
+BIAS_BWD_MAX_WARPS = 4
+
+
 class _EwPlan:
     """One direction's launch for a layout of (a, b[, dy]) and options (see H.Plans).
     fast: every input is contiguous, so the kernel takes the arrays as they are (the
     views _views builds would only reshape them)."""
-    __slots__ = ("fast", "rows", "n", "sa", "sb", "sdy", "grid", "kw", "shape", "p", "keep_from")
+    __slots__ = ("fast", "rows", "n", "sa", "sb", "sdy", "grid", "kw", "shape", "p", "keep_from", "bias_groups")
 
 
 def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
@@ -220,7 +268,16 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
     if rows and H.numel(a):
         plan.grid, block = _grid(rows, n, DROPOUT_FWD_BLOCK if dy is None and p > 0 and H.on_gpu(a) else 2048)
         plan.kw = dict(OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
-        if dy is not None:
+        if dy is not None and bias_mode == BIAS:
+            # Row groups of BIAS_BWD_ROWS, column blocks of BIAS_BWD_BLOCK (8 elements a
+            # thread with the GPU's warps).
+            block = min(max(H.block_for(n, 1 << 30), 8), BIAS_BWD_BLOCK)
+            plan.bias_groups = tessera.cdiv(rows, BIAS_BWD_ROWS)
+            plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
+            plan.kw = dict(TANH=tanh, DROPOUT=p > 0, ACC=H.acc_dtype(a), ROWS=BIAS_BWD_ROWS, BLOCK=block)
+            if H.on_gpu(a):
+                plan.kw["num_warps"] = max(1, min(BIAS_BWD_MAX_WARPS, block // 256))
+        elif dy is not None:
             plan.kw["WRITE_DB"] = bias_mode == SAME_SHAPE
     return plan
 
@@ -259,15 +316,19 @@ def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
     else:
         av, bv = _views(op, a, b, bias_mode)[:2]
         dyv = _dy_rows(dy, plan.rows, plan.n)
-    # BIAS mode sums da's rows (column_sum takes the 2-D array); the others return da
-    # shaped as a, which is the same memory.
-    da = H.empty(a, (plan.rows, plan.n) if bias_mode == BIAS else plan.shape)
+    if bias_mode == BIAS:  # gelu(a + bias): da and the bias gradient's partials in one kernel
+        da = H.empty(a, plan.shape)
+        if plan.kw is None:
+            return da, H.zeros(b, tuple(b.shape))
+        parts = H.empty(a, (plan.bias_groups, plan.n), "acc")
+        _bias_act_bwd_kernel[plan.grid](av, bv, dyv, da, parts, plan.sa, plan.sdy, plan.rows, plan.n, plan.p,
+                                        int(seed), plan.keep_from, **plan.kw)
+        return da, column_sum(parts, H.dtype_name(b))
+    da = H.empty(a, plan.shape)
     db = H.empty(a, tuple(b.shape)) if bias_mode == SAME_SHAPE else da
     if plan.kw is not None:
         _ew_bwd_kernel[plan.grid](av, bv, dyv, da, db, plan.sa, plan.sb, plan.sdy, plan.n, plan.p, int(seed),
                                   plan.keep_from, **plan.kw)
-    if bias_mode == BIAS:
-        return H.shaped(da, plan.shape), column_sum(da, H.dtype_name(b))
     return da, (db if bias_mode == SAME_SHAPE else None)
 
 
