@@ -167,6 +167,34 @@ def sweep_bias(all_cases, copy_ms_per_byte):
     A._BWD_PLANS.clear()
 
 
+ROPE_CONFIGS = [(4, 4), (2, 4), (4, 8), (2, 8), (1, 16), (2, 16)]  # (programs per SM, warps)
+
+
+def sweep_rope(all_cases, copy_ms_per_byte):
+    """rms_norm_rope's backward alone per plan (programs per SM, warps)."""
+    from tessera.kernels import rope as RP
+    x, w = all_cases["rms_norm_rope"][0]
+    ang = torch.randn(x.shape[0], x.shape[-1] // 2)
+    cos, sin = ang.cos().to(x), ang.sin().to(x)
+    _, rstd = RP.rms_norm_rope_forward(x, w, cos, sin, 1e-6)
+    dy = torch.randn_like(x)
+    n_bytes = 3 * x.numel() * x.element_size()
+    for per_sm, warps in ROPE_CONFIGS:
+        RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS = per_sm, warps
+        RP._PLANS.clear()
+        run = lambda: RP.rms_norm_rope_backward(x, w, cos, sin, rstd, dy)  # noqa: E731
+        dx, dw = run()
+        if per_sm == ROPE_CONFIGS[0][0] and warps == ROPE_CONFIGS[0][1]:
+            first = dx.float(), dw.float()
+        err = max((dx.float() - first[0]).abs().max().item(), (dw.float() - first[1]).abs().max().item()
+                  / first[1].abs().max().item())
+        t = gpu_ms(run)
+        print(f"  rms_norm_rope backward programs/SM {per_sm} warps {warps:2d}: {t:.4f} ms  "
+              f"{n_bytes * copy_ms_per_byte / t:.3f} of copy  diff from the first plan {err:.2g}", flush=True)
+    RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS = 4, 4
+    RP._PLANS.clear()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="layer_norm,rms_norm,log_softmax,softmax,bias_gelu,cross_entropy")
@@ -182,6 +210,7 @@ def main():
         per_byte = copy_ms / (ROWS * COLS * 2 * 2)
         sweep_norm(all_cases, per_byte)
         sweep_bias(all_cases, per_byte)
+        sweep_rope(all_cases, per_byte)
         return
     ones = torch.empty(ROWS, COLS, dtype=torch.float16, device="cuda")
     print(f"torch.ones_like of the output (in every fwd+bwd): {gpu_ms(lambda: torch.ones_like(ones)):.4f} ms")

@@ -119,6 +119,11 @@ def _check(x, weight, cos, sin):
 
 _PLANS = H.Plans()
 
+# The backward's GPU plan (bench/bwd_profile.py --sweep): programs per multiprocessor
+# and warps per program.
+BWD_PROGRAMS_PER_SM = 4
+BWD_NUM_WARPS = 4
+
 
 def _plan(x, weight, cos, sin, backward_dy=None):
     """(heads, seq, half, rows, per, block, progs, the row strides of x and dy, the
@@ -128,7 +133,7 @@ def _plan(x, weight, cos, sin, backward_dy=None):
     rows = xv.shape[0]
     block = H.block_for(d // 2)
     per = _rows_per_program(block)
-    progs = H.num_programs_for_partials(x, tessera.cdiv(rows, per))
+    progs = H.num_programs_for_partials(x, tessera.cdiv(rows, per), BWD_PROGRAMS_PER_SM)
     sdy = H.row_stride(H.rows_view(backward_dy, d)) if backward_dy is not None else 0
     direct = tuple(t is None or H.contiguous(t) is t for t in (weight, cos, sin))
     return heads, seq, d // 2, rows, per, block, progs, H.row_stride(xv), sdy, direct, xv is x
@@ -173,7 +178,8 @@ def rms_norm_rope_backward(x, weight, cos, sin, rstd, dy):
     if rows and d:
         w, c, s = _tables(plan, weight, cos, sin, xv)
         _rms_rope_bwd_kernel[(progs,)](xv, w, c, s, rstd, dyv, dx, dwp, sx, sdy, rows, heads, seq, half, progs,
-                                       HAS_W=weight is not None, ACC=H.acc_dtype(x), ROWS=per, BLOCK=block)
+                                       HAS_W=weight is not None, ACC=H.acc_dtype(x), ROWS=per, BLOCK=block,
+                                       **({"num_warps": BWD_NUM_WARPS} if H.on_gpu(x) else {}))
     dw = column_sum(dwp, H.dtype_name(weight)) if weight is not None else None
     return dx, dw
 

@@ -84,3 +84,24 @@ def test_gpu_partials_programs_are_whole_waves(monkeypatch):
     assert H.num_programs_for_partials(FakeCuda(), 16384) == 4 * 132
     assert H.num_programs_for_partials(FakeCuda(), 16384, per_sm=2) == 264
     assert H.num_programs_for_partials(FakeCuda(), 100) == 100
+
+
+@pytest.mark.parametrize("op", ["reduce_sum_squared", "reduce_mean_abs"])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "long_rows"])
+def test_last_dim_reduction_backward_row_kernel(op, layout):
+    # dim=-1 backward runs one row per program in chunks of up to 4096 columns; a
+    # transposed input has a row stride of 1 and a column stride that is not.
+    g = torch.Generator().manual_seed(5)
+    if layout == "transposed":
+        x = torch.randn(40, 24, generator=g, dtype=torch.float64).t()
+    elif layout == "long_rows":
+        x = torch.randn(3, 9000, generator=g, dtype=torch.float64)
+    else:
+        x = torch.randn(24, 40, generator=g, dtype=torch.float64)
+    x = x.requires_grad_(True)
+    ref = (lambda a: (a * a).sum(-1)) if op == "reduce_sum_squared" else (lambda a: a.abs().mean(-1))
+    dy = torch.randn(x.shape[0], generator=g, dtype=torch.float64)
+    (got,) = torch.autograd.grad(getattr(tk, op)(x, -1), x, dy)
+    (want,) = torch.autograd.grad(ref(x), x, dy)
+    torch.testing.assert_close(got, want)
+    assert torch.autograd.gradcheck(lambda a: getattr(tk, op)(a, -1), (x[:, :7].detach().requires_grad_(True),))
