@@ -195,6 +195,36 @@ def sweep_rope(all_cases, copy_ms_per_byte):
     RP._PLANS.clear()
 
 
+def sweep_rows(all_cases, copy_ms_per_byte):
+    """Backward row kernels' launch choices: cross_entropy's warps, gelu_dropout's block."""
+    from tessera.kernels import activation as A
+    from tessera.kernels import softmax_ce as S
+    x = all_cases["cross_entropy"][0][0]
+    tgt = torch.randint(0, x.shape[1], (x.shape[0],), device=x.device)
+    loss, lse = S.cross_entropy_forward(x, tgt, -100, 0.0)
+    out, scale = S.reduce_loss(loss, tgt, -100, "mean", "float16")
+    dl = torch.ones_like(out)
+    n_bytes = 2 * x.numel() * x.element_size()
+    for warps in (4, 8, 16):
+        S.CE_BWD_MAX_WARPS = warps
+        S._CE_PLANS.clear()
+        t = gpu_ms(lambda: S.cross_entropy_backward(x, tgt, lse, dl, scale, -100, 0.0))
+        print(f"  cross_entropy backward warps {warps:2d}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy",
+              flush=True)
+    S.CE_BWD_MAX_WARPS = 16
+    S._CE_PLANS.clear()
+    dy = torch.randn_like(x)
+    n_bytes = 3 * x.numel() * x.element_size()
+    for block in (2048, 4096):
+        A.DROPOUT_BWD_BLOCK = block
+        A._BWD_PLANS.clear()
+        t = gpu_ms(lambda: A.elementwise_backward(A.GELU, x, None, dy, 0.1, 1, A.NO_B))
+        print(f"  gelu_dropout backward block {block}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy",
+              flush=True)
+    A.DROPOUT_BWD_BLOCK = 2048
+    A._BWD_PLANS.clear()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="layer_norm,rms_norm,log_softmax,softmax,bias_gelu,cross_entropy")
@@ -211,6 +241,7 @@ def main():
         sweep_norm(all_cases, per_byte)
         sweep_bias(all_cases, per_byte)
         sweep_rope(all_cases, per_byte)
+        sweep_rows(all_cases, per_byte)
         return
     ones = torch.empty(ROWS, COLS, dtype=torch.float16, device="cuda")
     print(f"torch.ones_like of the output (in every fwd+bwd): {gpu_ms(lambda: torch.ones_like(ones)):.4f} ms")

@@ -240,6 +240,7 @@ def _grid(rows, n, cap=2048):
 # more elements: gelu_dropout 16384x4096 fp16 on an H100 ran 0.0989 ms with 4096-column
 # blocks, 0.1049 with 2048 (bench/results/memory_bound_configs_h100.md). The CPU keeps 2048.
 DROPOUT_FWD_BLOCK = 4096
+DROPOUT_BWD_BLOCK = 2048  # the backward's (bench/bwd_profile.py --sweep)
 
 
 # The bias-gradient backward (_bias_act_bwd_kernel): rows per program (each program
@@ -266,7 +267,8 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
     plan.sdy = H.row_stride(_dy_rows(dy, rows, n)) if dy is not None else 0
     plan.grid = plan.kw = None
     if rows and H.numel(a):
-        plan.grid, block = _grid(rows, n, DROPOUT_FWD_BLOCK if dy is None and p > 0 and H.on_gpu(a) else 2048)
+        dropout_block = DROPOUT_FWD_BLOCK if dy is None else DROPOUT_BWD_BLOCK
+        plan.grid, block = _grid(rows, n, dropout_block if p > 0 and H.on_gpu(a) else 2048)
         plan.kw = dict(OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
         if dy is not None and bias_mode == BIAS:
             # Row groups of BIAS_BWD_ROWS, column blocks of BIAS_BWD_BLOCK (8 elements a
