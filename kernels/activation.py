@@ -26,7 +26,7 @@ import tessera
 import tessera.language as tl
 
 from . import _host as H
-from .reduce import column_sum
+from .reduce import column_sum_run, column_sum_steps
 
 ADD_RELU, MUL_TANH, GELU, SWIGLU, GEGLU, RELU_OP = 0, 1, 2, 3, 4, 5
 _NAMES = {ADD_RELU: "add_relu", MUL_TANH: "mul_tanh", GELU: "bias_gelu", SWIGLU: "swiglu", GEGLU: "geglu",
@@ -255,7 +255,8 @@ class _EwPlan:
     """One direction's launch for a layout of (a, b[, dy]) and options (see H.Plans).
     fast: every input is contiguous, so the kernel takes the arrays as they are (the
     views _views builds would only reshape them)."""
-    __slots__ = ("fast", "rows", "n", "sa", "sb", "sdy", "grid", "kw", "shape", "p", "keep_from", "bias_groups")
+    __slots__ = ("fast", "rows", "n", "sa", "sb", "sdy", "grid", "kw", "shape", "p", "keep_from", "bias_groups",
+                 "sum_steps", "bias_dtype")
 
 
 def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
@@ -275,6 +276,8 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             # thread with the GPU's warps).
             block = min(max(H.block_for(n, 1 << 30), 8), BIAS_BWD_BLOCK)
             plan.bias_groups = tessera.cdiv(rows, BIAS_BWD_ROWS)
+            plan.sum_steps = column_sum_steps(a, plan.bias_groups, n)  # a: the partials' device and precision
+            plan.bias_dtype = H.dtype_name(b)
             plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
             plan.kw = dict(TANH=tanh, DROPOUT=p > 0, ACC=H.acc_dtype(a), ROWS=BIAS_BWD_ROWS, BLOCK=block)
             if H.on_gpu(a):
@@ -325,7 +328,7 @@ def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
         parts = H.empty(a, (plan.bias_groups, plan.n), "acc")
         _bias_act_bwd_kernel[plan.grid](av, bv, dyv, da, parts, plan.sa, plan.sdy, plan.rows, plan.n, plan.p,
                                         int(seed), plan.keep_from, **plan.kw)
-        return da, column_sum(parts, H.dtype_name(b))
+        return da, column_sum_run(plan.sum_steps, parts, plan.bias_dtype)
     da = H.empty(a, plan.shape)
     db = H.empty(a, tuple(b.shape)) if bias_mode == SAME_SHAPE else da
     if plan.kw is not None:

@@ -26,7 +26,7 @@ import tessera
 import tessera.language as tl
 
 from . import _host as H
-from .reduce import column_sum
+from .reduce import column_sum_run, column_sum_steps
 
 
 @tessera.kernel
@@ -252,7 +252,7 @@ def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
 
 class _BwdPlan:
     __slots__ = ("rows", "n", "x_direct", "dy_direct", "dh_direct", "w_direct", "b_direct", "sx", "sdy", "sdh",
-                 "width", "progs", "kw", "shape")
+                 "width", "progs", "kw", "shape", "sum_steps", "grad_dtype")
 
 
 def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
@@ -268,6 +268,10 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     has_w, has_b = weight is not None, bias is not None
     plan.width = n * (int(has_w) + int(has_b))  # a partial row: dweight, then dbias
     plan.progs = H.num_programs_for_partials(xin, plan.rows, BWD_PROGRAMS_PER_SM)
+    # The partials' column sum: its launches kept here (xin has the partials' device
+    # and precision class), so a call does no column_sum plan lookup.
+    plan.sum_steps = column_sum_steps(xin, plan.progs, plan.width)
+    plan.grad_dtype = H.dtype_name(xin)
     block = H.block_for(n)
     plan.kw = None if not (plan.rows and n) else dict(
         IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin),
@@ -298,7 +302,7 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
     dw = db = None
     if has_w or has_b:
         if plan.kw is not None:
-            sums = column_sum(partials, H.dtype_name(xin))
+            sums = column_sum_run(plan.sum_steps, partials, plan.grad_dtype)
         else:
             sums = H.zeros(xin, (width,))
         if has_w and has_b:

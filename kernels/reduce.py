@@ -305,17 +305,28 @@ def reduce_dim_backward(x, dy, dim, op):
 _COLUMN_SUM_PLANS = H.Plans()
 
 
+def column_sum_steps(like, rows, cols):
+    """The launches of column_sum for a contiguous (rows, cols) array of partials in
+    like's accumulation type on like's device (like: the partials, or the tensor they
+    were computed from), for a backward plan to keep (see column_sum_run)."""
+    return _reduce_steps(like, 1, rows, cols, 0, cols, 1, OP_SUM) if cols else []
+
+
+def column_sum_run(steps, partials, dtype=None):
+    """column_sum with the launches from column_sum_steps: no key, no plan lookup."""
+    out = H.empty(partials, (partials.shape[1],), dtype)
+    _run_steps(steps, partials, out)
+    return out
+
+
 def column_sum(partials, dtype=None):
     """Sum of the rows of a contiguous 2-D array (the per-program partial dweight and
     dbias rows of a backward pass), cast to `dtype` (a dtype name) if given."""
     key = (H.layout(partials), dtype, _gpu_plan(partials))
     steps = _COLUMN_SUM_PLANS.get(key)
     if steps is None:
-        p, c = partials.shape
-        steps = _COLUMN_SUM_PLANS.remember(key, _reduce_steps(partials, 1, p, c, 0, c, 1, OP_SUM) if c else [])
-    out = H.empty(partials, (partials.shape[1],), dtype)
-    _run_steps(steps, partials, out)
-    return out
+        steps = _COLUMN_SUM_PLANS.remember(key, column_sum_steps(partials, *partials.shape))
+    return column_sum_run(steps, partials, dtype)
 
 
 def _reduce_op(op_name, op, x, dim, keepdim):
