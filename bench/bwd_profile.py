@@ -96,6 +96,7 @@ BIAS_CONFIGS = [(32, 1024, 4), (16, 1024, 4), (64, 1024, 4), (32, 2048, 8), (32,
 def sweep_norm(all_cases, copy_ms_per_byte):
     """The norm backward alone per plan: (programs per SM, warps, prefetch)."""
     from tessera.kernels import _host as H
+    saved = N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU
     for name in ("layer_norm", "rms_norm", "residual_add_layer_norm", "layer_norm+relu"):
         inputs = all_cases[name][0]
         x, w = inputs[0], inputs[-2] if name.startswith("residual") else inputs[1]
@@ -117,7 +118,8 @@ def sweep_norm(all_cases, copy_ms_per_byte):
         ref_dx = ref[0] + (dh.float() if dh is not None else 0)
         n_bytes = (4 if dh is not None else 3) * x.numel() * x.element_size()
         for per_sm, warps, prefetch in NORM_CONFIGS:
-            N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH = per_sm, warps, prefetch
+            N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU = (per_sm, warps, prefetch,
+                                                                                   prefetch)
             N._BWD_PLANS.clear()
             run = lambda: N.norm_backward(xin, w, b, mean, rstd, dy, dh, is_rms, relu)  # noqa: E731
             dx, dw, db = run()
@@ -127,7 +129,7 @@ def sweep_norm(all_cases, copy_ms_per_byte):
             print(f"  {name:24s} programs/SM {per_sm} ({H.num_programs_for_partials(x, 1 << 30, per_sm)}) "
                   f"warps {warps:2d} prefetch {prefetch}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
                   f"err {err:.2g}", flush=True)
-    N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH = 4, 16, 2
+    N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU = saved
     N._BWD_PLANS.clear()
 
 
@@ -136,6 +138,7 @@ def sweep_bias(all_cases, copy_ms_per_byte):
     program, column block, warps), and the unfused plan (elementwise kernel + column sum)."""
     from tessera.kernels import activation as A
     from tessera.kernels.reduce import column_sum
+    saved = A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS
     x, b = all_cases["bias_gelu"][0]
     dy = torch.randn_like(x)
     xr, br = x.float().requires_grad_(True), b.float().requires_grad_(True)
@@ -163,7 +166,7 @@ def sweep_bias(all_cases, copy_ms_per_byte):
         t = gpu_ms(run)
         print(f"  bias_gelu backward {label:40s}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
               f"err {err:.2g}", flush=True)
-    A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS = 32, 1024, 4
+    A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS = saved
     A._BWD_PLANS.clear()
 
 
@@ -173,6 +176,7 @@ ROPE_CONFIGS = [(4, 4), (2, 4), (4, 8), (2, 8), (1, 16), (2, 16)]  # (programs p
 def sweep_rope(all_cases, copy_ms_per_byte):
     """rms_norm_rope's backward alone per plan (programs per SM, warps)."""
     from tessera.kernels import rope as RP
+    saved = RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS
     x, w = all_cases["rms_norm_rope"][0]
     ang = torch.randn(x.shape[0], x.shape[-1] // 2)
     cos, sin = ang.cos().to(x), ang.sin().to(x)
@@ -191,7 +195,7 @@ def sweep_rope(all_cases, copy_ms_per_byte):
         t = gpu_ms(run)
         print(f"  rms_norm_rope backward programs/SM {per_sm} warps {warps:2d}: {t:.4f} ms  "
               f"{n_bytes * copy_ms_per_byte / t:.3f} of copy  diff from the first plan {err:.2g}", flush=True)
-    RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS = 4, 4
+    RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS = saved
     RP._PLANS.clear()
 
 
@@ -199,6 +203,7 @@ def sweep_rows(all_cases, copy_ms_per_byte):
     """Backward row kernels' launch choices: cross_entropy's warps, gelu_dropout's block."""
     from tessera.kernels import activation as A
     from tessera.kernels import softmax_ce as S
+    saved = S.CE_BWD_MAX_WARPS, A.DROPOUT_BWD_BLOCK
     x = all_cases["cross_entropy"][0][0]
     tgt = torch.randint(0, x.shape[1], (x.shape[0],), device=x.device)
     loss, lse = S.cross_entropy_forward(x, tgt, -100, 0.0)
@@ -211,7 +216,7 @@ def sweep_rows(all_cases, copy_ms_per_byte):
         t = gpu_ms(lambda: S.cross_entropy_backward(x, tgt, lse, dl, scale, -100, 0.0))
         print(f"  cross_entropy backward warps {warps:2d}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy",
               flush=True)
-    S.CE_BWD_MAX_WARPS = 16
+    S.CE_BWD_MAX_WARPS = saved[0]
     S._CE_PLANS.clear()
     dy = torch.randn_like(x)
     n_bytes = 3 * x.numel() * x.element_size()
@@ -221,7 +226,7 @@ def sweep_rows(all_cases, copy_ms_per_byte):
         t = gpu_ms(lambda: A.elementwise_backward(A.GELU, x, None, dy, 0.1, 1, A.NO_B))
         print(f"  gelu_dropout backward block {block}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy",
               flush=True)
-    A.DROPOUT_BWD_BLOCK = 2048
+    A.DROPOUT_BWD_BLOCK = saved[1]
     A._BWD_PLANS.clear()
 
 

@@ -240,13 +240,17 @@ def _grid(rows, n, cap=2048):
 # more elements: gelu_dropout 16384x4096 fp16 on an H100 ran 0.0989 ms with 4096-column
 # blocks, 0.1049 with 2048 (bench/results/memory_bound_configs_h100.md). The CPU keeps 2048.
 DROPOUT_FWD_BLOCK = 4096
-DROPOUT_BWD_BLOCK = 2048  # the backward's (bench/bwd_profile.py --sweep)
+# The backward's: 0.994 of copy with 2048, 1.013 with 4096 (H100, bench/bwd_profile.py --sweep).
+DROPOUT_BWD_BLOCK = 4096
 
 
 # The bias-gradient backward (_bias_act_bwd_kernel): rows per program (each program
 # writes one fp32 partial row, so the partials are 1/ROWS of da's size in fp32), the
-# column block, and the GPU's warps (a warp per 256 columns).
-BIAS_BWD_ROWS = 32
+# column block, and the GPU's warps (a warp per 256 columns). bias_gelu 16384x4096 fp16
+# on an H100, fraction of a copy of 3 arrays (bench/results/bwd_sweep_h100_tkbwd_run1.log):
+# the unfused plan 0.738; rows 16/32/64: 0.778/0.785/0.818 (64 also leaves 256 partial
+# rows, one column-sum launch instead of two); 2048 columns, 8 warps 0.770, 4 warps 0.530.
+BIAS_BWD_ROWS = 64
 BIAS_BWD_BLOCK = 1024
 BIAS_BWD_MAX_WARPS = 4
 

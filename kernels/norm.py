@@ -18,7 +18,9 @@ g = dy * w:
 On an H100 (fp16 16384x4096 layer norm) this walk takes 0.238 ms with its column
 sum, torch's two backward kernels 0.333 ms; a split plan (dx one row per program, as
 the forward, plus a dweight/dbias column kernel) took 0.255 ms in the same run
-(bench/results/bwd_profile_h100.log), so the walk stays.
+(bench/results/bwd_profile_h100.log), so the walk stays. The GPU walk now loads its next
+rows while it reduces the current one (PREFETCH) with one program per SM: 0.170 ms there
+(bench/results/bwd_sweep_h100_tkbwd_run1.log).
 """
 from __future__ import annotations
 
@@ -209,17 +211,28 @@ _BWD_PLANS = H.Plans()
 
 # The GPU plan of the backward walk (bench/bwd_profile.py --sweep measures the
 # alternatives): programs per multiprocessor, the most warps per program, and how
-# many rows ahead a program loads (PREFETCH).
-BWD_PROGRAMS_PER_SM = 4
+# many rows ahead a program loads (PREFETCH; the fused-ReLU form its own). On an H100,
+# 16384x4096 fp16 (bench/results/bwd_sweep_h100_tkbwd_run1.log; backward with its
+# column sum, fraction of a copy of 3 (4 with the residual) row arrays):
+#   layer_norm   512 programs, no prefetch (the old plan) 0.586;  132, prefetch 1: 0.820
+#                (2: 0.811, 3: 0.658; 264 programs: 0.769; 32 warps: the same as 16)
+#   +relu        0.462 -> 0.742 with prefetch 3 (1: 0.698)
+#   residual LN  0.720 -> 0.840;  rms_norm 0.836 -> 0.841 (flat: prefetch does not help it)
+# ptxas gives the 16-warp walk 76-128 registers a thread, so one program fits an SM
+# and one program per SM is the whole grid: more programs queue in waves.
+BWD_PROGRAMS_PER_SM = 1
 BWD_MAX_WARPS = 16
-BWD_PREFETCH = 2
+BWD_PREFETCH = 1
+BWD_PREFETCH_RELU = 3
 
 
-def _bwd_prefetch(x) -> int:
-    """Rows a backward program loads ahead: BWD_PREFETCH on a GPU, none on the CPU
-    (where the rows ahead would only cost registers). Tests patch it to run the GPU
-    plan on the CPU."""
-    return BWD_PREFETCH if H.on_gpu(x) else 0
+def _bwd_prefetch(x, relu=False) -> int:
+    """Rows a backward program loads ahead: BWD_PREFETCH(_RELU) on a GPU, none on the
+    CPU (where the rows ahead would only cost registers). Tests patch it to run the
+    GPU plan on the CPU."""
+    if not H.on_gpu(x):
+        return 0
+    return BWD_PREFETCH_RELU if relu else BWD_PREFETCH
 
 
 def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
@@ -274,7 +287,7 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     plan.grad_dtype = H.dtype_name(xin)
     block = H.block_for(n)
     plan.kw = None if not (plan.rows and n) else dict(
-        IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin),
+        IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin, relu),
         ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, BWD_MAX_WARPS))
     return plan
 

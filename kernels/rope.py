@@ -120,8 +120,9 @@ def _check(x, weight, cos, sin):
 _PLANS = H.Plans()
 
 # The backward's GPU plan (bench/bwd_profile.py --sweep): programs per multiprocessor
-# and warps per program.
-BWD_PROGRAMS_PER_SM = 4
+# and warps per program. H100, 65536x8x128 fp16: 4 per SM 0.720 of copy, 2 per SM
+# 0.792 (8 warps 0.780, 16 warps 0.56; bench/results/bwd_sweep_h100_tkbwd_run1.log).
+BWD_PROGRAMS_PER_SM = 2
 BWD_NUM_WARPS = 4
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F  # noqa: E402
 def gpu_norm_plan(monkeypatch, request):
     """The norm backward's prefetching walk on the CPU, with few programs so each walks
     several rows and the last step of some programs has no next row."""
-    monkeypatch.setattr(N, "_bwd_prefetch", lambda x: request.param)
+    monkeypatch.setattr(N, "_bwd_prefetch", lambda x, relu=False: request.param)
     monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n_rows, per_sm=4: max(1, min(n_rows, 3)))
     N._BWD_PLANS.clear()
     yield
@@ -105,3 +105,46 @@ def test_last_dim_reduction_backward_row_kernel(op, layout):
     (want,) = torch.autograd.grad(ref(x), x, dy)
     torch.testing.assert_close(got, want)
     assert torch.autograd.gradcheck(lambda a: getattr(tk, op)(a, -1), (x[:, :7].detach().requires_grad_(True),))
+
+
+# --------------------------------------------------------------------------- GPU (the lead's round)
+# Tall shapes on the GPU plans: more rows than the norm walk's programs (one per SM), so
+# each program walks several rows with a ragged last step; bias_gelu's row groups of 64
+# with a partial last group; the rope walk; the last-dimension reduction's row kernel.
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1000, 1000), (300, 4096), (2000, 33)], ids=["1000x1000", "300x4096", "2000x33"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["float32", "float16"])
+def test_gpu_backward_plans_on_tall_shapes(shape, dtype):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from test_kernels_ops import ALL_CASES, check_case
+    for name in ("layer_norm", "layer_norm_relu", "rms_norm", "residual_add_layer_norm", "residual_add_rms_norm",
+                 "bias_gelu", "bias_gelu_tanh", "reduce_sum_squared_last", "reduce_mean_abs_last", "cross_entropy"):
+        check_case(next(c for c in ALL_CASES if c.name == name), shape, dtype, device="cuda")
+
+
+@pytest.mark.gpu
+def test_gpu_rms_norm_rope_backward_tall():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(777, 8, 128, generator=g, dtype=torch.float64)
+    w = torch.randn(128, generator=g, dtype=torch.float64)
+    ang = torch.randn(777, 64, generator=g, dtype=torch.float64)
+    cos, sin = ang.cos(), ang.sin()
+    dy = torch.randn(777, 8, 128, generator=g, dtype=torch.float64)
+
+    def ref(a, wt):
+        n = a * torch.rsqrt((a * a).mean(-1, keepdim=True) + 1e-6) * wt
+        n1, n2 = n[..., :64], n[..., 64:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return torch.cat([n1 * c - n2 * s, n2 * c + n1 * s], -1)
+    xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    want = torch.autograd.grad(ref(xr, wr), (xr, wr), dy)
+    xc = x.float().cuda().requires_grad_(True)
+    wc = w.float().cuda().requires_grad_(True)
+    got = torch.autograd.grad(tk.rms_norm_rope(xc, wc, cos.float().cuda(), sin.float().cuda()), (xc, wc),
+                              dy.float().cuda())
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a.double().cpu(), e, rtol=1e-4, atol=1e-4 * e.abs().max().item())
