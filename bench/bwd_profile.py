@@ -5,7 +5,7 @@ host time is above the GPU time, the fwd+bwd column of bench/kernels.py measures
 host. Results of H100 runs: bench/results/bwd_profile_h100.log (before the host path's launch
 plans), bwd_profile_h100_host.log (after). bench/host_time.py measures the host side alone.
 
-    python bench/bwd_profile.py [--ops layer_norm,bias_gelu] [--no-profile] [--sweep]
+    python bench/bwd_profile.py [--ops layer_norm,bias_gelu] [--no-profile] [--sweep] [--once]
 
 --sweep times the backward plans' alternatives alone (CUDA events, 16384x4096 fp16):
 the norm walk's programs per SM x warps x rows prefetched (kernels/norm.py BWD_*), and
@@ -235,7 +235,17 @@ def main():
     ap.add_argument("--ops", default="layer_norm,rms_norm,log_softmax,softmax,bias_gelu,cross_entropy")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="only the backward plans' sweep (see the docstring)")
+    ap.add_argument("--once", action="store_true",
+                    help="run the layer_norm backward (default plan) three times and exit: a target for ncu")
     args = ap.parse_args()
+    if args.once:
+        x, w, b = cases(ROWS, COLS, "cuda", torch.float16)["layer_norm"][0]
+        _, _, mean, rstd = N.norm_forward("layer_norm", x, None, w, b, 1e-5, False, False)
+        dy = torch.randn_like(x)
+        for _ in range(3):
+            N.norm_backward(x, w, b, mean, rstd, dy, None, False, False)
+        torch.cuda.synchronize()
+        return
     all_cases = cases(ROWS, COLS, "cuda", torch.float16)
     copy_src = torch.empty(ROWS * COLS // 2, dtype=torch.float32, device="cuda")
     copy_dst = torch.empty_like(copy_src)
