@@ -535,6 +535,7 @@ def main():
            "'tk bwd GB/s' divides the byte model of the module docstring (backward_bytes) by it, and "
            "'bwd of copy' is a copy of the same bytes over it. 'torch.compile fwd+bwd ms' and 'triton fwd+bwd "
            "ms' time autograd fwd+bwd like the tk and torch columns." if args.device == "cuda" else ""), ""]
+    md = [line for i, line in enumerate(md) if line or (i and md[i - 1])]  # no run of blank lines (CPU)
     md += table_lines(HEADER, table, markdown=True)
     with open(os.path.join(args.out, tag + ".md"), "w") as fh:
         fh.write("\n".join(md) + "\n")

@@ -1,11 +1,12 @@
 """Fused elementwise ops, one kernel per direction: add_relu, mul_tanh, bias_gelu
 (erf and tanh forms), gelu_dropout, swiglu, geglu.
 
-All share one forward and one backward kernel, specialized by the OP constexpr. The
-inputs are seen as (rows, columns): two same-shape inputs are flattened into one
-row; a bias is the second input with a row stride of 0 (so it is re-read from cache
-for every row, never broadcast in memory). Values are computed in fp32 (fp64 for
-fp64) and rounded once on the store.
+All share one forward and one backward kernel, specialized by the OP constexpr, except
+the backward of gelu with a bias, whose kernel also sums the bias gradient over row
+groups (_bias_act_bwd_kernel). The inputs are seen as (rows, columns): two same-shape
+inputs are flattened into one row; a bias is the second input with a row stride of 0
+(so it is re-read from cache for every row, never broadcast in memory). Values are
+computed in fp32 (fp64 for fp64) and rounded once on the store.
 
 Dropout draws its mask from Philox 4x32-10, whose one call (tl.randint4x) gives four
 32-bit words, i.e. eight 16-bit draws: column `col` of row `row` takes half col % 2 of
@@ -158,8 +159,9 @@ def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols,
     # gelu(a + bias) (optionally then dropout) backward with the bias gradient fused:
     # program (i, j) writes da for rows [i * ROWS, (i + 1) * ROWS) of column block j and
     # the sum of those rows of da as row i of DBP (fp32 partials, one column sum away
-    # from dbias). The unfused plan wrote da and read it back for the column sum (4
-    # passes over a (rows, cols) array instead of 3 plus the partials: 1/ROWS of one).
+    # from dbias). The unfused plan wrote da and read it back for the column sum: 4
+    # passes over a (rows, cols) array where this makes 3, plus fp32 partials with
+    # 1/ROWS as many elements.
     first = tl.program_id(1) * BLOCK
     if DROPOUT:
         g = tl.arange(0, BLOCK // 8)
