@@ -5,7 +5,13 @@ host time is above the GPU time, the fwd+bwd column of bench/kernels.py measures
 host. Results of H100 runs: bench/results/bwd_profile_h100.log (before the host path's launch
 plans), bwd_profile_h100_host.log (after). bench/host_time.py measures the host side alone.
 
-    python bench/bwd_profile.py [--ops layer_norm,bias_gelu] [--no-profile]
+    python bench/bwd_profile.py [--ops layer_norm,bias_gelu] [--no-profile] [--sweep] [--once]
+
+--sweep times the backward plans' alternatives alone (CUDA events, 16384x4096 fp16):
+the norm walk's programs per SM x warps x rows prefetched (kernels/norm.py BWD_*), and
+the bias-gradient backward of bias_gelu (kernels/activation.py BIAS_BWD_*) next to the
+unfused plan it replaced (the elementwise backward kernel, then a column sum of da),
+each checked against torch's gradients.
 """
 from __future__ import annotations
 
@@ -14,6 +20,9 @@ import os
 import sys
 
 import torch
+import torch.nn.functional as F
+
+import tessera.language as tl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -79,15 +88,176 @@ def norm_plans(inputs):
     print(f"  layer_norm backward alone: tk {t:.4f} ms, torch {tt:.4f} ms")
 
 
+NORM_CONFIGS = [(4, 16, 0), (1, 16, 1), (1, 16, 2), (1, 16, 3), (2, 16, 2), (4, 16, 2),
+                (1, 32, 1), (1, 32, 2), (1, 32, 3), (2, 32, 2)]  # (programs per SM, warps, prefetch)
+BIAS_CONFIGS = [(32, 1024, 4), (16, 1024, 4), (64, 1024, 4), (32, 2048, 8), (32, 2048, 4), (32, 512, 2)]
+
+
+def sweep_norm(all_cases, copy_ms_per_byte):
+    """The norm backward alone per plan: (programs per SM, warps, prefetch)."""
+    from tessera.kernels import _host as H
+    saved = N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU
+    for name in ("layer_norm", "rms_norm", "residual_add_layer_norm", "layer_norm+relu"):
+        inputs = all_cases[name][0]
+        x, w = inputs[0], inputs[-2] if name.startswith("residual") else inputs[1]
+        r = inputs[1] if name.startswith("residual") else None
+        b = inputs[-1] if name in ("layer_norm", "residual_add_layer_norm", "layer_norm+relu") else None
+        is_rms, relu = "rms" in name, name.endswith("relu")
+        _, h, mean, rstd = N.norm_forward(name, x, r, w, b, 1e-5 if not is_rms else 1e-6, is_rms, relu)
+        xin = h if h is not None else x
+        dy = torch.randn_like(x)
+        dh = torch.randn_like(x) if r is not None else None
+        # Reference gradients: torch autograd in fp32.
+        xr = xin.float().requires_grad_(True)
+        wr = w.float().requires_grad_(True)
+        br = b.float().requires_grad_(True) if b is not None else None
+        y = (F.rms_norm(xr, (x.shape[-1],), wr, 1e-6) if is_rms else F.layer_norm(xr, (x.shape[-1],), wr, br))
+        if relu:
+            y = F.relu(y)
+        ref = torch.autograd.grad(y, [t for t in (xr, wr, br) if t is not None], dy.float())
+        ref_dx = ref[0] + (dh.float() if dh is not None else 0)
+        n_bytes = (4 if dh is not None else 3) * x.numel() * x.element_size()
+        for per_sm, warps, prefetch in NORM_CONFIGS:
+            N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU = (per_sm, warps, prefetch,
+                                                                                   prefetch)
+            N._BWD_PLANS.clear()
+            run = lambda: N.norm_backward(xin, w, b, mean, rstd, dy, dh, is_rms, relu)  # noqa: E731
+            dx, dw, db = run()
+            err = max((dx.float() - ref_dx).abs().max().item() / ref_dx.abs().max().item(),
+                      (dw.float() - ref[1]).abs().max().item() / ref[1].abs().max().item())
+            t = gpu_ms(run)
+            print(f"  {name:24s} programs/SM {per_sm} ({H.num_programs_for_partials(x, 1 << 30, per_sm)}) "
+                  f"warps {warps:2d} prefetch {prefetch}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
+                  f"err {err:.2g}", flush=True)
+    N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU = saved
+    N._BWD_PLANS.clear()
+
+
+def sweep_bias(all_cases, copy_ms_per_byte):
+    """bias_gelu's backward alone: the fused bias-gradient kernel per plan (rows per
+    program, column block, warps), and the unfused plan (elementwise kernel + column sum)."""
+    from tessera.kernels import activation as A
+    from tessera.kernels.reduce import column_sum
+    saved = A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS
+    x, b = all_cases["bias_gelu"][0]
+    dy = torch.randn_like(x)
+    xr, br = x.float().requires_grad_(True), b.float().requires_grad_(True)
+    ref = torch.autograd.grad(F.gelu(xr + br), (xr, br), dy.float())
+    n_bytes = 3 * x.numel() * x.element_size()
+    rows, n = x.shape
+
+    def unfused():
+        da = torch.empty_like(x)
+        A._ew_bwd_kernel[(rows, -(-n // 2048))](x, b, dy, da, da, n, 0, n, n, 0.0, 0, 0, OP=A.GELU, TANH=False,
+                                             HAS_B=True, WRITE_DB=False, DROPOUT=False, ACC=tl.float32, BLOCK=2048)
+        return da, column_sum(da, "float16")
+    plans = [("unfused (ew kernel + column sum of da)", None)] + [(f"fused rows {r} block {bl} warps {wp}", (r, bl, wp))
+                                                                  for r, bl, wp in BIAS_CONFIGS]
+    for label, cfg in plans:
+        if cfg is None:
+            run = unfused
+        else:
+            A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS = cfg
+            A._BWD_PLANS.clear()
+            run = lambda: A.elementwise_backward(A.GELU, x, b, dy, 0.0, 0, A.BIAS)  # noqa: E731
+        da, db = run()
+        err = max((da.float() - ref[0]).abs().max().item() / ref[0].abs().max().item(),
+                  (db.float() - ref[1]).abs().max().item() / ref[1].abs().max().item())
+        t = gpu_ms(run)
+        print(f"  bias_gelu backward {label:40s}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
+              f"err {err:.2g}", flush=True)
+    A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS = saved
+    A._BWD_PLANS.clear()
+
+
+ROPE_CONFIGS = [(4, 4), (2, 4), (4, 8), (2, 8), (1, 16), (2, 16)]  # (programs per SM, warps)
+
+
+def sweep_rope(all_cases, copy_ms_per_byte):
+    """rms_norm_rope's backward alone per plan (programs per SM, warps)."""
+    from tessera.kernels import rope as RP
+    saved = RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS
+    x, w = all_cases["rms_norm_rope"][0]
+    ang = torch.randn(x.shape[0], x.shape[-1] // 2)
+    cos, sin = ang.cos().to(x), ang.sin().to(x)
+    _, rstd = RP.rms_norm_rope_forward(x, w, cos, sin, 1e-6)
+    dy = torch.randn_like(x)
+    n_bytes = 3 * x.numel() * x.element_size()
+    for per_sm, warps in ROPE_CONFIGS:
+        RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS = per_sm, warps
+        RP._PLANS.clear()
+        run = lambda: RP.rms_norm_rope_backward(x, w, cos, sin, rstd, dy)  # noqa: E731
+        dx, dw = run()
+        if per_sm == ROPE_CONFIGS[0][0] and warps == ROPE_CONFIGS[0][1]:
+            first = dx.float(), dw.float()
+        err = max((dx.float() - first[0]).abs().max().item(), (dw.float() - first[1]).abs().max().item()
+                  / first[1].abs().max().item())
+        t = gpu_ms(run)
+        print(f"  rms_norm_rope backward programs/SM {per_sm} warps {warps:2d}: {t:.4f} ms  "
+              f"{n_bytes * copy_ms_per_byte / t:.3f} of copy  diff from the first plan {err:.2g}", flush=True)
+    RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS = saved
+    RP._PLANS.clear()
+
+
+def sweep_rows(all_cases, copy_ms_per_byte):
+    """Backward row kernels' launch choices: cross_entropy's warps, gelu_dropout's block."""
+    from tessera.kernels import activation as A
+    from tessera.kernels import softmax_ce as S
+    saved = S.CE_BWD_MAX_WARPS, A.DROPOUT_BWD_BLOCK
+    x = all_cases["cross_entropy"][0][0]
+    tgt = torch.randint(0, x.shape[1], (x.shape[0],), device=x.device)
+    loss, lse = S.cross_entropy_forward(x, tgt, -100, 0.0)
+    out, scale = S.reduce_loss(loss, tgt, -100, "mean", "float16")
+    dl = torch.ones_like(out)
+    n_bytes = 2 * x.numel() * x.element_size()
+    for warps in (4, 8, 16):
+        S.CE_BWD_MAX_WARPS = warps
+        S._CE_PLANS.clear()
+        t = gpu_ms(lambda: S.cross_entropy_backward(x, tgt, lse, dl, scale, -100, 0.0))
+        print(f"  cross_entropy backward warps {warps:2d}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy",
+              flush=True)
+    S.CE_BWD_MAX_WARPS = saved[0]
+    S._CE_PLANS.clear()
+    dy = torch.randn_like(x)
+    n_bytes = 3 * x.numel() * x.element_size()
+    for block in (2048, 4096):
+        A.DROPOUT_BWD_BLOCK = block
+        A._BWD_PLANS.clear()
+        t = gpu_ms(lambda: A.elementwise_backward(A.GELU, x, None, dy, 0.1, 1, A.NO_B))
+        print(f"  gelu_dropout backward block {block}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy",
+              flush=True)
+    A.DROPOUT_BWD_BLOCK = saved[1]
+    A._BWD_PLANS.clear()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="layer_norm,rms_norm,log_softmax,softmax,bias_gelu,cross_entropy")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="only the backward plans' sweep (see the docstring)")
+    ap.add_argument("--once", action="store_true",
+                    help="run the layer_norm backward (default plan) three times and exit: a target for ncu")
     args = ap.parse_args()
+    if args.once:
+        x, w, b = cases(ROWS, COLS, "cuda", torch.float16)["layer_norm"][0]
+        _, _, mean, rstd = N.norm_forward("layer_norm", x, None, w, b, 1e-5, False, False)
+        dy = torch.randn_like(x)
+        for _ in range(3):
+            N.norm_backward(x, w, b, mean, rstd, dy, None, False, False)
+        torch.cuda.synchronize()
+        return
     all_cases = cases(ROWS, COLS, "cuda", torch.float16)
     copy_src = torch.empty(ROWS * COLS // 2, dtype=torch.float32, device="cuda")
     copy_dst = torch.empty_like(copy_src)
-    print(f"copy of 2 x 128 MiB (fp16 16384x4096 read + write): {gpu_ms(lambda: copy_dst.copy_(copy_src)):.4f} ms")
+    copy_ms = gpu_ms(lambda: copy_dst.copy_(copy_src))
+    print(f"copy of 2 x 128 MiB (fp16 16384x4096 read + write): {copy_ms:.4f} ms on {torch.cuda.get_device_name()}")
+    if args.sweep:
+        per_byte = copy_ms / (ROWS * COLS * 2 * 2)
+        sweep_norm(all_cases, per_byte)
+        sweep_bias(all_cases, per_byte)
+        sweep_rope(all_cases, per_byte)
+        sweep_rows(all_cases, per_byte)
+        return
     ones = torch.empty(ROWS, COLS, dtype=torch.float16, device="cuda")
     print(f"torch.ones_like of the output (in every fwd+bwd): {gpu_ms(lambda: torch.ones_like(ones)):.4f} ms")
     for name in args.ops.split(","):

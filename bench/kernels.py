@@ -7,7 +7,30 @@ bench/results/kernels_cpu.{md,json} (or kernels_gpu.* with --device cuda).
 
 GB/s counts each input read once and each output written once (the traffic a fused
 kernel needs); "torch/tk" > 1 means tk is faster. Targets: on the CPU every fused op
-ahead of torch eager; on a GPU memory-bound ops at >= 90% of copy bandwidth."""
+ahead of torch eager; on a GPU memory-bound ops at >= 90% of copy bandwidth, forward
+and backward.
+
+The backward on a GPU is timed on its own: forward passes run first, outside the
+profiler, then torch.profiler sums the CUDA kernels of torch.autograd.grad over them
+(the upstream gradients made beforehand, no AccumulateGrad copies), for tk, torch
+eager, torch.compile (of the torch function, with autograd: AOTAutograd's compiled
+backward) and Triton (tk's sources built by Triton). Its byte model (backward_bytes)
+is what backward kernels must move at least, given the forward's *inputs* and the
+statistics a fused forward keeps (mean/rstd, lse): each tensor the gradient formula
+reads once, the upstream gradients once, each input's gradient written once, e.g.
+
+    layer_norm     read x, dy, mean, rstd, weight, bias; write dx, dweight, dbias
+                   = 3 (rows x cols) + 2 rows (fp32) + 4 cols
+    residual_add_* read h (= x + residual), dy, dh; write dx (the same tensor is the
+                   residual's gradient) = 4 (rows x cols) + statistics + vectors
+    softmax        read y, dy; write dx = 3;   cross_entropy: read logits, write dlogits = 2
+    add_relu, mul_tanh, swiglu, geglu: read a, b, dy; write da, db = 5
+    bias_gelu(_tanh), gelu_dropout: read x, dy; write dx (+ dbias) = 3
+    reduce_*       read x (+ dy, one row or column); write dx = 2
+(a design that saves outputs could move less for some: relu's backward needs only the
+output and dy). 'tk bwd of copy' = time of a device copy moving the same bytes / tk's
+backward kernel time. torch.compile's fwd+bwd column: events time of the compiled
+function's forward + backward through autograd."""
 from __future__ import annotations
 
 import argparse
@@ -225,6 +248,70 @@ def gpu_kernel_us(fn, iters=5):
     return total / iters
 
 
+def backward_bytes(name, inputs):
+    """Bytes the backward kernels of op `name` must move at least (module docstring)."""
+    x = inputs[0]
+    e = x.element_size()
+    mat = x.numel() * e
+    rows = x.numel() // max(x.shape[-1], 1)
+    vec = x.shape[-1] * e
+    stat = rows * 4  # an fp32 per row: mean, rstd or lse
+    if name in ("layer_norm", "layer_norm+relu"):
+        return 3 * mat + 2 * stat + 4 * vec
+    if name == "rms_norm":
+        return 3 * mat + stat + 2 * vec
+    if name == "residual_add_layer_norm":
+        return 4 * mat + 2 * stat + 4 * vec
+    if name == "residual_add_rms_norm":
+        return 4 * mat + stat + 2 * vec
+    if name == "rms_norm_rope":  # + the cos and sin tables (one row per position)
+        hd = x.shape[-1]
+        return 3 * mat + stat + 2 * vec + 2 * x.shape[0] * (hd // 2) * e
+    if name in ("softmax", "softmax+dropout", "log_softmax", "bias_gelu", "bias_gelu_tanh", "gelu_dropout"):
+        return 3 * mat + (2 * vec if name.startswith("bias_gelu") else 0)
+    if name == "cross_entropy":  # + the targets (int64) and lse
+        return 2 * mat + rows * (8 + 4)
+    if name in ("add_relu", "mul_tanh", "swiglu", "geglu"):
+        return 5 * mat
+    if name.startswith("reduce_"):
+        return 2 * mat
+    if name == "attention_score":  # read q, k, ds; write dq, dk
+        q, k = inputs
+        return (2 * q.numel() + 2 * k.numel() + q.shape[0] * q.shape[1] * k.shape[1]) * e
+    if name.startswith("linear_"):  # read x, w, z, dy; write dx, dw, db
+        xl, wl, bl = inputs
+        m, n = xl.shape[0], wl.shape[0]
+        return (2 * xl.numel() + 2 * wl.numel() + 2 * m * n + bl.numel()) * e
+    raise KeyError(name)
+
+
+def gpu_backward_us(fn, inputs, iters=4):
+    """GPU kernel time (us) of one backward pass alone: `iters` forward passes run
+    first, then torch.profiler sums the CUDA kernels of torch.autograd.grad over each
+    (upstream gradients made beforehand, so neither the forward nor their fill counts)."""
+    from torch.profiler import ProfilerActivity, profile
+    leaves = [i.detach().clone().requires_grad_(True) for i in inputs]
+
+    def forward():
+        out = fn(*leaves)
+        outs = out if isinstance(out, tuple) else (out,)
+        return outs, [torch.ones_like(o) for o in outs]
+    outs, grads = forward()  # a warm-up pass (compiles the backward kernels)
+    torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+    passes = [forward() for _ in range(iters)]
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for outs, grads in passes:
+            torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+        torch.cuda.synchronize()
+    total = 0.0
+    for ev in prof.key_averages():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            t = getattr(ev, "self_device_time_total", None)
+            total += t if t is not None else ev.self_cuda_time_total
+    return total / iters
+
+
 def host_us(fn, calls=30):
     """Host time per call (us): back-to-back calls with no synchronization (the GPU
     queue absorbs the kernels), best of 3."""
@@ -293,26 +380,54 @@ def run(args):
                 t = measure_round_robin(fns, repeats=6 if args.quick else 10, rounds=2 if args.quick else 3,
                                         budget_s=1.0 if args.quick else 2.0)
         bw = {k: tm.min for k, tm in t.items()}
-        bwd, bwd_median, gpu_us, host = {}, {}, {}, {}
+        bwd, bwd_median, gpu_us, host, bwd_us, bwd_copy_ms = {}, {}, {}, {}, {}, None
+        bwd_nbytes = backward_bytes(name, inputs)
         if not args.no_backward:
             fb = {"tk": _fwd_bwd(f_tk, inputs), "torch eager": _fwd_bwd(f_torch, inputs)}
+            grad_fns = {"tk": f_tk, "torch eager": f_torch}
+            if "torch.compile" in fns:
+                try:  # its own compiled module: the forward-only one above saw no grad
+                    f_c = torch.compile(f_torch)
+                    fb_c = _fwd_bwd(f_c, inputs)
+                    fb_c()
+                    fb["torch.compile"], grad_fns["torch.compile"] = fb_c, f_c
+                except Exception as exc:  # pragma: no cover - depends on the toolchain
+                    print(f"  torch.compile fwd+bwd failed for {name}: {type(exc).__name__}")
+            if "triton (same source)" in fns:
+                try:
+                    fb_t = _fwd_bwd(f_tr, inputs)
+                    fb_t()
+                    fb["triton (same source)"], grad_fns["triton (same source)"] = fb_t, f_tr
+                except Exception as exc:  # pragma: no cover - depends on the toolchain
+                    print(f"  Triton fwd+bwd failed for {name}: {type(exc).__name__}: {str(exc)[:200]}")
             if device == "cuda":
+                if args.kernel_time:
+                    bwd_us = {k: gpu_backward_us(f, inputs) for k, f in grad_fns.items()}
+                    bcopy_src = torch.empty(bwd_nbytes // 2 // 4, dtype=torch.float32, device=device)
+                    bcopy_dst = torch.empty_like(bcopy_src)
+                    fb["copy (backward's bytes)"] = lambda: bcopy_dst.copy_(bcopy_src)
                 tb = measure_cuda_events(fb)
             else:
                 tb = measure_round_robin(fb, repeats=4 if args.quick else 8, rounds=2,
                                          budget_s=1.0 if args.quick else 2.0)
+            bwd_copy_ms = tb.pop("copy (backward's bytes)").min * 1e3 if "copy (backward's bytes)" in tb else None
             bwd = {k: tm.min for k, tm in tb.items()}
             bwd_median = {k: tm.median for k, tm in tb.items()}
             if device == "cuda" and args.kernel_time:
-                gpu_us = {k: gpu_kernel_us(f) for k, f in fb.items()}
-                host = {k: host_us(f) for k, f in fb.items()}
+                gpu_us = {k: gpu_kernel_us(f) for k, f in fb.items() if k in ("tk", "torch eager")}
+                host = {k: host_us(f) for k, f in fb.items() if k in ("tk", "torch eager")}
         row = {"op": name, "shape": [int(s) for s in inputs[0].shape], "dtype": args.dtype, "status": status,
                "fwd_ms": {k: v * 1e3 for k, v in bw.items()},
                "fwd_median_ms": {k: tm.median * 1e3 for k, tm in t.items()},
                "fwd_GBps": {k: nbytes / v / 1e9 for k, v in bw.items() if not k.startswith("copy")},
                "fwd_bwd_ms": {k: v * 1e3 for k, v in bwd.items()},
                "fwd_bwd_median_ms": {k: v * 1e3 for k, v in bwd_median.items()},
-               "fwd_bwd_gpu_kernels_us": gpu_us, "fwd_bwd_host_us": host}
+               "fwd_bwd_gpu_kernels_us": gpu_us, "fwd_bwd_host_us": host,
+               "bwd_bytes": bwd_nbytes, "bwd_gpu_kernels_us": bwd_us,
+               "bwd_GBps": {k: bwd_nbytes / (v * 1e-6) / 1e9 for k, v in bwd_us.items() if v > 0}}
+        if bwd_us and bwd_copy_ms:
+            row["bwd_copy_us"] = bwd_copy_ms * 1e3
+            row["bwd_frac_of_copy"] = {k: bwd_copy_ms * 1e3 / v for k, v in bwd_us.items() if v > 0}
         row["torch_over_tk_fwd"] = bw["torch eager"] / bw["tk"]
         if bwd:
             row["torch_over_tk_fwd_bwd"] = bwd["torch eager"] / bwd["tk"]
@@ -328,7 +443,13 @@ def run(args):
                       row.get("torch_over_tk_fwd_bwd", float("nan")),
                       gpu_us.get("tk", "n/a"), gpu_us.get("torch eager", "n/a"),
                       host.get("tk", "n/a"), host.get("torch eager", "n/a"),
-                      row.get("tk_frac_of_copy", "n/a"), status])
+                      row.get("tk_frac_of_copy", "n/a"),
+                      bwd.get("torch.compile", float("nan")) * 1e3 if "torch.compile" in bwd else "n/a",
+                      bwd["triton (same source)"] * 1e3 if "triton (same source)" in bwd else "n/a",
+                      bwd_us.get("tk", "n/a"), bwd_us.get("torch eager", "n/a"), bwd_us.get("torch.compile", "n/a"),
+                      bwd_us.get("triton (same source)", "n/a"), row["bwd_GBps"].get("tk", "n/a"),
+                      row.get("bwd_frac_of_copy", {}).get("tk", "n/a"),
+                      row.get("bwd_frac_of_copy", {}).get("torch.compile", "n/a"), status])
         fb_ratio = row.get("torch_over_tk_fwd_bwd")
         fb_text = f"{fb_ratio:5.2f}" if fb_ratio else "  n/a"  # --no-backward: not measured
         print(f"{name:28s} tk {bw['tk'] * 1e3:8.3f} ms  torch {bw['torch eager'] * 1e3:8.3f} ms  "
@@ -338,7 +459,9 @@ def run(args):
 
 HEADER = ["op", "shape", "tk ms", "torch ms", "numpy ms", "torch.compile ms", "triton ms", "tk GB/s", "torch/tk",
           "tk fwd+bwd ms", "torch fwd+bwd ms", "torch/tk fwd+bwd", "tk fwd+bwd GPU us", "torch fwd+bwd GPU us",
-          "tk fwd+bwd host us", "torch fwd+bwd host us", "tk of copy", "check"]
+          "tk fwd+bwd host us", "torch fwd+bwd host us", "tk of copy", "torch.compile fwd+bwd ms",
+          "triton fwd+bwd ms", "tk bwd GPU us", "torch bwd GPU us", "torch.compile bwd GPU us", "triton bwd GPU us",
+          "tk bwd GB/s", "tk bwd of copy", "torch.compile bwd of copy", "check"]
 
 
 def main():
@@ -370,7 +493,12 @@ def main():
         return [r["op"] for r in records if r.get(key) and r[key]["torch eager"] <= r[key]["tk"]]
     summary = {"ops": len(records), "tk_ahead_of_torch_eager_fwd": ahead, "tk_behind_torch_eager_fwd": behind,
                "tk_behind_fwd_median": behind_on("fwd_median_ms"), "tk_behind_fwd_bwd": behind_on("fwd_bwd_ms"),
-               "tk_behind_fwd_bwd_median": behind_on("fwd_bwd_median_ms"), "seconds": time.time() - t0}
+               "tk_behind_fwd_bwd_median": behind_on("fwd_bwd_median_ms"),
+               "tk_bwd_below_0.9_of_copy": [r["op"] for r in records
+                                            if r.get("bwd_frac_of_copy", {}).get("tk", 1.0) < 0.9],
+               "tk_behind_torch_compile_fwd_bwd": [r["op"] for r in records if "torch.compile" in r["fwd_bwd_ms"]
+                                                   and r["fwd_bwd_ms"]["torch.compile"] <= r["fwd_bwd_ms"]["tk"]],
+               "seconds": time.time() - t0}
     tag = f"kernels_{args.device}" + ("" if args.dtype == "float32" else f"_{args.dtype}") + args.tag
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, tag + ".json"), "w") as fh:
@@ -398,7 +526,16 @@ def main():
           f"{', '.join(behind) if behind else 'none'}. Behind on medians (forward): "
           f"{', '.join(summary['tk_behind_fwd_median']) or 'none'}; on fwd+bwd (best): "
           f"{', '.join(summary['tk_behind_fwd_bwd']) or 'none'}; on fwd+bwd (median): "
-          f"{', '.join(summary['tk_behind_fwd_bwd_median']) or 'none'}.", ""]
+          f"{', '.join(summary['tk_behind_fwd_bwd_median']) or 'none'}." +
+          (f" Backward kernels below 0.9 of copy: {', '.join(summary['tk_bwd_below_0.9_of_copy']) or 'none'}; "
+           f"fwd+bwd behind torch.compile: {', '.join(summary['tk_behind_torch_compile_fwd_bwd']) or 'none'}."
+           if args.device == "cuda" and not args.no_backward else ""), "",
+          ("Backward columns (GPU): 'bwd GPU us' is torch.profiler's sum of the CUDA kernels of one "
+           "torch.autograd.grad after the forward (neither the forward nor the upstream gradient's fill); "
+           "'tk bwd GB/s' divides the byte model of the module docstring (backward_bytes) by it, and "
+           "'bwd of copy' is a copy of the same bytes over it. 'torch.compile fwd+bwd ms' and 'triton fwd+bwd "
+           "ms' time autograd fwd+bwd like the tk and torch columns." if args.device == "cuda" else ""), ""]
+    md = [line for i, line in enumerate(md) if line or (i and md[i - 1])]  # no run of blank lines (CPU)
     md += table_lines(HEADER, table, markdown=True)
     with open(os.path.join(args.out, tag + ".md"), "w") as fh:
         fh.write("\n".join(md) + "\n")

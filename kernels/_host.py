@@ -174,13 +174,32 @@ def block_for(n: int, cap: int = 1 << 16) -> int:
     return b
 
 
-def num_programs_for_partials(like, n_rows: int) -> int:
+def num_programs_for_partials(like, n_rows: int, per_sm: int = 4) -> int:
     """How many programs share the rows of a backward pass that also reduces over
     rows (dweight, dbias): each writes one partial row, summed afterwards. A few per
-    CPU thread; more on a GPU, where each program is one block."""
-    on_gpu = (is_torch(like) and like.is_cuda) or is_cupy(like)
-    per = 512 if on_gpu else 4 * max(1, tessera_threads())
+    CPU thread; on a GPU `per_sm` per multiprocessor, a whole number of waves (512 on
+    a 132-SM card left the last of four waves a fifth full)."""
+    per = per_sm * gpu_multiprocessors(like) if on_gpu(like) else 4 * max(1, tessera_threads())
     return max(1, min(n_rows, per))
+
+
+_MULTIPROCESSORS = {}
+
+
+def gpu_multiprocessors(like) -> int:
+    """The streaming multiprocessors of the GPU `like` lives on (asked once per device)."""
+    if is_torch(like):
+        index = like.get_device()
+        count = _MULTIPROCESSORS.get(("torch", index))
+        if count is None:
+            count = _MULTIPROCESSORS[("torch", index)] = torch.cuda.get_device_properties(index).multi_processor_count
+        return count
+    index = like.device.id
+    count = _MULTIPROCESSORS.get(("cupy", index))
+    if count is None:
+        count = _MULTIPROCESSORS[("cupy", index)] = int(
+            _cupy().cuda.Device(index).attributes["MultiProcessorCount"])
+    return count
 
 
 def tessera_threads() -> int:

@@ -1,11 +1,12 @@
 """Fused elementwise ops, one kernel per direction: add_relu, mul_tanh, bias_gelu
 (erf and tanh forms), gelu_dropout, swiglu, geglu.
 
-All share one forward and one backward kernel, specialized by the OP constexpr. The
-inputs are seen as (rows, columns): two same-shape inputs are flattened into one
-row; a bias is the second input with a row stride of 0 (so it is re-read from cache
-for every row, never broadcast in memory). Values are computed in fp32 (fp64 for
-fp64) and rounded once on the store.
+All share one forward and one backward kernel, specialized by the OP constexpr, except
+the backward of gelu with a bias, whose kernel also sums the bias gradient over row
+groups (_bias_act_bwd_kernel). The inputs are seen as (rows, columns): two same-shape
+inputs are flattened into one row; a bias is the second input with a row stride of 0
+(so it is re-read from cache for every row, never broadcast in memory). Values are
+computed in fp32 (fp64 for fp64) and rounded once on the store.
 
 Dropout draws its mask from Philox 4x32-10, whose one call (tl.randint4x) gives four
 32-bit words, i.e. eight 16-bit draws: column `col` of row `row` takes half col % 2 of
@@ -26,7 +27,7 @@ import tessera
 import tessera.language as tl
 
 from . import _host as H
-from .reduce import column_sum
+from .reduce import column_sum_run, column_sum_steps
 
 ADD_RELU, MUL_TANH, GELU, SWIGLU, GEGLU, RELU_OP = 0, 1, 2, 3, 4, 5
 _NAMES = {ADD_RELU: "add_relu", MUL_TANH: "mul_tanh", GELU: "bias_gelu", SWIGLU: "swiglu", GEGLU: "geglu",
@@ -155,6 +156,47 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
         tl.store(out, tl.where(a > 0, dy, 0.0), mask=mask)
 
 
+@tessera.kernel
+def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols, p, seed, keep_from,
+                         TANH: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, ROWS: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    # gelu(a + bias) (optionally then dropout) backward with the bias gradient fused:
+    # program (i, j) writes da for rows [i * ROWS, (i + 1) * ROWS) of column block j and
+    # the sum of those rows of da as row i of DBP (fp32 partials, one column sum away
+    # from dbias). The unfused plan wrote da and read it back for the column sum: 4
+    # passes over a (rows, cols) array where this makes 3, plus fp32 partials with
+    # 1/ROWS as many elements.
+    first = tl.program_id(1) * BLOCK
+    if DROPOUT:
+        g = tl.arange(0, BLOCK // 8)
+        cols = first + 8 * g[:, None] + tl.arange(0, 8)[None, :]
+    else:
+        cols = first + tl.arange(0, BLOCK)
+    cmask = cols < n_cols
+    b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
+    acc = tl.zeros(cols.shape, ACC)
+    r0 = tl.program_id(0) * ROWS
+    for i in range(0, ROWS):
+        r = r0 + i
+        row = r.to(tl.int64)
+        mask = cmask & (r < n_rows)
+        x = tl.load(A + row * stride_a + cols, mask=mask, other=0.0).to(ACC) + b
+        dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
+        if DROPOUT:
+            keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
+            dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
+        if TANH:
+            t = tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
+            dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+        else:
+            cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
+            dgelu = cdf + x * (0.3989422804014327 * tl.exp(-0.5 * x * x))
+        da = tl.where(mask, dy * dgelu, 0.0)
+        tl.store(DA + row * n_cols + cols, da, mask=mask)
+        acc += da
+    tl.store(DBP + tl.program_id(0).to(tl.int64) * n_cols + cols, acc, mask=cmask)
+
+
 def _keep_from(p):
     """Dropout's threshold on a 16-bit draw: P(draw >= it) = 1 - p, p resolved to 2^-16
     (softmax_ce.py uses it too)."""
@@ -204,13 +246,27 @@ def _grid(rows, n, cap=2048):
 # more elements: gelu_dropout 16384x4096 fp16 on an H100 ran 0.0989 ms with 4096-column
 # blocks, 0.1049 with 2048 (bench/results/memory_bound_configs_h100.md). The CPU keeps 2048.
 DROPOUT_FWD_BLOCK = 4096
+# The backward's: 0.994 of copy with 2048, 1.013 with 4096 (H100, bench/bwd_profile.py --sweep).
+DROPOUT_BWD_BLOCK = 4096
+
+
+# The bias-gradient backward (_bias_act_bwd_kernel): rows per program (each program
+# writes one fp32 partial row, so the partials are 1/ROWS of da's size in fp32), the
+# column block, and the GPU's warps (a warp per 256 columns). bias_gelu 16384x4096 fp16
+# on an H100, fraction of a copy of 3 arrays (bench/results/bwd_sweep_h100_tkbwd_run1.log):
+# the unfused plan 0.738; rows 16/32/64: 0.778/0.785/0.818 (64 also leaves 256 partial
+# rows, one column-sum launch instead of two); 2048 columns, 8 warps 0.770, 4 warps 0.530.
+BIAS_BWD_ROWS = 64
+BIAS_BWD_BLOCK = 1024
+BIAS_BWD_MAX_WARPS = 4
 
 
 class _EwPlan:
     """One direction's launch for a layout of (a, b[, dy]) and options (see H.Plans).
     fast: every input is contiguous, so the kernel takes the arrays as they are (the
     views _views builds would only reshape them)."""
-    __slots__ = ("fast", "rows", "n", "sa", "sb", "sdy", "grid", "kw", "shape", "p", "keep_from")
+    __slots__ = ("fast", "rows", "n", "sa", "sb", "sdy", "grid", "kw", "shape", "p", "keep_from", "bias_groups",
+                 "sum_steps", "bias_dtype")
 
 
 def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
@@ -222,9 +278,21 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
     plan.sdy = H.row_stride(_dy_rows(dy, rows, n)) if dy is not None else 0
     plan.grid = plan.kw = None
     if rows and H.numel(a):
-        plan.grid, block = _grid(rows, n, DROPOUT_FWD_BLOCK if dy is None and p > 0 and H.on_gpu(a) else 2048)
+        dropout_block = DROPOUT_FWD_BLOCK if dy is None else DROPOUT_BWD_BLOCK
+        plan.grid, block = _grid(rows, n, dropout_block if p > 0 and H.on_gpu(a) else 2048)
         plan.kw = dict(OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
-        if dy is not None:
+        if dy is not None and bias_mode == BIAS:
+            # Row groups of BIAS_BWD_ROWS, column blocks of BIAS_BWD_BLOCK (8 elements a
+            # thread with the GPU's warps).
+            block = min(max(H.block_for(n, 1 << 30), 8), BIAS_BWD_BLOCK)
+            plan.bias_groups = tessera.cdiv(rows, BIAS_BWD_ROWS)
+            plan.sum_steps = column_sum_steps(a, plan.bias_groups, n)  # a: the partials' device and precision
+            plan.bias_dtype = H.dtype_name(b)
+            plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
+            plan.kw = dict(TANH=tanh, DROPOUT=p > 0, ACC=H.acc_dtype(a), ROWS=BIAS_BWD_ROWS, BLOCK=block)
+            if H.on_gpu(a):
+                plan.kw["num_warps"] = max(1, min(BIAS_BWD_MAX_WARPS, block // 256))
+        elif dy is not None:
             plan.kw["WRITE_DB"] = bias_mode == SAME_SHAPE
     return plan
 
@@ -263,15 +331,19 @@ def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
     else:
         av, bv = _views(op, a, b, bias_mode)[:2]
         dyv = _dy_rows(dy, plan.rows, plan.n)
-    # BIAS mode sums da's rows (column_sum takes the 2-D array); the others return da
-    # shaped as a, which is the same memory.
-    da = H.empty(a, (plan.rows, plan.n) if bias_mode == BIAS else plan.shape)
+    if bias_mode == BIAS:  # gelu(a + bias): da and the bias gradient's partials in one kernel
+        da = H.empty(a, plan.shape)
+        if plan.kw is None:
+            return da, H.zeros(b, tuple(b.shape))
+        parts = H.empty(a, (plan.bias_groups, plan.n), "acc")
+        _bias_act_bwd_kernel[plan.grid](av, bv, dyv, da, parts, plan.sa, plan.sdy, plan.rows, plan.n, plan.p,
+                                        int(seed), plan.keep_from, **plan.kw)
+        return da, column_sum_run(plan.sum_steps, parts, plan.bias_dtype)
+    da = H.empty(a, plan.shape)
     db = H.empty(a, tuple(b.shape)) if bias_mode == SAME_SHAPE else da
     if plan.kw is not None:
         _ew_bwd_kernel[plan.grid](av, bv, dyv, da, db, plan.sa, plan.sb, plan.sdy, plan.n, plan.p, int(seed),
                                   plan.keep_from, **plan.kw)
-    if bias_mode == BIAS:
-        return H.shaped(da, plan.shape), column_sum(da, H.dtype_name(b))
     return da, (db if bias_mode == SAME_SHAPE else None)
 
 

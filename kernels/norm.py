@@ -18,7 +18,9 @@ g = dy * w:
 On an H100 (fp16 16384x4096 layer norm) this walk takes 0.238 ms with its column
 sum, torch's two backward kernels 0.333 ms; a split plan (dx one row per program, as
 the forward, plus a dweight/dbias column kernel) took 0.255 ms in the same run
-(bench/results/bwd_profile_h100.log), so the walk stays.
+(bench/results/bwd_profile_h100.log), so the walk stays. The GPU walk now loads its next
+rows while it reduces the current one (PREFETCH) with one program per SM: 0.170 ms there
+(bench/results/bwd_sweep_h100_tkbwd_run1.log).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import tessera
 import tessera.language as tl
 
 from . import _host as H
-from .reduce import column_sum
+from .reduce import column_sum_run, column_sum_steps
 
 
 @tessera.kernel
@@ -63,12 +65,40 @@ def _norm_fwd_kernel(X, R, W, B, Y, HOUT, Mean, Rstd, stride_x, stride_r, stride
 
 
 @tessera.kernel
+def _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r, n_rows, stride_x, stride_dy, stride_dh, cols, mask,
+                        IS_RMS: tl.constexpr, HAS_DH: tl.constexpr):
+    """Row r's x, dy, dh (as stored) and mean, rstd; all masked off when r >= n_rows
+    (a prefetch past a program's last row reads nothing)."""
+    row = r.to(tl.int64)
+    live = r < n_rows
+    m = mask & live
+    x = tl.load(X + row * stride_x + cols, mask=m, other=0.0)
+    dy = tl.load(DY + row * stride_dy + cols, mask=m, other=0.0)
+    dh = x
+    if HAS_DH:
+        dh = tl.load(DH + row * stride_dh + cols, mask=m, other=0.0)
+    rstd = tl.load(Rstd + row, mask=live, other=0.0)
+    mean = rstd
+    if not IS_RMS:
+        mean = tl.load(Mean + row, mask=live, other=0.0)
+    return x, dy, dh, mean, rstd
+
+
+@tessera.kernel
 def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, stride_dh, stride_p,
                      n_rows, n_cols, n_progs,
                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
-                     HAS_DH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    # Program pid writes its rows' dweight sum, then their dbias sum, as row pid of
-    # DWB (row stride stride_p).
+                     HAS_DH: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    # Program pid walks rows pid, pid + n_progs, ... and writes their dweight sum, then
+    # their dbias sum, as row pid of DWB (row stride stride_p).
+    #
+    # PREFETCH = d > 0 (the GPU plan) keeps the loads of the program's next d rows in
+    # flight while it computes this one: a 16-warp program of a 4096-column fp16 row
+    # needs ~100 registers a thread (its dweight/dbias sums, weight, bias, the row), so
+    # one program fits a multiprocessor, and without prefetching its loads wait for its
+    # two block reductions and its stores, DRAM idle in between. Row r's loads are
+    # issued at step r - d; the d rows ahead are carried as p1 (next) .. p3, as stored
+    # (fp16 rows cost half the registers of fp32 ones).
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -82,15 +112,44 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
         b = tl.zeros([BLOCK], ACC)
     dw_acc = tl.zeros([BLOCK], ACC)
     db_acc = tl.zeros([BLOCK], ACC)
+    x1, dy1, dh1, mean1, rstd1 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, pid, n_rows, stride_x, stride_dy,
+                                                     stride_dh, cols, mask, IS_RMS, HAS_DH)
+    x2, dy2, dh2, mean2, rstd2 = x1, dy1, dh1, mean1, rstd1
+    x3, dy3, dh3, mean3, rstd3 = x1, dy1, dh1, mean1, rstd1
+    if PREFETCH >= 2:
+        x2, dy2, dh2, mean2, rstd2 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, pid + n_progs, n_rows, stride_x,
+                                                         stride_dy, stride_dh, cols, mask, IS_RMS, HAS_DH)
+    if PREFETCH >= 3:
+        x3, dy3, dh3, mean3, rstd3 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, pid + 2 * n_progs, n_rows,
+                                                         stride_x, stride_dy, stride_dh, cols, mask, IS_RMS, HAS_DH)
     for r in range(pid, n_rows, n_progs):
+        if PREFETCH == 0:
+            x_raw, dy_raw, dh_raw, mean, rstd = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r, n_rows, stride_x,
+                                                                    stride_dy, stride_dh, cols, mask, IS_RMS, HAS_DH)
+        else:
+            x_raw, dy_raw, dh_raw, mean, rstd = x1, dy1, dh1, mean1, rstd1
+            if PREFETCH == 1:
+                x1, dy1, dh1, mean1, rstd1 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + n_progs, n_rows,
+                                                                 stride_x, stride_dy, stride_dh, cols, mask, IS_RMS,
+                                                                 HAS_DH)
+            if PREFETCH == 2:
+                x1, dy1, dh1, mean1, rstd1 = x2, dy2, dh2, mean2, rstd2
+                x2, dy2, dh2, mean2, rstd2 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + 2 * n_progs, n_rows,
+                                                                 stride_x, stride_dy, stride_dh, cols, mask, IS_RMS,
+                                                                 HAS_DH)
+            if PREFETCH == 3:
+                x1, dy1, dh1, mean1, rstd1 = x2, dy2, dh2, mean2, rstd2
+                x2, dy2, dh2, mean2, rstd2 = x3, dy3, dh3, mean3, rstd3
+                x3, dy3, dh3, mean3, rstd3 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + 3 * n_progs, n_rows,
+                                                                 stride_x, stride_dy, stride_dh, cols, mask, IS_RMS,
+                                                                 HAS_DH)
         row = r.to(tl.int64)
-        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
-        rstd = tl.load(Rstd + row)
+        x = x_raw.to(ACC)
         if IS_RMS:
             xhat = x * rstd
         else:
-            xhat = tl.where(mask, (x - tl.load(Mean + row)) * rstd, 0.0)
-        dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
+            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+        dy = dy_raw.to(ACC)
         if RELU:
             dy = tl.where(xhat * w + b > 0, dy, 0.0)
         g = dy * w
@@ -101,7 +160,7 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
             c2 = tl.sum(g, axis=0) / n_cols
             dx = (g - (xhat * c1 + c2)) * rstd
         if HAS_DH:
-            dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
+            dx += dh_raw.to(ACC)
         tl.store(DX + row * n_cols + cols, dx, mask=mask)
         dw_acc += dy * xhat
         db_acc += dy
@@ -150,6 +209,31 @@ def _fwd_plan(op, x, residual, weight, bias, eps, is_rms, relu):
 _FWD_PLANS = H.Plans()
 _BWD_PLANS = H.Plans()
 
+# The GPU plan of the backward walk (bench/bwd_profile.py --sweep measures the
+# alternatives): programs per multiprocessor, the most warps per program, and how
+# many rows ahead a program loads (PREFETCH; the fused-ReLU form its own). On an H100,
+# 16384x4096 fp16 (bench/results/bwd_sweep_h100_tkbwd_run1.log; backward with its
+# column sum, fraction of a copy of 3 (4 with the residual) row arrays):
+#   layer_norm   512 programs, no prefetch (the old plan) 0.586;  132, prefetch 1: 0.820
+#                (2: 0.811, 3: 0.658; 264 programs: 0.769; 32 warps: the same as 16)
+#   +relu        0.462 -> 0.742 with prefetch 3 (1: 0.698)
+#   residual LN  0.720 -> 0.840;  rms_norm 0.836 -> 0.841 (flat: prefetch does not help it)
+# ptxas gives the 16-warp walk 76-128 registers a thread, so one program fits an SM
+# and one program per SM is the whole grid: more programs queue in waves.
+BWD_PROGRAMS_PER_SM = 1
+BWD_MAX_WARPS = 16
+BWD_PREFETCH = 1
+BWD_PREFETCH_RELU = 3
+
+
+def _bwd_prefetch(x, relu=False) -> int:
+    """Rows a backward program loads ahead: BWD_PREFETCH(_RELU) on a GPU, none on the
+    CPU (where the rows ahead would only cost registers). Tests patch it to run the
+    GPU plan on the CPU."""
+    if not H.on_gpu(x):
+        return 0
+    return BWD_PREFETCH_RELU if relu else BWD_PREFETCH
+
 
 def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
     """(y, h, mean, rstd): y the output shaped as x; h the new residual (or None);
@@ -181,7 +265,7 @@ def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
 
 class _BwdPlan:
     __slots__ = ("rows", "n", "x_direct", "dy_direct", "dh_direct", "w_direct", "b_direct", "sx", "sdy", "sdh",
-                 "width", "progs", "kw", "shape")
+                 "width", "progs", "kw", "shape", "sum_steps", "grad_dtype")
 
 
 def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
@@ -196,11 +280,15 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     plan.sx, plan.sdy, plan.sdh = H.row_stride(xv), H.row_stride(dyv), H.row_stride(dhv)
     has_w, has_b = weight is not None, bias is not None
     plan.width = n * (int(has_w) + int(has_b))  # a partial row: dweight, then dbias
-    plan.progs = H.num_programs_for_partials(xin, plan.rows)
+    plan.progs = H.num_programs_for_partials(xin, plan.rows, BWD_PROGRAMS_PER_SM)
+    # The partials' column sum: its launches kept here (xin has the partials' device
+    # and precision class), so a call does no column_sum plan lookup.
+    plan.sum_steps = column_sum_steps(xin, plan.progs, plan.width)
+    plan.grad_dtype = H.dtype_name(xin)
     block = H.block_for(n)
     plan.kw = None if not (plan.rows and n) else dict(
-        IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, ACC=H.acc_dtype(xin),
-        BLOCK=block, **H.row_launch_options(xin, block))
+        IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin, relu),
+        ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, BWD_MAX_WARPS))
     return plan
 
 
@@ -227,7 +315,7 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
     dw = db = None
     if has_w or has_b:
         if plan.kw is not None:
-            sums = column_sum(partials, H.dtype_name(xin))
+            sums = column_sum_run(plan.sum_steps, partials, plan.grad_dtype)
         else:
             sums = H.zeros(xin, (width,))
         if has_w and has_b:

@@ -119,6 +119,26 @@ def _reduce_dim_bwd_kernel(X, DY, DX, n, inner, stride_o, stride_r, stride_i, in
         tl.store(DX + o * n * inner + rows[:, None] * inner + i[None, :], g, mask=m)
 
 
+@tessera.kernel
+def _reduce_row_bwd_kernel(X, DY, DX, n, stride_o, stride_r, inv_n,
+                           OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    # inner == 1 (the last dimension reduced): program o writes dx[o, :] = dy[o] * 2x or
+    # dy[o] * sign(x) / n in chunks of BLOCK, 16-byte vectors as the forward's row
+    # kernel (the (n, inner) tile kernel above would hold a [BLOCK_R, 1] column).
+    o = tl.program_id(0).to(tl.int64)
+    dy = tl.load(DY + o).to(ACC)
+    r = tl.arange(0, BLOCK)
+    for start in range(0, n, BLOCK):
+        cols = tl.multiple_of(start + r, BLOCK)
+        m = cols < n
+        x = tl.load(X + o * stride_o + cols * stride_r, mask=m, other=0.0).to(ACC)
+        if OP == 1:
+            g = 2.0 * x * dy
+        else:
+            g = tl.where(x > 0, 1.0, tl.where(x < 0, -1.0, 0.0)) * (dy * inv_n)
+        tl.store(DX + o * n + cols, g, mask=m)
+
+
 def _as_3d(x, dim):
     """(outer, n, inner) sizes and element strides of x reduced over `dim`; the outer
     dimensions must collapse to one stride, otherwise x is copied first."""
@@ -237,10 +257,14 @@ def _dim_plan(x, dim, op, backward):
     out_shape = tuple(xv.shape[:d]) + tuple(xv.shape[d + 1:])
     if backward:
         launch = None
-        if H.numel(xv):
+        if H.numel(xv) and inner == 1:
+            block = min(tessera.next_power_of_2(max(n, 1)), 4096)
+            launch = (_reduce_row_bwd_kernel, (outer,), (n, s_o, s_r, H.scalar(xv, 1.0 / max(n, 1))),
+                      dict(OP=op, ACC=H.acc_dtype(xv), BLOCK=block, **H.row_launch_options(xv, block, max_warps=8)))
+        elif H.numel(xv):
             block_r, block_i = _blocks(n, inner)
             rps = _rows_per_split(xv, outer * tessera.cdiv(inner, block_i), n, block_r)
-            launch = ((outer, tessera.cdiv(inner, block_i), tessera.cdiv(max(n, 1), rps)),
+            launch = (_reduce_dim_bwd_kernel, (outer, tessera.cdiv(inner, block_i), tessera.cdiv(max(n, 1), rps)),
                       (n, inner, s_o, s_r, s_i, H.scalar(xv, 1.0 / max(n, 1)), rps),
                       dict(OP=op, ACC=H.acc_dtype(xv), BLOCK_R=block_r, BLOCK_I=block_i))
         return xv is not x, d, launch
@@ -273,12 +297,26 @@ def reduce_dim_backward(x, dy, dim, op):
     dy = H.contiguous(dy)
     dx = H.empty(x, tuple(x.shape))
     if launch is not None:
-        grid, args, kw = launch
-        _reduce_dim_bwd_kernel[grid](x, dy, dx, *args, **kw)
+        kernel, grid, args, kw = launch
+        kernel[grid](x, dy, dx, *args, **kw)
     return dx
 
 
 _COLUMN_SUM_PLANS = H.Plans()
+
+
+def column_sum_steps(like, rows, cols):
+    """The launches of column_sum for a contiguous (rows, cols) array of partials in
+    like's accumulation type on like's device (like: the partials, or the tensor they
+    were computed from), for a backward plan to keep (see column_sum_run)."""
+    return _reduce_steps(like, 1, rows, cols, 0, cols, 1, OP_SUM) if cols else []
+
+
+def column_sum_run(steps, partials, dtype=None):
+    """column_sum with the launches from column_sum_steps: no key, no plan lookup."""
+    out = H.empty(partials, (partials.shape[1],), dtype)
+    _run_steps(steps, partials, out)
+    return out
 
 
 def column_sum(partials, dtype=None):
@@ -287,11 +325,8 @@ def column_sum(partials, dtype=None):
     key = (H.layout(partials), dtype, _gpu_plan(partials))
     steps = _COLUMN_SUM_PLANS.get(key)
     if steps is None:
-        p, c = partials.shape
-        steps = _COLUMN_SUM_PLANS.remember(key, _reduce_steps(partials, 1, p, c, 0, c, 1, OP_SUM) if c else [])
-    out = H.empty(partials, (partials.shape[1],), dtype)
-    _run_steps(steps, partials, out)
-    return out
+        steps = _COLUMN_SUM_PLANS.remember(key, column_sum_steps(partials, *partials.shape))
+    return column_sum_run(steps, partials, dtype)
 
 
 def _reduce_op(op_name, op, x, dim, keepdim):

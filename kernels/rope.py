@@ -17,7 +17,7 @@ import tessera
 import tessera.language as tl
 
 from . import _host as H
-from .reduce import column_sum
+from .reduce import column_sum_run, column_sum_steps
 
 
 @tessera.kernel
@@ -119,19 +119,29 @@ def _check(x, weight, cos, sin):
 
 _PLANS = H.Plans()
 
+# The backward's GPU plan (bench/bwd_profile.py --sweep): programs per multiprocessor
+# and warps per program. H100, 65536x8x128 fp16: 4 per SM 0.720 of copy, 2 per SM
+# 0.792 (8 warps 0.780, 16 warps 0.56; bench/results/bwd_sweep_h100_tkbwd_run1.log).
+BWD_PROGRAMS_PER_SM = 2
+BWD_NUM_WARPS = 4
+
 
 def _plan(x, weight, cos, sin, backward_dy=None):
     """(heads, seq, half, rows, per, block, progs, the row strides of x and dy, the
-    tables' contiguity, x's contiguity) for one layout of the arguments (see H.Plans)."""
+    tables' contiguity, x's contiguity, the backward's column-sum launches) for one
+    layout of the arguments (see H.Plans)."""
     seq, heads, d = _check(x, weight, cos, sin)
     xv = H.rows_view(x, d)
     rows = xv.shape[0]
     block = H.block_for(d // 2)
     per = _rows_per_program(block)
-    progs = H.num_programs_for_partials(x, tessera.cdiv(rows, per))
+    progs = H.num_programs_for_partials(x, tessera.cdiv(rows, per), BWD_PROGRAMS_PER_SM)
     sdy = H.row_stride(H.rows_view(backward_dy, d)) if backward_dy is not None else 0
     direct = tuple(t is None or H.contiguous(t) is t for t in (weight, cos, sin))
-    return heads, seq, d // 2, rows, per, block, progs, H.row_stride(xv), sdy, direct, xv is x
+    # The backward's dweight partials' column sum, kept with the plan (x: their device
+    # and precision class).
+    sum_steps = column_sum_steps(x, progs, d) if backward_dy is not None and weight is not None else None
+    return heads, seq, d // 2, rows, per, block, progs, H.row_stride(xv), sdy, direct, xv is x, sum_steps
 
 
 def _plan_for(x, weight, cos, sin, dy=None):
@@ -150,7 +160,7 @@ def _tables(plan, weight, cos, sin, xv):
 
 def rms_norm_rope_forward(x, weight, cos, sin, eps):
     plan = _plan_for(x, weight, cos, sin)
-    heads, seq, half, rows, per, block, _, sx, _, _, x_direct = plan
+    heads, seq, half, rows, per, block, _, sx, _, _, x_direct, _ = plan
     xv = x if x_direct else H.rows_view(x, 2 * half)
     y = H.empty(x, tuple(x.shape))  # contiguous: the (rows, head_dim) the kernel writes
     rstd = H.empty(x, (rows,), "acc")
@@ -164,7 +174,7 @@ def rms_norm_rope_forward(x, weight, cos, sin, eps):
 
 def rms_norm_rope_backward(x, weight, cos, sin, rstd, dy):
     plan = _plan_for(x, weight, cos, sin, dy)
-    heads, seq, half, rows, per, block, progs, sx, sdy, _, x_direct = plan
+    heads, seq, half, rows, per, block, progs, sx, sdy, _, x_direct, sum_steps = plan
     d = 2 * half
     xv = x if x_direct else H.rows_view(x, d)
     dyv = H.rows_view(dy, d)
@@ -173,8 +183,9 @@ def rms_norm_rope_backward(x, weight, cos, sin, rstd, dy):
     if rows and d:
         w, c, s = _tables(plan, weight, cos, sin, xv)
         _rms_rope_bwd_kernel[(progs,)](xv, w, c, s, rstd, dyv, dx, dwp, sx, sdy, rows, heads, seq, half, progs,
-                                       HAS_W=weight is not None, ACC=H.acc_dtype(x), ROWS=per, BLOCK=block)
-    dw = column_sum(dwp, H.dtype_name(weight)) if weight is not None else None
+                                       HAS_W=weight is not None, ACC=H.acc_dtype(x), ROWS=per, BLOCK=block,
+                                       **({"num_warps": BWD_NUM_WARPS} if H.on_gpu(x) else {}))
+    dw = column_sum_run(sum_steps, dwp, H.dtype_name(weight)) if weight is not None else None
     return dx, dw
 
 

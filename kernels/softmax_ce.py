@@ -34,6 +34,9 @@ CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one til
 # an H100 (46.5 us for 16384x4096 fp16), 2 a little slower (47.3 us):
 # bench/results/memory_bound_configs_h100.md.
 CE_FWD_MAX_WARPS = 4
+# Warps of a backward row on a GPU (bench/bwd_profile.py --sweep, H100, 16384x4096
+# fp16: 4 warps 0.978 of copy, 8 warps 0.989, 16 warps 0.928).
+CE_BWD_MAX_WARPS = 8
 
 
 @tessera.kernel
@@ -382,7 +385,7 @@ def _ce_plan(logits, target, smoothing):
         plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, ACC=H.acc_dtype(logits), BLOCK=block,
                            **H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS))
         plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
-                           **H.row_launch_options(logits, block))
+                           **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
     return plan
 
 

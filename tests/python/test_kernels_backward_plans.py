@@ -1,0 +1,150 @@
+"""The GPU plans of the backward kernels run on the CPU: the norm walk that loads its
+next row before reducing the current one (more rows than programs, a ragged last step,
+every norm variant), against float64 torch references; and the program count of the
+walk on a GPU is a whole number of waves of its multiprocessors."""
+import pytest
+
+import tessera.kernels as tk
+from tessera.kernels import _host as H
+from tessera.kernels import norm as N
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+
+@pytest.fixture(params=[1, 2, 3], ids=["prefetch1", "prefetch2", "prefetch3"])
+def gpu_norm_plan(monkeypatch, request):
+    """The norm backward's prefetching walk on the CPU, with few programs so each walks
+    several rows and the last step of some programs has no next row."""
+    monkeypatch.setattr(N, "_bwd_prefetch", lambda x, relu=False: request.param)
+    monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n_rows, per_sm=4: max(1, min(n_rows, 3)))
+    N._BWD_PLANS.clear()
+    yield
+    N._BWD_PLANS.clear()
+
+
+def _grads(fn, inputs, grads):
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    outs = fn(*leaves)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    torch.autograd.backward(list(outs), list(grads[:len(outs)]))
+    return [lf.grad for lf in leaves]
+
+
+NORMS = {
+    "layer_norm": (3, lambda x, r, w, b: tk.layer_norm(x, w, b),
+                   lambda x, r, w, b: F.layer_norm(x, (x.shape[-1],), w, b)),
+    "layer_norm+relu": (3, lambda x, r, w, b: tk.layer_norm(x, w, b, relu=True),
+                        lambda x, r, w, b: F.relu(F.layer_norm(x, (x.shape[-1],), w, b))),
+    "rms_norm": (3, lambda x, r, w, b: tk.rms_norm(x, w), lambda x, r, w, b: F.rms_norm(x, (x.shape[-1],), w, 1e-6)),
+    "residual_add_layer_norm": (
+        4, lambda x, r, w, b: tk.residual_add_layer_norm(x, r, w, b),
+        lambda x, r, w, b: (F.layer_norm(x + r, (x.shape[-1],), w, b), x + r)),
+    "residual_add_rms_norm": (
+        4, lambda x, r, w, b: tk.residual_add_rms_norm(x, r, w),
+        lambda x, r, w, b: (F.rms_norm(x + r, (x.shape[-1],), w, 1e-6), x + r)),
+}
+
+
+@pytest.mark.parametrize("rows", [1, 7, 10])
+@pytest.mark.parametrize("name", list(NORMS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_prefetching_norm_backward_matches_reference(gpu_norm_plan, name, rows, dtype):
+    _, f_tk, f_ref = NORMS[name]
+    g = torch.Generator().manual_seed(rows)
+    cols = 33
+    x, r = torch.randn(rows, cols, generator=g), torch.randn(rows, cols, generator=g)
+    w, b = torch.randn(cols, generator=g), torch.randn(cols, generator=g)
+    dy, dh = torch.randn(rows, cols, generator=g), torch.randn(rows, cols, generator=g)
+    got = _grads(f_tk, [t.to(dtype) for t in (x, r, w, b)], [dy.to(dtype), dh.to(dtype)])
+    want = _grads(f_ref, [t.double() for t in (x, r, w, b)], [dy.double(), dh.double()])
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    for a, e in zip(got, want):
+        if e is None:
+            assert a is None
+            continue
+        torch.testing.assert_close(a.double(), e, rtol=tol, atol=tol * max(1.0, e.abs().max().item()))
+
+
+def test_prefetching_norm_backward_gradcheck(gpu_norm_plan):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(9, 17, generator=g, dtype=torch.float64, requires_grad=True)
+    r = torch.randn(9, 17, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(17, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(17, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda *a: tk.residual_add_layer_norm(*a), (x, r, w, b))
+    assert torch.autograd.gradcheck(lambda a, w_: tk.rms_norm(a, w_), (x, w))
+
+
+def test_gpu_partials_programs_are_whole_waves(monkeypatch):
+    class FakeCuda:  # a tensor-like on a GPU of 132 multiprocessors
+        pass
+    monkeypatch.setattr(H, "on_gpu", lambda like: True)
+    monkeypatch.setattr(H, "gpu_multiprocessors", lambda like: 132)
+    assert H.num_programs_for_partials(FakeCuda(), 16384) == 4 * 132
+    assert H.num_programs_for_partials(FakeCuda(), 16384, per_sm=2) == 264
+    assert H.num_programs_for_partials(FakeCuda(), 100) == 100
+
+
+@pytest.mark.parametrize("op", ["reduce_sum_squared", "reduce_mean_abs"])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "long_rows"])
+def test_last_dim_reduction_backward_row_kernel(op, layout):
+    # dim=-1 backward runs one row per program in chunks of up to 4096 columns; a
+    # transposed input has a row stride of 1 and a column stride that is not.
+    g = torch.Generator().manual_seed(5)
+    if layout == "transposed":
+        x = torch.randn(40, 24, generator=g, dtype=torch.float64).t()
+    elif layout == "long_rows":
+        x = torch.randn(3, 9000, generator=g, dtype=torch.float64)
+    else:
+        x = torch.randn(24, 40, generator=g, dtype=torch.float64)
+    x = x.requires_grad_(True)
+    ref = (lambda a: (a * a).sum(-1)) if op == "reduce_sum_squared" else (lambda a: a.abs().mean(-1))
+    dy = torch.randn(x.shape[0], generator=g, dtype=torch.float64)
+    (got,) = torch.autograd.grad(getattr(tk, op)(x, -1), x, dy)
+    (want,) = torch.autograd.grad(ref(x), x, dy)
+    torch.testing.assert_close(got, want)
+    assert torch.autograd.gradcheck(lambda a: getattr(tk, op)(a, -1), (x[:, :7].detach().requires_grad_(True),))
+
+
+# --------------------------------------------------------------------------- GPU (the lead's round)
+# Tall shapes on the GPU plans: more rows than the norm walk's programs (one per SM), so
+# each program walks several rows with a ragged last step; bias_gelu's row groups of 64
+# with a partial last group; the rope walk; the last-dimension reduction's row kernel.
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1000, 1000), (300, 4096), (2000, 33)], ids=["1000x1000", "300x4096", "2000x33"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["float32", "float16"])
+def test_gpu_backward_plans_on_tall_shapes(shape, dtype):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from test_kernels_ops import ALL_CASES, check_case
+    for name in ("layer_norm", "layer_norm_relu", "rms_norm", "residual_add_layer_norm", "residual_add_rms_norm",
+                 "bias_gelu", "bias_gelu_tanh", "reduce_sum_squared_last", "reduce_mean_abs_last", "cross_entropy"):
+        check_case(next(c for c in ALL_CASES if c.name == name), shape, dtype, device="cuda")
+
+
+@pytest.mark.gpu
+def test_gpu_rms_norm_rope_backward_tall():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(777, 8, 128, generator=g, dtype=torch.float64)
+    w = torch.randn(128, generator=g, dtype=torch.float64)
+    ang = torch.randn(777, 64, generator=g, dtype=torch.float64)
+    cos, sin = ang.cos(), ang.sin()
+    dy = torch.randn(777, 8, 128, generator=g, dtype=torch.float64)
+
+    def ref(a, wt):
+        n = a * torch.rsqrt((a * a).mean(-1, keepdim=True) + 1e-6) * wt
+        n1, n2 = n[..., :64], n[..., 64:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return torch.cat([n1 * c - n2 * s, n2 * c + n1 * s], -1)
+    xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    want = torch.autograd.grad(ref(xr, wr), (xr, wr), dy)
+    xc = x.float().cuda().requires_grad_(True)
+    wc = w.float().cuda().requires_grad_(True)
+    got = torch.autograd.grad(tk.rms_norm_rope(xc, wc, cos.float().cuda(), sin.float().cuda()), (xc, wc),
+                              dy.float().cuda())
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a.double().cpu(), e, rtol=1e-4, atol=1e-4 * e.abs().max().item())
