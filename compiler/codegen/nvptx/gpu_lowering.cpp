@@ -109,6 +109,12 @@ constexpr unsigned kSharedAS = 3;
 // warns that 3.10 turns its default off (TRITON_DEFAULT_FP_FUSION): revisit with it.
 constexpr bool kFpFusionByDefault = true;
 
+// Elements per thread run for each tile shape that global memory is accessed with:
+// 16 bytes of the NARROWEST element type among those accesses, so 16-bit accesses are
+// 16-byte vectors and 32-bit ones of the same shape two 16-byte vectors per run.
+// (The narrowest vector instead made a norm backward's fp16 rows 8-byte accesses
+// because it also stores fp32 partial sums of that shape: 104 registers and half-width
+// loads; one run per shape keeps the elementwise ops between them free of conversions.)
 void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out) {
   for (auto& op : b.ops) {
     const Value* mem = nullptr;
@@ -117,7 +123,7 @@ void collect_shape_vecs(const Block& b, std::map<std::vector<int64_t>, int>& out
     if (mem) {
       int v = std::max(1, 16 / mem->type.elem.bytes());
       auto it = out.find(mem->type.shape);
-      out[mem->type.shape] = it == out.end() ? v : std::min(it->second, v);
+      out[mem->type.shape] = it == out.end() ? v : std::max(it->second, v);
     }
     for (auto& r : op->regions) collect_shape_vecs(*r->block, out);
   }
