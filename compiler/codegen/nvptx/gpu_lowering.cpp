@@ -639,7 +639,7 @@ void GpuLowering::lower_for(const Op& op) {
   }
   if (pipe) pipeline_iteration(body, *pipe, step, in_range);
   lower_block(body);
-  if (pipe) pipeline_end_iteration(body, *pipe, step, in_range);
+  if (pipe) pipeline_end_iteration(*pipe);
   for (auto& p : pf) prefetched_.erase(p.load->result());
   std::vector<const Value*> ys(body.terminator()->operands.begin(), body.terminator()->operands.end());
   store_values(ys);

@@ -208,7 +208,6 @@ class GpuLowering {
     // num_stages-2 ahead, so the stage a copy overwrites was read two iterations ago,
     // by a finished group.
     bool wgmma_async = false;
-    bool late_issue = false;  // experiment (TESSERA_TMA_LATE=1): copies issued after the dots
     std::vector<size_t> async_results;  // carried indices of those accumulators
     std::vector<PipelinedLoad> loads;
     std::vector<const ir::Op*> ops;  // body ops the addresses, masks and ahead yields need, in order
@@ -250,10 +249,7 @@ class GpuLowering {
                          const std::function<llvm::Value*(llvm::Value*)>& in_range);
   void pipeline_iteration(const ir::Block& body, Pipeline& p, llvm::Value* step,
                           const std::function<llvm::Value*(llvm::Value*)>& in_range);
-  void pipeline_end_iteration(const ir::Block& body, Pipeline& p, llvm::Value* step,
-                              const std::function<llvm::Value*(llvm::Value*)>& in_range);
-  void issue_next_stage(const ir::Block& body, Pipeline& p, llvm::Value* step,
-                        const std::function<llvm::Value*(llvm::Value*)>& in_range);
+  void pipeline_end_iteration(Pipeline& p);
   void pipeline_epilogue(Pipeline& p);  // after the loop
 
   // --- tma_nvptx.cpp: ring stages filled by cp.async.bulk.tensor (sm_90a) ----

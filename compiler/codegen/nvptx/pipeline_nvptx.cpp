@@ -38,7 +38,6 @@
 #include <llvm/IR/InlineAsm.h>
 
 #include <cmath>
-#include <cstdlib>
 
 #include "codegen/common/elementwise.h"
 #include "codegen/nvptx/gpu_lowering.h"
@@ -340,9 +339,7 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
   barrier();  // an earlier run of this loop (an enclosing loop) may still read the ring
   if (p.tma) tma_prologue(p);
   llvm::Value* iv = lb;
-  p.late_issue = p.tma && p.empty_bars && p.wgmma_async && std::getenv("TESSERA_TMA_LATE") &&
-                 std::getenv("TESSERA_TMA_LATE")[0] == '1';
-  const int ahead = p.wgmma_async && !p.late_issue ? p.stages - 2 : p.stages - 1;
+  const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
   for (int s = 0; s < ahead; ++s) {
     issue_stage(body, p, iv, b_.getInt32(s), in_range(iv));
     iv = b_.CreateAdd(iv, step);
@@ -368,13 +365,17 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
   llvm::Value* rs = b_.CreateLoad(b_.getInt32Ty(), p.read_stage);
   p.current_stage = rs;
   p.first_iteration = b_.CreateICmpEQ(scalar(body.args[0].get()), p.lb);
+  llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
+  llvm::Value* iv = b_.CreateLoad(step->getType(), p.ahead_iv);
+  issue_stage(body, p, iv, ws, in_range(iv));
+  b_.CreateStore(b_.CreateAdd(iv, step), p.ahead_iv);
   auto next = [&](llvm::Value* s) {
     llvm::Value* n = b_.CreateAdd(s, b_.getInt32(1));
     return b_.CreateSelect(b_.CreateICmpEQ(n, b_.getInt32(p.stages)), b_.getInt32(0), n);
   };
-  if (!p.late_issue) issue_next_stage(body, p, step, in_range);
   llvm::Value* next_rs = next(rs);
   b_.CreateStore(next_rs, p.read_stage);
+  b_.CreateStore(next(ws), p.write_stage);
   if (p.tma) {  // the copies of this iteration have landed (mbarrier of stage rs)
     tma_wait(p, rs);
     tma_advance_phase(p, next_rs);
@@ -387,22 +388,8 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
   }
 }
 
-void GpuLowering::issue_next_stage(const Block& body, Pipeline& p, llvm::Value* step,
-                                   const std::function<llvm::Value*(llvm::Value*)>& in_range) {
-  llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
-  llvm::Value* iv = b_.CreateLoad(step->getType(), p.ahead_iv);
-  issue_stage(body, p, iv, ws, in_range(iv));
-  b_.CreateStore(b_.CreateAdd(iv, step), p.ahead_iv);
-  llvm::Value* n = b_.CreateAdd(ws, b_.getInt32(1));
-  b_.CreateStore(b_.CreateSelect(b_.CreateICmpEQ(n, b_.getInt32(p.stages)), b_.getInt32(0), n), p.write_stage);
-}
-
-void GpuLowering::pipeline_end_iteration(const Block& body, Pipeline& p, llvm::Value* step,
-                                         const std::function<llvm::Value*(llvm::Value*)>& in_range) {
+void GpuLowering::pipeline_end_iteration(Pipeline& p) {
   if (p.tma && p.empty_bars) tma_release_stage(p);
-  // Late issue: the stage the previous iteration read is released just above (by this
-  // warp; thread 0 waits for the others), so the ring runs num_stages-1 ahead.
-  if (p.late_issue) issue_next_stage(body, p, step, in_range);
   for (auto& pl : p.loads) {
     pipelined_.erase(pl.operand);
     prefetched_.erase(pl.load->result());
