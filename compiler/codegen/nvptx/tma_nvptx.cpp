@@ -349,6 +349,32 @@ void GpuLowering::tma_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active
   llvm::Value* bar = smem32(bar_of(p, stage));
   int64_t bytes = 0;
   for (auto& pl : p.loads) bytes += pl.load->result()->type.numel() * pl.load->result()->type.elem.bytes();
+  auto coord = [&](const Value* x) -> llvm::Value* {
+    if (!x) return b_.getInt32(0);
+    llvm::Value* v = scalar(x);
+    return v->getType() == i32 ? v : b_.CreateTrunc(v, i32);
+  };
+  struct Box {
+    const TmaMap* map;
+    llvm::Value *desc, *buf, *inner, *outer;
+  };
+  std::vector<Box> boxes;  // every operand computed before the branch below
+  for (auto& pl : p.loads) {
+    const TmaMap& m = *tma_map_of(pl.load);
+    boxes.push_back({&m, b_.CreatePtrToInt(fn_->getArg(m.param), b_.getInt64Ty()),
+                     b_.CreateInBoundsGEP(b_.getInt8Ty(), pl.ring,
+                                          b_.CreateMul(stage, b_.getInt32(static_cast<uint32_t>(pl.stage_bytes)))),
+                     coord(m.start[1]), coord(m.start[0])});
+  }
+  // Thread 0 alone issues, behind a branch rather than a predicate: ptxas makes each
+  // copy's operands uniform with an ELECT / R2UR / BRA.U.ANY loop, which every warp
+  // would otherwise run every iteration (about 80 instructions of dependent uniform
+  // moves; on an H100 they kept the NN tf32 matmul's warps from feeding the tensor
+  // cores: bench/results/gpu_matmul_tf32.md).
+  llvm::BasicBlock* copy_bb = llvm::BasicBlock::Create(ctx_, "tma.copy", fn_);
+  llvm::BasicBlock* copied_bb = llvm::BasicBlock::Create(ctx_, "tma.copied", fn_);
+  b_.CreateCondBr(pred, copy_bb, copied_bb);
+  b_.SetInsertPoint(copy_bb);
   {
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {i32, b_.getInt1Ty()}, false);
     auto* expect = llvm::InlineAsm::get(
@@ -361,24 +387,18 @@ void GpuLowering::tma_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active
       fty,
       "@$5 cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3}], [$4];",
       "r,l,r,r,r,b,~{memory}", true);
-  auto coord = [&](const Value* x) -> llvm::Value* {
-    if (!x) return b_.getInt32(0);
-    llvm::Value* v = scalar(x);
-    return v->getType() == i32 ? v : b_.CreateTrunc(v, i32);
-  };
-  for (auto& pl : p.loads) {
-    const TmaMap& m = *tma_map_of(pl.load);
-    llvm::Value* map = b_.CreatePtrToInt(fn_->getArg(m.param), b_.getInt64Ty());
-    llvm::Value* buf = b_.CreateInBoundsGEP(b_.getInt8Ty(), pl.ring,
-                                            b_.CreateMul(stage, b_.getInt32(static_cast<uint32_t>(pl.stage_bytes))));
-    llvm::Value* inner = coord(m.start[1]);
-    llvm::Value* outer = coord(m.start[0]);
+  for (const Box& box : boxes) {
+    const TmaMap& m = *box.map;
     for (int c = 0; c < m.copies; ++c) {
-      llvm::Value* dst = b_.CreateInBoundsGEP(b_.getInt8Ty(), buf, b_.getInt32(static_cast<uint32_t>(c * m.copy_stride)));
-      llvm::Value* x = c ? b_.CreateAdd(inner, b_.getInt32(static_cast<uint32_t>(c * m.box_inner))) : inner;
-      b_.CreateCall(fty, copy, {smem32(dst), map, x, outer, bar, pred});
+      llvm::Value* dst =
+          b_.CreateInBoundsGEP(b_.getInt8Ty(), box.buf, b_.getInt32(static_cast<uint32_t>(c * m.copy_stride)));
+      llvm::Value* x = c ? b_.CreateAdd(box.inner, b_.getInt32(static_cast<uint32_t>(c * m.box_inner))) : box.inner;
+      b_.CreateCall(fty, copy, {smem32(dst), box.desc, x, box.outer, bar, pred});
     }
   }
+  b_.CreateBr(copied_bb);
+  b_.SetInsertPoint(copied_bb);
+  memo_.clear();  // at() results are valid in the block they were emitted in
 }
 
 void GpuLowering::emit_mbarrier_wait(llvm::Value* bar, llvm::Value* parity) {
