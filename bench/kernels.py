@@ -271,7 +271,9 @@ def backward_bytes(name, inputs):
         return 3 * mat + (2 * vec if name.startswith("bias_gelu") else 0)
     if name == "cross_entropy":  # + the targets (int64) and lse
         return 2 * mat + rows * (8 + 4)
-    if name in ("add_relu", "mul_tanh", "swiglu", "geglu"):
+    if name == "add_relu":  # read y and dy, write one gradient both inputs take (relu tests its output)
+        return 3 * mat
+    if name in ("mul_tanh", "swiglu", "geglu"):
         return 5 * mat
     if name.startswith("reduce_"):
         return 2 * mat

@@ -191,6 +191,27 @@ def test_cross_entropy_bad_targets():
         tk.cross_entropy(np.zeros((2, 5), np.float32), np.zeros(2, np.int64), reduction="avg")
 
 
+def test_add_relu_backward_gives_both_inputs_the_output_sign_gradient():
+    # The backward reads the saved output (relu tests its output, as torch's does) and
+    # returns one gradient for both inputs: the same input twice gets it twice, and an
+    # input without requires_grad gets none.
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(5, 33, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, 33, generator=g, dtype=torch.float64)
+    dy = torch.randn(5, 33, generator=g, dtype=torch.float64)
+    (da,) = torch.autograd.grad(tk.add_relu(a, b), a, dy)
+    torch.testing.assert_close(da, torch.where(a.detach() + b > 0, dy, 0.0))
+    (dx,) = torch.autograd.grad(tk.add_relu(a, a), a, dy)
+    torch.testing.assert_close(dx, torch.where(a.detach() > 0, 2 * dy, 0.0))
+    h = torch.tensor([[0.5, -1.0, 2.0, 0.0]], dtype=torch.float16, requires_grad=True)
+    z = torch.tensor([[-0.5, 0.5, 1.0, 0.0]], dtype=torch.float16, requires_grad=True)
+    y = tk.add_relu(h, z)
+    got = torch.autograd.grad(y, (h, z), torch.ones_like(y))
+    want = torch.autograd.grad(F.relu(h + z), (h, z), torch.ones_like(y))
+    for gt, wt in zip(got, want):
+        torch.testing.assert_close(gt, wt)
+
+
 # --------------------------------------------------------------------------- errors
 
 def test_errors_name_the_op():
