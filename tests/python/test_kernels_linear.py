@@ -195,6 +195,63 @@ def test_fast_paths_match_the_general_path():
     assert L._attention_score_fast(q.transpose(1, 2), k, 1.0) is None
 
 
+# --------------------------------------------------------------------------- persistent kernel
+
+# (batch, M, K, N, A M-major, B K-major): linear's x @ W^T, dX = dZ W (N-major B) and dW
+# = dZ^T X (M-major A), and batched scores; every edge (partial row, column and K tiles).
+PERSISTENT_PRODUCTS = [(1, 97, 70, 45, False, True), (1, 97, 70, 45, False, False), (1, 45, 70, 97, True, False),
+                       (3, 40, 33, 50, False, True)]
+
+
+def _persistent_product(device, dtype, batch, m, k, n, a_mmajor, b_kmajor, tiles, act=L.ACT_NONE):
+    """(C from the persistent kernel through L.matmul's plan, float64 reference)."""
+    gen = torch.Generator().manual_seed(m + 7 * k + 13 * n + batch)
+    a = torch.randn(batch, k, m, generator=gen).transpose(1, 2) if a_mmajor else torch.randn(batch, m, k, generator=gen)
+    b = torch.randn(batch, n, k, generator=gen).transpose(1, 2) if b_kmajor else torch.randn(batch, k, n, generator=gen)
+    bias = torch.randn(n, generator=gen) if act != L.ACT_NONE else None
+    ad, bd = a.to(device, dtype), b.to(device, dtype)
+    biasd = bias.to(device, dtype) if bias is not None else None
+    c, _ = L.matmul(ad, bd, ad.stride(), bd.stride(), batch, m, n, k, ad, bias=biasd, act=act, tiles=tiles)
+    want = a.double() @ b.double() + (bias.double() if bias is not None else 0)
+    want = {L.ACT_NONE: want, L.ACT_RELU: torch.relu(want), L.ACT_GELU: F.gelu(want)}[act]
+    return c, want
+
+
+@pytest.mark.parametrize("product", PERSISTENT_PRODUCTS, ids=lambda p: "b{}_{}x{}x{}_am{:d}_bk{:d}".format(*p))
+def test_persistent_kernel_on_the_cpu(product, monkeypatch):
+    # _persistent_matmul_kernel compiled for the CPU (L.matmul's GPU plan, with 4 "SMs"):
+    # 4 or 8 programs over 12-36 tiles of 32x16x16, each program's flat loop crossing
+    # tiles (and batches) with the accumulator reset.
+    assert L._sm_count(torch.empty(1)) == 4
+    kernel, grid, extra, _ = L._gpu_launch(torch.empty(1), 97, 45, 1, 32, 16, {"persistent": 2})
+    assert kernel is L._persistent_matmul_kernel and grid == (8, 1, 1) and extra == (1,)
+    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    monkeypatch.setattr(L, "_sm_count", lambda like: 4)
+    for per_sm, act in ((1, L.ACT_NONE), (2, L.ACT_RELU)):
+        c, want = _persistent_product("cpu", torch.float32, *product, (32, 16, 16, {"persistent": per_sm}), act)
+        _close(c, want, TOL[torch.float32], f"persistent x{per_sm}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["float16", "bfloat16", "float32"])
+def test_persistent_kernel_on_gpu(dtype):
+    # More tiles than programs (297 tiles of 128x128 for 4097x1030, 180 for the 4 heads
+    # of 513x1030): programs take 2-3 tiles each across masked row, column and K edges
+    # (K = 200: three full K tiles and a partial one), in every layout and with each
+    # ring depth the sweep tries; fp32 runs tf32x3 from the cp.async ring.
+    _skip_without("cuda")
+    for per_sm, stages, bn in ((1, 4, 128), (2, 2, 128), (1, 3, 256)):
+        if dtype == torch.float32 and bn == 256:
+            continue
+        tiles = (128, bn, 32 if dtype == torch.float32 else 64, {"num_warps": 8, "num_stages": stages,
+                                                                "persistent": per_sm})
+        for product in [(1, 4097, 200, 1030, False, True), (1, 4097, 200, 1030, False, False),
+                        (1, 1030, 200, 4097, True, False), (4, 513, 64, 1030, False, True)]:
+            for act in (L.ACT_NONE, L.ACT_GELU) if product[0] == 1 and product[5] else (L.ACT_NONE,):
+                c, want = _persistent_product("cuda", dtype, *product, tiles, act)
+                _close(c, want, TOL[dtype], f"persistent x{per_sm} s{stages} 128x{bn} {product} act {act}")
+
+
 # --------------------------------------------------------------------------- PTX (no GPU needed)
 
 def _compiled(case, dtype="fp16", act=L.ACT_RELU, rows=1024):

@@ -754,9 +754,14 @@ void GpuLowering::lower_if(const Op& op) {
     if (b_.GetInsertBlock()->getTerminator()) continue;  // returned
     const Op* y = blk.terminator();
     if (y && y->kind == OpKind::Yield && n) {
-      if (!slots_made) {  // results take the layout of the first branch's values
+      if (!slots_made) {  // results take the layout of the first branch's values, or a
+        // tensor-core accumulator's (`if last: ...; acc = zeros` in a persistent matmul's
+        // loop: acc stays in its MMA layout on both paths, with no conversion)
         for (size_t i = 0; i < n; ++i) {
-          if (op.result(i)->type.is_tile()) c[i].layout = preferred_layout(y->operands[i]);
+          if (op.result(i)->type.is_tile()) {
+            auto mma = planned_layout(op.result(i));
+            c[i].layout = mma ? *mma : preferred_layout(y->operands[i]);
+          }
           c[i].slots = carry_slots(op.result(i)->type, c[i].layout);
         }
         slots_made = true;
