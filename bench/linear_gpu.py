@@ -35,6 +35,8 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     # epilogue's store buffer, 128x128 4, or 2 with two CTAs per SM)
     (128, 256, 64, 8, 3, 1, 1), (128, 256, 64, 8, 2, 1, 1), (128, 128, 64, 8, 4, 1, 1), (128, 128, 64, 8, 3, 1, 1),
     (128, 128, 64, 8, 2, 1, 2),
+    # 256x128 over 16 warps (four wgmma warpgroups, 64 accumulators per thread)
+    (256, 128, 64, 16, 4, 1, 0), (256, 128, 64, 16, 3, 1, 1),
 ]
 
 
@@ -95,7 +97,7 @@ def products(dtype, m=4096, k=1024, n=2048, heads=8, seq=2048, d=64):
                                                                     d, q, scale=0.125, tiles=t),
                                                  lambda: torch.bmm(q, kk.transpose(1, 2))),
         **{f"fwd relu(x@W^T+b) {m2}x{k2}x{n2}": _linear_product(r, m2, k2, n2)
-           for (m2, k2, n2) in ((8192, 4096, 4096), (4097, 1000, 1030))},
+           for (m2, k2, n2) in ((8192, 4096, 4096), (4097, 1000, 1030), (8192, 64, 4096))},
     }
 
 

@@ -319,9 +319,17 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
       (32-wide K), and operands with a row stride that is not a multiple of 16 elements
       (rows_aligned false: the launch's specialization, which knows divisibility by 16
       only, cannot prove the rows 16-byte aligned, so no ring takes the loads) -- there
-      128x256 ran 0.46 of cuBLAS against 0.55 (4097x1000x1030)."""
+      128x256 ran 0.46 of cuBLAS against 0.55 (4097x1000x1030);
+    - one K step (K <= 64: attention's q k^T, the store-bound product of heads x 2048 x
+      2048 outputs), 16-bit, rows aligned: _persistent_matmul_kernel, 128x256, 3 stages,
+      one CTA per SM: the next tiles' loads overlap this tile's stores, 0.80 -> 0.99 of
+      cuBLAS for 8x2048x2048x64 (bench/results/kernels_cuda_float16_linear3.md). Longer K
+      keeps one tile per CTA: the persistent loop cannot keep a wgmma group in flight
+      (its accumulator is read in the loop) and ran x @ W^T at 0.82 against 0.88."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
+    if name != "float32" and k <= 64 and rows_aligned:
+        return 128, 256, 64, {"num_warps": 8, "num_stages": 3, "persistent": 1}
     if name != "float32" and batch == 1 and rows_aligned:
         if a_mmajor:
             return 128, 128, 64, {"num_warps": 8, "num_stages": 4}
@@ -448,7 +456,7 @@ def _attention_score_fast(q, k, scale):
         return None
     bt = q.numel() // (m * d)
     s = T.empty(qs[:-1] + (n,), dtype=q.dtype, device=q.device)
-    bm, bn, bk, opts = _gpu_tiles(name, m, n, d, bt)
+    bm, bn, bk, opts = _gpu_tiles(name, m, n, d, bt, rows_aligned=d % 16 == 0)
     kernel, grid, extra, opts = _gpu_launch(q, m, n, bt, bm, bn, opts)
     # A = q (bt, m, d) row-major; B = k^T: B[b, d, n] at k + b * n * d + n * d + d.
     kernel[grid](q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale, *extra,

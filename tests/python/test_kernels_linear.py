@@ -335,7 +335,13 @@ def test_gpu_tiles_per_product():
     assert pick("float16", 4096, 768, 2048, 1) == (128, 128, 64, 3)         # 96 such tiles
     assert pick("float16", 2048, 1024, 4096, 1, a_mmajor=True) == (128, 128, 64, 4)
     assert pick("float16", 16384, 4096, 1024, 1, a_mmajor=True) == (128, 128, 64, 4)
-    assert pick("float16", 2048, 2048, 64, 8) == (128, 128, 64, 3)          # batched scores
+    assert pick("float16", 2048, 2048, 64, 8) == (128, 256, 64, 3)          # batched scores: persistent
+    assert L._gpu_tiles("float16", 2048, 2048, 64, 8)[3]["persistent"] == 1
+    assert L._gpu_tiles("bfloat16", 4096, 2048, 40, 1)[3]["persistent"] == 1   # one K step
+    assert "persistent" not in L._gpu_tiles("float16", 4096, 2048, 128, 1)[3]
+    assert pick("float16", 2048, 2048, 72, 8) == (128, 128, 64, 3)          # two K steps: one tile per CTA
+    assert pick("float16", 2048, 2048, 64, 8, rows_aligned=False) == (128, 128, 64, 3)
+    assert pick("float32", 2048, 2048, 64, 8) == (128, 128, 32, 3)
     assert pick("float16", 4097, 1030, 1000, 1, rows_aligned=False) == (128, 128, 64, 3)  # no ring
     assert pick("float32", 4096, 2048, 1024, 1) == (128, 128, 32, 3)
     assert pick("float64", 4096, 2048, 1024, 1) == (L.BM, L.BN, L.BK, None)
@@ -366,6 +372,54 @@ def test_ptx_unbatched_16bit_products_run_wgmma_from_a_tma_ring(case, dtype, row
     assert not re.search(r"st\.global\.b32", ptx)
 
 
+def _compiled_persistent(case, dtype="fp16", act=L.ACT_RELU, bn=256, stages=3):
+    """_persistent_matmul_kernel for sm_90a as _compiled compiles _matmul_kernel (K 1024
+    for linear's products, or 64 for the scores)."""
+    ck = _compiled(case, dtype, act, rows=16384)  # the same signature and constexprs, plus `batches`
+    unit = {"fwd": ("s_ak", "s_bk"), "dx": ("s_ak", "s_bn"), "dw": ("s_am", "s_bn"), "score": ("s_ak", "s_bk")}[case]
+    sig = {p: f"*{dtype}:16" for p in ("A", "B", "BIAS", "C", "Z")}
+    sig.update({p: "i32:16" for p in ("M", "N", "K", "s_ab", "s_am", "s_ak", "s_bb", "s_bk", "s_bn", "s_cb")
+                if p not in unit})
+    sig.update(scale="fp32", batches="i32")
+    ce = {p: 1 for p in unit}
+    ce.update(A_MMAJOR=case == "dw", B_KMAJOR=case in ("fwd", "score"), ACT=act if case == "fwd" else L.ACT_NONE,
+              HAS_BIAS=case == "fwd", STORE_Z=False, SCALE=case == "score", ACC=tl.float32,
+              BATCHED=case == "score", BLOCK_M=128, BLOCK_N=bn, BLOCK_K=64, GROUP_M=L.GROUP_M)
+    del ck
+    return tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=8, num_stages=stages)
+
+
+@pytest.mark.parametrize("case", ["fwd", "dx", "dw", "score"])
+def test_ptx_persistent_ring_runs_across_tiles(case):
+    # One ring for all of a program's tiles: its barriers are made once (TMA: `stages`
+    # full and empty mbarriers) and torn down after the last tile; every tile's stores
+    # sit inside the loop (their block branches back to it, before the ring's teardown),
+    # so the next tile's copies already in flight overlap them. The accumulator stays in
+    # wgmma registers across the reset (no layout conversion through shared memory: the
+    # only shared stores are the output's), and the loop divides by a runtime value only
+    # for the tile's coordinates (current and S-1 ahead).
+    bn = 128 if case == "dw" else 256
+    ck = _compiled_persistent(case, bn=bn)
+    ptx = ck.asm["ptx"]
+    want = ("1" if case == "dw" else "0", "1" if case in ("dx", "dw") else "0")
+    assert _wgmma_steps(ptx, "fp16", bn) == [want] * 4, ptx
+    assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", ptx) == ["0"]
+    if case == "score":  # batched: the cp.async ring
+        assert "cp.async.cg.shared.global" in ptx and not ck.metadata.get("tensor_maps")
+        teardown = ptx.rindex("cp.async.wait_group 0;")
+    else:
+        assert ck.metadata["tensor_maps"] == TMA_MAPS[case].format(n=bn).replace("14|", "15|")
+        assert len(re.findall(r"mbarrier\.init", ptx)) == 6 and len(re.findall(r"mbarrier\.inval", ptx)) == 6
+        teardown = ptx.index("mbarrier.inval")
+    stores = [m.start() for m in re.finditer(r"st\.global\.v4\.b32", ptx)]
+    assert len(stores) == 8 * bn // 128 and stores[-1] < teardown, ptx
+    back = re.search(r"bra\.uni\s+(\$L__BB\d+_\d+);", ptx[stores[-1]:teardown])
+    assert back and ptx.index(back.group(1) + ":") < stores[0], ptx
+    assert len(re.findall(r"st\.shared", ptx)) == 32 * bn // 128 + (1 if case == "fwd" else 0), ptx  # + the bias
+    loop = ptx[ptx.index(back.group(1) + ":"):teardown]
+    assert len(re.findall(r"(?:div|rem)\.[su]32", loop)) == (4 if case == "score" else 2), loop
+
+
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_ptx_batched_scores_run_wgmma_from_a_cp_async_ring(dtype):
     # q k^T over 8 heads: the batch offset makes each CTA's base its own (no tensor map
@@ -392,10 +446,14 @@ def test_ptx_fp32_runs_tf32x3_mma_sync_from_a_cp_async_ring():
                                                  ("fwd", "fp32", L.ACT_RELU, 1024), ("score", "fp16", L.ACT_NONE, 1024),
                                                  ("fwd", "fp16", L.ACT_GELU, 16384),
                                                  ("fwd", "fp16", L.ACT_GELU_TANH, 16384),
-                                                 ("dw", "bf16", L.ACT_NONE, 16384)])
+                                                 ("dw", "bf16", L.ACT_NONE, 16384),
+                                                 ("persistent fwd", "fp16", L.ACT_GELU, 0),
+                                                 ("persistent score", "bf16", L.ACT_NONE, 0)])
 def test_ptx_assembles_without_spills(case, dtype, act, rows, tmp_path):
     src = tmp_path / "k.ptx"
-    src.write_text(_compiled(case, dtype, act, rows).asm["ptx"])
+    ck = (_compiled_persistent(case.split()[1], dtype, act) if case.startswith("persistent")
+          else _compiled(case, dtype, act, rows))
+    src.write_text(ck.asm["ptx"])
     r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
