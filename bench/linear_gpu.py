@@ -29,14 +29,13 @@ import tessera.kernels as tk  # noqa: E402
 from tessera.kernels import linear as L  # noqa: E402
 
 SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persistent CTAs per SM or 0)
-    (128, 128, 64, 8, 3, 1, 0), (128, 128, 64, 8, 4, 1, 0), (128, 256, 64, 8, 4, 1, 0),
-    # _persistent_matmul_kernel: the ring runs across a program's tiles (no wgmma group
-    # in flight there, so 3 stages keep 2 ahead; 128x256 fits 3 stages next to the
-    # epilogue's store buffer, 128x128 4, or 2 with two CTAs per SM)
-    (128, 256, 64, 8, 3, 1, 1), (128, 256, 64, 8, 2, 1, 1), (128, 128, 64, 8, 4, 1, 1), (128, 128, 64, 8, 3, 1, 1),
+    (128, 128, 64, 8, 3, 1, 0), (128, 256, 64, 8, 4, 1, 0), (128, 256, 32, 8, 8, 1, 0), (256, 128, 64, 16, 4, 1, 0),
+    # _persistent_matmul_kernel: the ring runs across a program's tiles. From 4 stages a
+    # wgmma group stays in flight (the tile's last step waits for it in its epilogue
+    # branch); 128x256x64 fits only 3 stages next to the epilogue's store buffer, so
+    # 128x256 in flight takes 32-wide K steps (6 stages of 24 KB).
+    (128, 256, 64, 8, 3, 1, 1), (128, 128, 64, 8, 4, 1, 1), (128, 256, 32, 8, 6, 1, 1), (256, 128, 32, 16, 6, 1, 1),
     (128, 128, 64, 8, 2, 1, 2),
-    # 256x128 over 16 warps (four wgmma warpgroups, 64 accumulators per thread)
-    (256, 128, 64, 16, 4, 1, 0), (256, 128, 64, 16, 3, 1, 1),
 ]
 
 

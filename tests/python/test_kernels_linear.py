@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import os
+import tempfile
 
 import pytest
 
@@ -240,10 +241,11 @@ def test_persistent_kernel_on_gpu(dtype):
     # (K = 200: three full K tiles and a partial one), in every layout and with each
     # ring depth the sweep tries; fp32 runs tf32x3 from the cp.async ring.
     _skip_without("cuda")
-    for per_sm, stages, bn in ((1, 4, 128), (2, 2, 128), (1, 3, 256)):
+    # 4+ stages keep a wgmma group in flight (waited for in the epilogue's branch).
+    for per_sm, stages, bn, bk in ((1, 4, 128, 64), (2, 2, 128, 64), (1, 3, 256, 64), (1, 6, 256, 32)):
         if dtype == torch.float32 and bn == 256:
             continue
-        tiles = (128, bn, 32 if dtype == torch.float32 else 64, {"num_warps": 8, "num_stages": stages,
+        tiles = (128, bn, 32 if dtype == torch.float32 else bk, {"num_warps": 8, "num_stages": stages,
                                                                 "persistent": per_sm})
         for product in [(1, 4097, 200, 1030, False, True), (1, 4097, 200, 1030, False, False),
                         (1, 1030, 200, 4097, True, False), (4, 513, 64, 1030, False, True)]:
@@ -372,7 +374,7 @@ def test_ptx_unbatched_16bit_products_run_wgmma_from_a_tma_ring(case, dtype, row
     assert not re.search(r"st\.global\.b32", ptx)
 
 
-def _compiled_persistent(case, dtype="fp16", act=L.ACT_RELU, bn=256, stages=3):
+def _compiled_persistent(case, dtype="fp16", act=L.ACT_RELU, bn=256, stages=3, bk=64):
     """_persistent_matmul_kernel for sm_90a as _compiled compiles _matmul_kernel (K 1024
     for linear's products, or 64 for the scores)."""
     ck = _compiled(case, dtype, act, rows=16384)  # the same signature and constexprs, plus `batches`
@@ -384,7 +386,7 @@ def _compiled_persistent(case, dtype="fp16", act=L.ACT_RELU, bn=256, stages=3):
     ce = {p: 1 for p in unit}
     ce.update(A_MMAJOR=case == "dw", B_KMAJOR=case in ("fwd", "score"), ACT=act if case == "fwd" else L.ACT_NONE,
               HAS_BIAS=case == "fwd", STORE_Z=False, SCALE=case == "score", ACC=tl.float32,
-              BATCHED=case == "score", BLOCK_M=128, BLOCK_N=bn, BLOCK_K=64, GROUP_M=L.GROUP_M)
+              BATCHED=case == "score", BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=L.GROUP_M)
     del ck
     return tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=8, num_stages=stages)
 
@@ -418,6 +420,30 @@ def test_ptx_persistent_ring_runs_across_tiles(case):
     assert len(re.findall(r"st\.shared", ptx)) == 32 * bn // 128 + (1 if case == "fwd" else 0), ptx  # + the bias
     loop = ptx[ptx.index(back.group(1) + ":"):teardown]
     assert len(re.findall(r"(?:div|rem)\.[su]32", loop)) == (4 if case == "score" else 2), loop
+
+
+@pytest.mark.parametrize("case,bn,bk,stages", [("fwd", 128, 64, 4), ("fwd", 256, 32, 6), ("dw", 128, 64, 4),
+                                                ("score", 128, 64, 4)])
+def test_ptx_persistent_ring_keeps_a_wgmma_group_in_flight(case, bn, bk, stages):
+    # From 4 stages the persistent loop's wgmma group stays in flight like a plain K
+    # loop's (wait_group 1 after each step); the epilogue's branch waits for it (wait 0)
+    # before reading the accumulator, and the loop's exit drains the last one. ptxas
+    # keeps them asynchronous (no serialization warning).
+    ck = _compiled_persistent(case, bn=bn, bk=bk, stages=stages)
+    ptx = ck.asm["ptx"]
+    assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", ptx) == ["1", "0", "0"], ptx
+    wait0 = ptx.index("wgmma.wait_group.sync.aligned 0")
+    stores = [m.start() for m in re.finditer(r"st\.global\.v4\.b32", ptx)]
+    assert ptx.index("wgmma.wait_group.sync.aligned 1") < wait0 < stores[0], ptx
+    assert ptx.rindex("wgmma.wait_group.sync.aligned 0") > stores[-1]
+    if PTXAS is not None:
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "k.ptx")
+            with open(src, "w") as fh:
+                fh.write(ptx)
+            r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", src, "-o", os.path.join(d, "k.cubin")],
+                               capture_output=True, text=True)
+        assert r.returncode == 0 and "serialized" not in r.stderr and " 0 bytes spill stores" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

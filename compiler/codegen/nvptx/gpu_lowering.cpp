@@ -750,7 +750,17 @@ void GpuLowering::lower_if(const Op& op) {
   for (int r = 0; r < 2; ++r) {
     b_.SetInsertPoint(r == 0 ? thenbb : elsebb);
     const Block& blk = *op.regions[r]->block;
+    // In-flight wgmma accumulators this branch reads (pipeline_nvptx.cpp): wait for
+    // them here, on this path only.
+    std::vector<std::pair<const Value*, TileVal>> in_flight;
+    if (auto w = wgmma_wait_in_branch_.find({&op, r}); w != wgmma_wait_in_branch_.end())
+      for (const Value* v : w->second) {
+        in_flight.push_back({v, tile(v)});
+        tiles_[v].regs = wgmma_wait_tied(tiles_[v].regs);
+      }
     lower_block(blk);
+    for (auto& [v, t] : in_flight) tiles_[v] = t;
+    if (!in_flight.empty()) memo_.clear();
     if (b_.GetInsertBlock()->getTerminator()) continue;  // returned
     const Op* y = blk.terminator();
     if (y && y->kind == OpKind::Yield && n) {
