@@ -320,16 +320,18 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
       (rows_aligned false: the launch's specialization, which knows divisibility by 16
       only, cannot prove the rows 16-byte aligned, so no ring takes the loads) -- there
       128x256 ran 0.46 of cuBLAS against 0.55 (4097x1000x1030);
-    - one K step (K <= 64: attention's q k^T, the store-bound product of heads x 2048 x
-      2048 outputs), 16-bit, rows aligned: _persistent_matmul_kernel, 128x256, 3 stages,
-      one CTA per SM: the next tiles' loads overlap this tile's stores, 0.80 -> 0.99 of
-      cuBLAS for 8x2048x2048x64 (bench/results/kernels_cuda_float16_linear3.md). Longer K
-      keeps one tile per CTA: the persistent loop cannot keep a wgmma group in flight
-      (its accumulator is read in the loop) and ran x @ W^T at 0.82 against 0.88."""
+    - one K step (K <= 64: attention's q k^T, store-bound with heads x 2048 x 2048
+      outputs), 16-bit, rows aligned: _persistent_matmul_kernel, 128x128, 2 stages, two
+      CTAs per SM: the next tiles' loads overlap this tile's stores. GPU-queued, of
+      cuBLAS: q k^T 8x2048x2048x64 0.80 -> 0.98-0.99, x @ W^T 8192x64x4096 0.75 -> 0.98
+      (128x256 s3 on one CTA per SM: 0.99 / 0.93; bench/results/kernels_cuda_float16_linear3.md).
+      Longer K keeps one tile per CTA: there the flat loop's per-step bookkeeping cost
+      more than the overlap gained (x @ W^T 4096x1024x2048: 0.81 persistent 128x256 s3,
+      0.68-0.69 with a wgmma group in flight at 128x128 s4 or 128x256x32 s6, against 0.88)."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
     if name != "float32" and k <= 64 and rows_aligned:
-        return 128, 256, 64, {"num_warps": 8, "num_stages": 3, "persistent": 1}
+        return 128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}
     if name != "float32" and batch == 1 and rows_aligned:
         if a_mmajor:
             return 128, 128, 64, {"num_warps": 8, "num_stages": 4}

@@ -73,9 +73,11 @@ def _record_specializations(monkeypatch, dtype):
                 seen.setdefault(key, (L._matmul_kernel, arg_types, gk, gpu_attrs, go, names))
                 if elem in ("pointer<fp16>", "pointer<bf16>") and "M" in arg_types:
                     # K <= 64 (attention's q k^T) runs the persistent kernel: one more
-                    # i32 argument (the batch count), 128x256 tiles, 3 stages.
+                    # i32 argument (the batch count), its own tiles and stages.
                     pt = dict(arg_types, batches=arg_types["M"])
-                    pk = dict(gk, BLOCK_N=256)
+                    bm, bn, bk, popts = L._gpu_tiles("float16", 2048, 2048, 64, 8)
+                    pk = dict(gk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+                    go = dict(go, num_warps=popts["num_warps"], num_stages=popts["num_stages"])
                     key = ("_persistent_matmul_kernel", repr(sorted(pt.items(), key=str)), repr(sorted(pk.items(), key=str)))
                     seen.setdefault(key, (L._persistent_matmul_kernel, pt, pk, gpu_attrs, go, list(names) + ["batches"]))
         return real(kernel, arg_types, constexprs, attrs, options, target, names, use_cache)

@@ -337,9 +337,9 @@ def test_gpu_tiles_per_product():
     assert pick("float16", 4096, 768, 2048, 1) == (128, 128, 64, 3)         # 96 such tiles
     assert pick("float16", 2048, 1024, 4096, 1, a_mmajor=True) == (128, 128, 64, 4)
     assert pick("float16", 16384, 4096, 1024, 1, a_mmajor=True) == (128, 128, 64, 4)
-    assert pick("float16", 2048, 2048, 64, 8) == (128, 256, 64, 3)          # batched scores: persistent
-    assert L._gpu_tiles("float16", 2048, 2048, 64, 8)[3]["persistent"] == 1
-    assert L._gpu_tiles("bfloat16", 4096, 2048, 40, 1)[3]["persistent"] == 1   # one K step
+    assert pick("float16", 2048, 2048, 64, 8) == (128, 128, 64, 2)          # batched scores: persistent
+    assert L._gpu_tiles("float16", 2048, 2048, 64, 8)[3]["persistent"] == 2
+    assert L._gpu_tiles("bfloat16", 4096, 2048, 40, 1)[3]["persistent"] == 2   # one K step
     assert "persistent" not in L._gpu_tiles("float16", 4096, 2048, 128, 1)[3]
     assert pick("float16", 2048, 2048, 72, 8) == (128, 128, 64, 3)          # two K steps: one tile per CTA
     assert pick("float16", 2048, 2048, 64, 8, rows_aligned=False) == (128, 128, 64, 3)
@@ -473,12 +473,13 @@ def test_ptx_fp32_runs_tf32x3_mma_sync_from_a_cp_async_ring():
                                                  ("fwd", "fp16", L.ACT_GELU, 16384),
                                                  ("fwd", "fp16", L.ACT_GELU_TANH, 16384),
                                                  ("dw", "bf16", L.ACT_NONE, 16384),
-                                                 ("persistent fwd", "fp16", L.ACT_GELU, 0),
-                                                 ("persistent score", "bf16", L.ACT_NONE, 0)])
+                                                 ("persistent fwd", "fp16", L.ACT_GELU, 256),
+                                                 ("persistent score", "bf16", L.ACT_NONE, 128)])
 def test_ptx_assembles_without_spills(case, dtype, act, rows, tmp_path):
     src = tmp_path / "k.ptx"
-    ck = (_compiled_persistent(case.split()[1], dtype, act) if case.startswith("persistent")
-          else _compiled(case, dtype, act, rows))
+    # (persistent: rows is BLOCK_N; the scores' 128x128 s2 is what _gpu_tiles picks for K 64)
+    ck = (_compiled_persistent(case.split()[1], dtype, act, bn=rows, stages=3 if rows == 256 else 2)
+          if case.startswith("persistent") else _compiled(case, dtype, act, rows))
     src.write_text(ck.asm["ptx"])
     r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True)
