@@ -323,7 +323,7 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
     - one K step (K <= 64: attention's q k^T, store-bound with heads x 2048 x 2048
       outputs), 16-bit, rows aligned: _persistent_matmul_kernel, 128x128, 2 stages, two
       CTAs per SM: the next tiles' loads overlap this tile's stores. GPU-queued, of
-      cuBLAS: q k^T 8x2048x2048x64 0.80 -> 0.98-0.99, x @ W^T 8192x64x4096 0.75 -> 0.98
+      cuBLAS: q k^T 8x2048x2048x64 0.80 -> 0.98-0.99, x @ W^T 8192x64x4096 0.67 -> 0.98
       (128x256 s3 on one CTA per SM: 0.99 / 0.93; bench/results/kernels_cuda_float16_linear3.md).
       Longer K keeps one tile per CTA: there the flat loop's per-step bookkeeping cost
       more than the overlap gained (x @ W^T 4096x1024x2048: 0.81 persistent 128x256 s3,
