@@ -156,15 +156,17 @@ def _persistent_matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb,
     its accumulator (in _matmul_kernel every tile waits for its first stages after the
     previous CTA's epilogue). The accumulator is reset in the last K step's branch;
     it keeps its tensor-core layout on both paths (lower_if), so the reset is 64-128
-    register moves per tile."""
+    register moves per tile, and from 4 stages a wgmma group stays in flight across
+    steps (the branch waits for it). _gpu_tiles takes it for one-step products (K <=
+    64); K must be at least 1 (a tile's epilogue runs in its last step)."""
     per_batch = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     programs = tl.num_programs(0)
     first = tl.program_id(0)
     steps = tl.cdiv(per_batch * batches - first, programs) * tl.cdiv(K, BLOCK_K)
     # The tile and K offset are carried and stepped (no division by the runtime K
     # steps in the loop: each iteration also computes them for the ring's stage S-1
-    # ahead, and the first version's ~8 integer divisions per iteration ran x @ W^T at
-    # 0.6 of cuBLAS instead of 0.9).
+    # ahead, and the first version's ~5 integer divisions per iteration, twice, ran
+    # x @ W^T at 0.60 of cuBLAS where carrying them gave 0.82).
     t = first
     k = 0
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
@@ -330,7 +332,7 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
       0.68-0.69 with a wgmma group in flight at 128x128 s4 or 128x256x32 s6, against 0.88)."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
-    if name != "float32" and k <= 64 and rows_aligned:
+    if name != "float32" and 0 < k <= 64 and rows_aligned:  # (K = 0: no step would run the epilogue)
         return 128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}
     if name != "float32" and batch == 1 and rows_aligned:
         if a_mmajor:

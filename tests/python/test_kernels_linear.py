@@ -341,6 +341,7 @@ def test_gpu_tiles_per_product():
     assert L._gpu_tiles("float16", 2048, 2048, 64, 8)[3]["persistent"] == 2
     assert L._gpu_tiles("bfloat16", 4096, 2048, 40, 1)[3]["persistent"] == 2   # one K step
     assert "persistent" not in L._gpu_tiles("float16", 4096, 2048, 128, 1)[3]
+    assert "persistent" not in L._gpu_tiles("float16", 4096, 2048, 0, 1)[3]     # K = 0: no step, no epilogue
     assert pick("float16", 2048, 2048, 72, 8) == (128, 128, 64, 3)          # two K steps: one tile per CTA
     assert pick("float16", 2048, 2048, 64, 8, rows_aligned=False) == (128, 128, 64, 3)
     assert pick("float32", 2048, 2048, 64, 8) == (128, 128, 32, 3)
