@@ -28,12 +28,15 @@ import torch.nn.functional as F  # noqa: E402
 import tessera.kernels as tk  # noqa: E402
 from tessera.kernels import linear as L  # noqa: E402
 
-SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M)
-    (128, 128, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 4, 8),
-    (128, 128, 64, 8, 3, 1), (128, 256, 64, 8, 4, 1), (128, 128, 32, 8, 3, 8),
+SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persistent CTAs per SM or 0)
+    (128, 128, 64, 8, 3, 1, 0), (128, 256, 64, 8, 4, 1, 0), (128, 256, 32, 8, 8, 1, 0), (256, 128, 64, 16, 4, 1, 0),
+    # _persistent_matmul_kernel: the ring runs across a program's tiles. From 4 stages a
+    # wgmma group stays in flight (the tile's last step waits for it in its epilogue
+    # branch); 128x256x64 fits only 3 stages next to the epilogue's store buffer, so
+    # 128x256 in flight takes 32-wide K steps (6 stages of 24 KB).
+    (128, 256, 64, 8, 3, 1, 1), (128, 128, 64, 8, 4, 1, 1), (128, 256, 32, 8, 6, 1, 1), (256, 128, 32, 16, 6, 1, 1),
+    (128, 128, 64, 8, 2, 1, 2),
 ]
-
-
 
 
 def measure_queued(fns, calls=50, rounds=5, sleep_cycles=20_000_000):
@@ -93,7 +96,7 @@ def products(dtype, m=4096, k=1024, n=2048, heads=8, seq=2048, d=64):
                                                                     d, q, scale=0.125, tiles=t),
                                                  lambda: torch.bmm(q, kk.transpose(1, 2))),
         **{f"fwd relu(x@W^T+b) {m2}x{k2}x{n2}": _linear_product(r, m2, k2, n2)
-           for (m2, k2, n2) in ((8192, 4096, 4096), (4097, 1000, 1030))},
+           for (m2, k2, n2) in ((8192, 4096, 4096), (4097, 1000, 1030), (8192, 64, 4096))},
     }
 
 
@@ -112,11 +115,11 @@ def sweep(dtype, only=""):
         if only and not any(o in name for o in only.split(",")):
             continue
         fns = {"cuBLAS": f_cublas}
-        for (bm, bn, bk, w, s, g) in SWEEP:
+        for (bm, bn, bk, w, s, g, per_sm) in SWEEP:
             if dtype == torch.float32 and bk > 32:
                 continue
-            t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g})
-            fns[f"{bm}x{bn}x{bk} w{w} s{s} g{g}"] = (lambda t=t, f=f_tk: f(t))
+            t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g, **({"persistent": per_sm} if per_sm else {})})
+            fns[f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "")] = (lambda t=t, f=f_tk: f(t))
         fns["heuristic"] = lambda f=f_tk: f(None)
         with torch.no_grad():
             res = measure_cuda_events(fns)
@@ -125,7 +128,7 @@ def sweep(dtype, only=""):
         for cfg, tm in res.items():
             rows.append([name, cfg, tm.min * 1e3, flops / tm.min / 1e12, base / tm.min, q[cfg] * 1e3,
                          flops / q[cfg] / 1e12, qbase / q[cfg], "host underran" if cfg in underran else "ok"])
-            print(f"{name:34s} {cfg:22s} {tm.min * 1e3:8.4f} ms {flops / tm.min / 1e12:7.1f} TFLOP/s "
+            print(f"{name:34s} {cfg:36s} {tm.min * 1e3:8.4f} ms {flops / tm.min / 1e12:7.1f} TFLOP/s "
                   f"cuBLAS/this {base / tm.min:5.2f} | queued {q[cfg] * 1e3:8.4f} ms cuBLAS/this "
                   f"{qbase / q[cfg]:5.2f}{' UNDERRAN' if cfg in underran else ''}", flush=True)
     return rows

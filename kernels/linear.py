@@ -59,11 +59,17 @@ def _grouped_tile(t, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M
     """Output tile t of the GPU grid as (row block, column block): groups of GROUP_M row
     blocks walked column by column, so that the CTAs running at once share their A rows
     and B columns in L2 (GROUP_M 1: column blocks fastest)."""
-    n_m = tl.cdiv(M, BLOCK_M)
-    per_group = GROUP_M * tl.cdiv(N, BLOCK_N)
-    first_m = (t // per_group) * GROUP_M
-    rows_in_group = tl.minimum(n_m - first_m, GROUP_M)
-    return first_m + (t % per_group) % rows_in_group, (t % per_group) // rows_in_group
+    if GROUP_M == 1:  # one division (the general form's four compute the same)
+        pid_m = t // tl.cdiv(N, BLOCK_N)
+        pid_n = t % tl.cdiv(N, BLOCK_N)
+    else:
+        n_m = tl.cdiv(M, BLOCK_M)
+        per_group = GROUP_M * tl.cdiv(N, BLOCK_N)
+        first_m = (t // per_group) * GROUP_M
+        rows_in_group = tl.minimum(n_m - first_m, GROUP_M)
+        pid_m = first_m + (t % per_group) % rows_in_group
+        pid_n = (t % per_group) // rows_in_group
+    return pid_m, pid_n
 
 
 @tessera.kernel
@@ -81,6 +87,31 @@ def _tile_operands(A, B, s_ab, s_bb, pid_m, pid_n, batch, BATCHED: tl.constexpr,
         a_base = A
         b_base = B
     return rm, rn, rk, a_base, b_base
+
+
+@tessera.kernel
+def _operand_tiles(a_base, b_base, rm, rn, kk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR: tl.constexpr,
+                   B_KMAJOR: tl.constexpr):
+    """The A [BLOCK_M, BLOCK_K] and B [BLOCK_K, BLOCK_N] tiles at K indices kk (inlined
+    into both GPU kernels), each loaded along its contiguous dimension and masked by
+    its own indices: the form the TMA (and the cp.async ring) take."""
+    if A_MMAJOR:
+        # A[m, k] contiguous along m (dz^T in dW = dz^T @ x): the [BLOCK_K, BLOCK_M]
+        # tile along its rows, transposed for the dot (wgmma reads it M-major).
+        a = tl.trans(tl.load(a_base + kk[:, None] * s_ak + rm[None, :] * s_am,
+                             mask=(kk[:, None] < K) & (rm[None, :] < M), other=0.0))
+    else:
+        a = tl.load(a_base + rm[:, None] * s_am + kk[None, :] * s_ak,
+                    mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+    if B_KMAJOR:
+        # B[k, n] contiguous along k (a row-major W read as W^T): the [BLOCK_N,
+        # BLOCK_K] tile along its rows, transposed for the dot.
+        b = tl.trans(tl.load(b_base + rn[:, None] * s_bn + kk[None, :] * s_bk,
+                             mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0))
+    else:
+        b = tl.load(b_base + kk[:, None] * s_bk + rn[None, :] * s_bn,
+                    mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+    return a, b
 
 
 @tessera.kernel
@@ -103,27 +134,63 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
                                                 BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in range(0, K, BLOCK_K):
-        kk = k + rk
-        if A_MMAJOR:
-            # A[m, k] contiguous along m (dz^T in dW = dz^T @ x): the [BLOCK_K, BLOCK_M]
-            # tile along its rows, transposed for the dot (wgmma reads it M-major).
-            a = tl.trans(tl.load(a_base + kk[:, None] * s_ak + rm[None, :] * s_am,
-                                 mask=(kk[:, None] < K) & (rm[None, :] < M), other=0.0))
-        else:
-            a = tl.load(a_base + rm[:, None] * s_am + kk[None, :] * s_ak,
-                        mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
-        if B_KMAJOR:
-            # B[k, n] contiguous along k (a row-major W read as W^T): the [BLOCK_N,
-            # BLOCK_K] tile along its rows, transposed for the dot.
-            b = tl.trans(tl.load(b_base + rn[:, None] * s_bn + kk[None, :] * s_bk,
-                                 mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0))
-        else:
-            b = tl.load(b_base + kk[:, None] * s_bk + rn[None, :] * s_bn,
-                        mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        a, b = _operand_tiles(a_base, b_base, rm, rn, k + rk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, B_KMAJOR)
         # fp32 inputs: three tf32 products on tensor cores give fp32 accuracy, as
         # torch's default (allow_tf32=False) does; 16-bit inputs ignore the option.
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
     _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC)
+
+
+@tessera.kernel
+def _persistent_matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, scale, batches,
+                              A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr,
+                              HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr,
+                              BATCHED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """_matmul_kernel on a fixed grid (a few CTAs per SM), each program taking the
+    tiles t = program, program + programs, ... of all `batches` (batch-major, each in
+    _grouped_tile's order); grid (programs, 1, 1).
+    Its K steps of all its tiles are one flat loop, so the operand ring (TMA or
+    cp.async) is filled once per program and runs ahead across tile boundaries: the
+    first stages of tile t+1 are in flight while tile t's epilogue converts and stores
+    its accumulator (in _matmul_kernel every tile waits for its first stages after the
+    previous CTA's epilogue). The accumulator is reset in the last K step's branch;
+    it keeps its tensor-core layout on both paths (lower_if), so the reset is 64-128
+    register moves per tile, and from 4 stages a wgmma group stays in flight across
+    steps (the branch waits for it). _gpu_tiles takes it for one-step products (K <=
+    64); K must be at least 1 (a tile's epilogue runs in its last step)."""
+    per_batch = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    programs = tl.num_programs(0)
+    first = tl.program_id(0)
+    steps = tl.cdiv(per_batch * batches - first, programs) * tl.cdiv(K, BLOCK_K)
+    # The tile and K offset are carried and stepped (no division by the runtime K
+    # steps in the loop: each iteration also computes them for the ring's stage S-1
+    # ahead, and the first version's ~5 integer divisions per iteration, twice, ran
+    # x @ W^T at 0.60 of cuBLAS where carrying them gave 0.82).
+    t = first
+    k = 0
+    acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    for i in range(0, steps):
+        if BATCHED:
+            batch = (t // per_batch).to(tl.int64)
+            pid_m, pid_n = _grouped_tile(t % per_batch, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        else:
+            batch = 0
+            pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        rm, rn, rk, a_base, b_base = _tile_operands(A, B, s_ab, s_bb, pid_m, pid_n, batch, BATCHED, BLOCK_M,
+                                                    BLOCK_N, BLOCK_K)
+        # k is a multiple of BLOCK_K, which the alignment analysis cannot see in a carried
+        # value: without the hint the cp.async ring takes no 16-byte copies (no ring at all)
+        kk = tl.multiple_of(k, BLOCK_K) + rk
+        a, b = _operand_tiles(a_base, b_base, rm, rn, kk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, B_KMAJOR)
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
+        k += BLOCK_K
+        if k >= K:
+            _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC)
+            acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+        last = k >= K
+        t = tl.where(last, t + programs, t)
+        k = tl.where(last, 0, k)
 
 
 @tessera.kernel
@@ -194,17 +261,49 @@ def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, s
                             rows_aligned=all(st % 16 == 0 for st in a_strides[1:] + b_strides[1:] if st != 1))
                  if gpu else _tiles(like, m, n, k))
     bm, bn, bk, opts = tiles
-    if gpu:  # one grid axis over C's tiles, walked in _grouped_tile's order
-        opts = {"GROUP_M": GROUP_M, **opts}
-        grid = (tessera.cdiv(m, bm) * tessera.cdiv(n, bn), 1, batch)
-    else:
-        grid = (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
     sizes = (m, n, k, *a_strides, *b_strides, m * n, H.scalar(like, 1.0 if scale is None else scale))
+    if gpu:
+        kernel, grid, extra, opts = _gpu_launch(like, m, n, batch, bm, bn, opts)
+        sizes += extra
+    else:
+        kernel, grid = _matmul_kernel_cpu, (tessera.cdiv(m, bm), tessera.cdiv(n, bn), batch)
     meta = dict(A_MMAJOR=a_strides[1] == 1 and a_strides[2] != 1,
                 B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
                 STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like), BATCHED=batch > 1,
                 BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
-    return (_matmul_kernel if gpu else _matmul_kernel_cpu), grid, sizes, meta
+    return kernel, grid, sizes, meta
+
+
+def _gpu_launch(like, m, n, batch, bm, bn, opts):
+    """(kernel, grid, arguments after `scale`, constexpr and launch keywords) of a GPU
+    product. opts["persistent"] = P: _persistent_matmul_kernel on P CTAs per SM (at
+    most one per tile); otherwise _matmul_kernel, one grid axis over C's tiles walked in
+    _grouped_tile's order, the batch on the third."""
+    opts = {"GROUP_M": GROUP_M, **opts}
+    per_sm = opts.pop("persistent", 0)
+    tiles = tessera.cdiv(m, bm) * tessera.cdiv(n, bn)
+    if not per_sm:
+        return _matmul_kernel, (tiles, 1, batch), (), opts
+    return _persistent_matmul_kernel, (min(tiles * batch, per_sm * _sm_count(like)), 1, 1), (batch,), opts
+
+
+_SM_COUNTS = {}  # device index -> multiprocessors
+
+
+def _sm_count(like):
+    """The streaming multiprocessors of the GPU `like` (a torch or CuPy array) is on; 4
+    for a CPU array (tests running the GPU launch on the CPU, where a persistent grid
+    then still gives each program several tiles)."""
+    if not H.on_gpu(like):
+        return 4
+    dev = like.device.index if H.is_torch(like) else like.device.id
+    if dev not in _SM_COUNTS:
+        if H.is_torch(like):
+            _SM_COUNTS[dev] = H.torch.cuda.get_device_properties(dev).multi_processor_count
+        else:
+            import cupy
+            _SM_COUNTS[dev] = cupy.cuda.Device(dev).attributes["MultiProcessorCount"]
+    return _SM_COUNTS[dev]
 
 
 def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
@@ -222,9 +321,19 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
       (32-wide K), and operands with a row stride that is not a multiple of 16 elements
       (rows_aligned false: the launch's specialization, which knows divisibility by 16
       only, cannot prove the rows 16-byte aligned, so no ring takes the loads) -- there
-      128x256 ran 0.46 of cuBLAS against 0.55 (4097x1000x1030)."""
+      128x256 ran 0.46 of cuBLAS against 0.55 (4097x1000x1030);
+    - one K step (K <= 64: attention's q k^T, store-bound with heads x 2048 x 2048
+      outputs), 16-bit, rows aligned: _persistent_matmul_kernel, 128x128, 2 stages, two
+      CTAs per SM: the next tiles' loads overlap this tile's stores. GPU-queued, of
+      cuBLAS: q k^T 8x2048x2048x64 0.80 -> 0.98-0.99, x @ W^T 8192x64x4096 0.67 -> 0.98
+      (128x256 s3 on one CTA per SM: 0.99 / 0.93; bench/results/kernels_cuda_float16_linear3.md).
+      Longer K keeps one tile per CTA: there the flat loop's per-step bookkeeping cost
+      more than the overlap gained (x @ W^T 4096x1024x2048: 0.81 persistent 128x256 s3,
+      0.68-0.69 with a wgmma group in flight at 128x128 s4 or 128x256x32 s6, against 0.88)."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
+    if name != "float32" and 0 < k <= 64 and rows_aligned:  # (K = 0: no step would run the epilogue)
+        return 128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}
     if name != "float32" and batch == 1 and rows_aligned:
         if a_mmajor:
             return 128, 128, 64, {"num_warps": 8, "num_stages": 4}
@@ -351,12 +460,12 @@ def _attention_score_fast(q, k, scale):
         return None
     bt = q.numel() // (m * d)
     s = T.empty(qs[:-1] + (n,), dtype=q.dtype, device=q.device)
-    bm, bn, bk, opts = _gpu_tiles(name, m, n, d, bt)
+    bm, bn, bk, opts = _gpu_tiles(name, m, n, d, bt, rows_aligned=d % 16 == 0)
+    kernel, grid, extra, opts = _gpu_launch(q, m, n, bt, bm, bn, opts)
     # A = q (bt, m, d) row-major; B = k^T: B[b, d, n] at k + b * n * d + n * d + d.
-    _matmul_kernel[(tessera.cdiv(m, bm) * tessera.cdiv(n, bn), 1, bt)](
-        q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale,
-        A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
-        ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, **opts)
+    kernel[grid](q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale, *extra,
+                 A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
+                 ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
     return s
 
 
@@ -459,11 +568,11 @@ def _linear_fast(x, weight, bias, act):
     if m == 0:
         return y
     bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1, rows_aligned=k % 16 == 0)
+    kernel, grid, extra, opts = _gpu_launch(x, m, n, 1, bm, bn, opts)
     # A = x (m, k) row-major; B = W^T: B[k, n] at W + n * k + k, K-major unless k == 1.
-    _matmul_kernel[(tessera.cdiv(m, bm) * tessera.cdiv(n, bn), 1, 1)](
-        x, weight, bias if bias is not None else x, y, y, m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0,
-        A_MMAJOR=False, B_KMAJOR=k != 1, ACT=act, HAS_BIAS=bias is not None, STORE_Z=False, SCALE=False,
-        ACC=tl.float32, BATCHED=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, **opts)
+    kernel[grid](x, weight, bias if bias is not None else x, y, y, m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0, *extra,
+                 A_MMAJOR=False, B_KMAJOR=k != 1, ACT=act, HAS_BIAS=bias is not None, STORE_Z=False, SCALE=False,
+                 ACC=tl.float32, BATCHED=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
     return y
 
 

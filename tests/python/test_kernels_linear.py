@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import os
+import tempfile
 
 import pytest
 
@@ -195,6 +196,64 @@ def test_fast_paths_match_the_general_path():
     assert L._attention_score_fast(q.transpose(1, 2), k, 1.0) is None
 
 
+# --------------------------------------------------------------------------- persistent kernel
+
+# (batch, M, K, N, A M-major, B K-major): linear's x @ W^T, dX = dZ W (N-major B) and dW
+# = dZ^T X (M-major A), and batched scores; every edge (partial row, column and K tiles).
+PERSISTENT_PRODUCTS = [(1, 97, 70, 45, False, True), (1, 97, 70, 45, False, False), (1, 45, 70, 97, True, False),
+                       (3, 40, 33, 50, False, True)]
+
+
+def _persistent_product(device, dtype, batch, m, k, n, a_mmajor, b_kmajor, tiles, act=L.ACT_NONE):
+    """(C from the persistent kernel through L.matmul's plan, float64 reference)."""
+    gen = torch.Generator().manual_seed(m + 7 * k + 13 * n + batch)
+    a = torch.randn(batch, k, m, generator=gen).transpose(1, 2) if a_mmajor else torch.randn(batch, m, k, generator=gen)
+    b = torch.randn(batch, n, k, generator=gen).transpose(1, 2) if b_kmajor else torch.randn(batch, k, n, generator=gen)
+    bias = torch.randn(n, generator=gen) if act != L.ACT_NONE else None
+    ad, bd = a.to(device, dtype), b.to(device, dtype)
+    biasd = bias.to(device, dtype) if bias is not None else None
+    c, _ = L.matmul(ad, bd, ad.stride(), bd.stride(), batch, m, n, k, ad, bias=biasd, act=act, tiles=tiles)
+    want = a.double() @ b.double() + (bias.double() if bias is not None else 0)
+    want = {L.ACT_NONE: want, L.ACT_RELU: torch.relu(want), L.ACT_GELU: F.gelu(want)}[act]
+    return c, want
+
+
+@pytest.mark.parametrize("product", PERSISTENT_PRODUCTS, ids=lambda p: "b{}_{}x{}x{}_am{:d}_bk{:d}".format(*p))
+def test_persistent_kernel_on_the_cpu(product, monkeypatch):
+    # _persistent_matmul_kernel compiled for the CPU (L.matmul's GPU plan, with 4 "SMs"):
+    # 4 or 8 programs over 12-36 tiles of 32x16x16, each program's flat loop crossing
+    # tiles (and batches) with the accumulator reset.
+    assert L._sm_count(torch.empty(1)) == 4
+    kernel, grid, extra, _ = L._gpu_launch(torch.empty(1), 97, 45, 1, 32, 16, {"persistent": 2})
+    assert kernel is L._persistent_matmul_kernel and grid == (8, 1, 1) and extra == (1,)
+    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    monkeypatch.setattr(L, "_sm_count", lambda like: 4)
+    for per_sm, act in ((1, L.ACT_NONE), (2, L.ACT_RELU)):
+        c, want = _persistent_product("cpu", torch.float32, *product, (32, 16, 16, {"persistent": per_sm}), act)
+        _close(c, want, TOL[torch.float32], f"persistent x{per_sm}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["float16", "bfloat16", "float32"])
+def test_persistent_kernel_on_gpu(dtype):
+    # More tiles than programs (297 tiles of 128x128 for 4097x1030, 180 for the 4 heads
+    # of 513x1030): programs take 2-3 tiles each across masked row, column and K edges
+    # (K = 200: three full K tiles and a partial one), in every layout and with each
+    # ring depth the sweep tries; fp32 runs tf32x3 from the cp.async ring.
+    _skip_without("cuda")
+    # 4+ stages keep a wgmma group in flight (waited for in the epilogue's branch).
+    for per_sm, stages, bn, bk in ((1, 4, 128, 64), (2, 2, 128, 64), (1, 3, 256, 64), (1, 6, 256, 32)):
+        if dtype == torch.float32 and bn == 256:
+            continue
+        tiles = (128, bn, 32 if dtype == torch.float32 else bk, {"num_warps": 8, "num_stages": stages,
+                                                                "persistent": per_sm})
+        for product in [(1, 4097, 200, 1030, False, True), (1, 4097, 200, 1030, False, False),
+                        (1, 1030, 200, 4097, True, False), (4, 513, 64, 1030, False, True)]:
+            for act in (L.ACT_NONE, L.ACT_GELU) if product[0] == 1 and product[5] else (L.ACT_NONE,):
+                c, want = _persistent_product("cuda", dtype, *product, tiles, act)
+                _close(c, want, TOL[dtype], f"persistent x{per_sm} s{stages} 128x{bn} {product} act {act}")
+
+
 # --------------------------------------------------------------------------- PTX (no GPU needed)
 
 def _compiled(case, dtype="fp16", act=L.ACT_RELU, rows=1024):
@@ -278,7 +337,14 @@ def test_gpu_tiles_per_product():
     assert pick("float16", 4096, 768, 2048, 1) == (128, 128, 64, 3)         # 96 such tiles
     assert pick("float16", 2048, 1024, 4096, 1, a_mmajor=True) == (128, 128, 64, 4)
     assert pick("float16", 16384, 4096, 1024, 1, a_mmajor=True) == (128, 128, 64, 4)
-    assert pick("float16", 2048, 2048, 64, 8) == (128, 128, 64, 3)          # batched scores
+    assert pick("float16", 2048, 2048, 64, 8) == (128, 128, 64, 2)          # batched scores: persistent
+    assert L._gpu_tiles("float16", 2048, 2048, 64, 8)[3]["persistent"] == 2
+    assert L._gpu_tiles("bfloat16", 4096, 2048, 40, 1)[3]["persistent"] == 2   # one K step
+    assert "persistent" not in L._gpu_tiles("float16", 4096, 2048, 128, 1)[3]
+    assert "persistent" not in L._gpu_tiles("float16", 4096, 2048, 0, 1)[3]     # K = 0: no step, no epilogue
+    assert pick("float16", 2048, 2048, 72, 8) == (128, 128, 64, 3)          # two K steps: one tile per CTA
+    assert pick("float16", 2048, 2048, 64, 8, rows_aligned=False) == (128, 128, 64, 3)
+    assert pick("float32", 2048, 2048, 64, 8) == (128, 128, 32, 3)
     assert pick("float16", 4097, 1030, 1000, 1, rows_aligned=False) == (128, 128, 64, 3)  # no ring
     assert pick("float32", 4096, 2048, 1024, 1) == (128, 128, 32, 3)
     assert pick("float64", 4096, 2048, 1024, 1) == (L.BM, L.BN, L.BK, None)
@@ -309,6 +375,78 @@ def test_ptx_unbatched_16bit_products_run_wgmma_from_a_tma_ring(case, dtype, row
     assert not re.search(r"st\.global\.b32", ptx)
 
 
+def _compiled_persistent(case, dtype="fp16", act=L.ACT_RELU, bn=256, stages=3, bk=64):
+    """_persistent_matmul_kernel for sm_90a as _compiled compiles _matmul_kernel (K 1024
+    for linear's products, or 64 for the scores)."""
+    ck = _compiled(case, dtype, act, rows=16384)  # the same signature and constexprs, plus `batches`
+    unit = {"fwd": ("s_ak", "s_bk"), "dx": ("s_ak", "s_bn"), "dw": ("s_am", "s_bn"), "score": ("s_ak", "s_bk")}[case]
+    sig = {p: f"*{dtype}:16" for p in ("A", "B", "BIAS", "C", "Z")}
+    sig.update({p: "i32:16" for p in ("M", "N", "K", "s_ab", "s_am", "s_ak", "s_bb", "s_bk", "s_bn", "s_cb")
+                if p not in unit})
+    sig.update(scale="fp32", batches="i32")
+    ce = {p: 1 for p in unit}
+    ce.update(A_MMAJOR=case == "dw", B_KMAJOR=case in ("fwd", "score"), ACT=act if case == "fwd" else L.ACT_NONE,
+              HAS_BIAS=case == "fwd", STORE_Z=False, SCALE=case == "score", ACC=tl.float32,
+              BATCHED=case == "score", BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=L.GROUP_M)
+    del ck
+    return tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=8, num_stages=stages)
+
+
+@pytest.mark.parametrize("case", ["fwd", "dx", "dw", "score"])
+def test_ptx_persistent_ring_runs_across_tiles(case):
+    # One ring for all of a program's tiles: its barriers are made once (TMA: `stages`
+    # full and empty mbarriers) and torn down after the last tile; every tile's stores
+    # sit inside the loop (their block branches back to it, before the ring's teardown),
+    # so the next tile's copies already in flight overlap them. The accumulator stays in
+    # wgmma registers across the reset (no layout conversion through shared memory: the
+    # only shared stores are the output's), and the loop divides by a runtime value only
+    # for the tile's coordinates (current and S-1 ahead).
+    bn = 128 if case == "dw" else 256
+    ck = _compiled_persistent(case, bn=bn)
+    ptx = ck.asm["ptx"]
+    want = ("1" if case == "dw" else "0", "1" if case in ("dx", "dw") else "0")
+    assert _wgmma_steps(ptx, "fp16", bn) == [want] * 4, ptx
+    assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", ptx) == ["0"]
+    if case == "score":  # batched: the cp.async ring
+        assert "cp.async.cg.shared.global" in ptx and not ck.metadata.get("tensor_maps")
+        teardown = ptx.rindex("cp.async.wait_group 0;")
+    else:
+        assert ck.metadata["tensor_maps"] == TMA_MAPS[case].format(n=bn).replace("14|", "15|")
+        assert len(re.findall(r"mbarrier\.init", ptx)) == 6 and len(re.findall(r"mbarrier\.inval", ptx)) == 6
+        teardown = ptx.index("mbarrier.inval")
+    stores = [m.start() for m in re.finditer(r"st\.global\.v4\.b32", ptx)]
+    assert len(stores) == 8 * bn // 128 and stores[-1] < teardown, ptx
+    back = re.search(r"bra\.uni\s+(\$L__BB\d+_\d+);", ptx[stores[-1]:teardown])
+    assert back and ptx.index(back.group(1) + ":") < stores[0], ptx
+    assert len(re.findall(r"st\.shared", ptx)) == 32 * bn // 128 + (1 if case == "fwd" else 0), ptx  # + the bias
+    loop = ptx[ptx.index(back.group(1) + ":"):teardown]
+    assert len(re.findall(r"(?:div|rem)\.[su]32", loop)) == (4 if case == "score" else 2), loop
+
+
+@pytest.mark.parametrize("case,bn,bk,stages", [("fwd", 128, 64, 4), ("fwd", 256, 32, 6), ("dw", 128, 64, 4),
+                                                ("score", 128, 64, 4)])
+def test_ptx_persistent_ring_keeps_a_wgmma_group_in_flight(case, bn, bk, stages):
+    # From 4 stages the persistent loop's wgmma group stays in flight like a plain K
+    # loop's (wait_group 1 after each step); the epilogue's branch waits for it (wait 0)
+    # before reading the accumulator, and the loop's exit drains the last one. ptxas
+    # keeps them asynchronous (no serialization warning).
+    ck = _compiled_persistent(case, bn=bn, bk=bk, stages=stages)
+    ptx = ck.asm["ptx"]
+    assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", ptx) == ["1", "0", "0"], ptx
+    wait0 = ptx.index("wgmma.wait_group.sync.aligned 0")
+    stores = [m.start() for m in re.finditer(r"st\.global\.v4\.b32", ptx)]
+    assert ptx.index("wgmma.wait_group.sync.aligned 1") < wait0 < stores[0], ptx
+    assert ptx.rindex("wgmma.wait_group.sync.aligned 0") > stores[-1]
+    if PTXAS is not None:
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "k.ptx")
+            with open(src, "w") as fh:
+                fh.write(ptx)
+            r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", src, "-o", os.path.join(d, "k.cubin")],
+                               capture_output=True, text=True)
+        assert r.returncode == 0 and "serialized" not in r.stderr and " 0 bytes spill stores" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_ptx_batched_scores_run_wgmma_from_a_cp_async_ring(dtype):
     # q k^T over 8 heads: the batch offset makes each CTA's base its own (no tensor map
@@ -335,10 +473,15 @@ def test_ptx_fp32_runs_tf32x3_mma_sync_from_a_cp_async_ring():
                                                  ("fwd", "fp32", L.ACT_RELU, 1024), ("score", "fp16", L.ACT_NONE, 1024),
                                                  ("fwd", "fp16", L.ACT_GELU, 16384),
                                                  ("fwd", "fp16", L.ACT_GELU_TANH, 16384),
-                                                 ("dw", "bf16", L.ACT_NONE, 16384)])
+                                                 ("dw", "bf16", L.ACT_NONE, 16384),
+                                                 ("persistent fwd", "fp16", L.ACT_GELU, 256),
+                                                 ("persistent score", "bf16", L.ACT_NONE, 128)])
 def test_ptx_assembles_without_spills(case, dtype, act, rows, tmp_path):
     src = tmp_path / "k.ptx"
-    src.write_text(_compiled(case, dtype, act, rows).asm["ptx"])
+    # (persistent: rows is BLOCK_N; the scores' 128x128 s2 is what _gpu_tiles picks for K 64)
+    ck = (_compiled_persistent(case.split()[1], dtype, act, bn=rows, stages=3 if rows == 256 else 2)
+          if case.startswith("persistent") else _compiled(case, dtype, act, rows))
+    src.write_text(ck.asm["ptx"])
     r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -765,13 +765,28 @@ void GpuLowering::lower_if(const Op& op) {
   for (int r = 0; r < 2; ++r) {
     b_.SetInsertPoint(r == 0 ? thenbb : elsebb);
     const Block& blk = *op.regions[r]->block;
+    // In-flight wgmma accumulators this branch reads (pipeline_nvptx.cpp): wait for
+    // them here, on this path only.
+    std::vector<std::pair<const Value*, TileVal>> in_flight;
+    if (auto w = wgmma_wait_in_branch_.find({&op, r}); w != wgmma_wait_in_branch_.end())
+      for (const Value* v : w->second) {
+        in_flight.push_back({v, tile(v)});
+        tiles_[v].regs = wgmma_wait_tied(tiles_[v].regs);
+      }
     lower_block(blk);
+    for (auto& [v, t] : in_flight) tiles_[v] = t;
+    if (!in_flight.empty()) memo_.clear();
     if (b_.GetInsertBlock()->getTerminator()) continue;  // returned
     const Op* y = blk.terminator();
     if (y && y->kind == OpKind::Yield && n) {
-      if (!slots_made) {  // results take the layout of the first branch's values
+      if (!slots_made) {  // results take the layout of the first branch's values, or a
+        // tensor-core accumulator's (`if last: ...; acc = zeros` in a persistent matmul's
+        // loop: acc stays in its MMA layout on both paths, with no conversion)
         for (size_t i = 0; i < n; ++i) {
-          if (op.result(i)->type.is_tile()) c[i].layout = preferred_layout(y->operands[i]);
+          if (op.result(i)->type.is_tile()) {
+            auto mma = planned_layout(op.result(i));
+            c[i].layout = mma ? *mma : preferred_layout(y->operands[i]);
+          }
           c[i].slots = carry_slots(op.result(i)->type, c[i].layout);
         }
         slots_made = true;

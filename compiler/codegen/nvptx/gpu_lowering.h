@@ -324,6 +324,9 @@ class GpuLowering {
   std::set<const ir::Op*> wgmma_dots_;  // from plan_wgmma
   std::set<const ir::Op*> wgmma_swapped_dots_;  // from plan_wgmma: computed as C^T = B^T A^T
   std::set<const ir::Op*> wgmma_async_dots_;  // wgmma dots that wait_group 1 (pipeline_nvptx.cpp)
+  // (if op, region) -> in-flight wgmma results that region reads: lower_if waits for
+  // them (wait_group 0) on entering it (a persistent matmul's epilogue, pipeline_nvptx.cpp).
+  std::map<std::pair<const ir::Op*, int>, std::set<const ir::Value*>> wgmma_wait_in_branch_;
   // Dot operands read from a pipeline's ring stage this iteration (pipeline_nvptx.cpp).
   std::unordered_map<const ir::Value*, StagedOperand> pipelined_;
   std::set<const ir::Op*> dot_rows_only_;  // from plan_dots

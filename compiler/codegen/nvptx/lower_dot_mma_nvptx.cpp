@@ -128,6 +128,17 @@ std::optional<BlockedLayout> GpuLowering::planned_layout(const Value* v, int dep
     if (!mma_kind(*op)) return std::nullopt;
     return dot_acc_layout(*op);
   }
+  if (op->kind == OpKind::If) {  // lower_if gives a result the layout planned for either branch's value
+    for (size_t i = 0; i < op->results.size(); ++i) {
+      if (op->result(i) != v) continue;
+      for (auto& r : op->regions) {
+        const Op* y = r->block->terminator();
+        if (y && y->kind == OpKind::Yield && i < y->operands.size())
+          if (auto l = planned_layout(y->operands[i], depth + 1)) return l;
+      }
+    }
+    return std::nullopt;
+  }
   if (op->kind == OpKind::Reduce) {  // lower_reduce slices its operand's layout
     auto l = planned_layout(op->operands[0], depth + 1);
     if (!l) return std::nullopt;

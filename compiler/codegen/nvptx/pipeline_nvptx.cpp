@@ -215,17 +215,42 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
     const Op* y = body.terminator();
     bool all = y && y->kind == OpKind::Yield;
     std::vector<size_t> idx;
+    std::vector<std::pair<std::pair<const Op*, int>, const Value*>> waits;
     for (auto& op : body.ops) {
       if (!all || !wgmma_dots_.count(op.get())) continue;
       bool ok = false;
-      for (size_t i = 0; i < y->operands.size(); ++i)
-        if (y->operands[i] == op->result() && op->operands[2] == body.args[1 + i].get() &&
-            count_uses(*k_.body(), op->result()) == 1 && count_uses(*k_.body(), body.args[1 + i].get()) == 1) {
+      for (size_t i = 0; i < y->operands.size() && !ok; ++i) {
+        const Value* carried = body.args[1 + i].get();
+        if (op->operands[2] != carried || count_uses(*k_.body(), carried) != 1) continue;
+        if (y->operands[i] == op->result() && count_uses(*k_.body(), op->result()) == 1) {
           ok = true;
           idx.push_back(i);
+          continue;
         }
+        // Or the accumulator is reset at a tile's end (the persistent matmul's flat loop:
+        // `acc = dot(a, b, acc); if last: epilogue(acc); acc = zeros`): it goes round
+        // through an if whose other branch yields zeros and alone reads it. That branch
+        // waits for the group on entry (lower_if); the path going round keeps it in flight.
+        const Op* f = y->operands[i]->def();
+        if (!f || f->kind != OpKind::If || f->parent != &body) continue;
+        size_t j = 0;
+        while (j < f->results.size() && f->result(j) != y->operands[i]) ++j;
+        for (int keep = 0; keep < 2 && !ok; ++keep) {
+          const Op* ky = f->regions[keep]->block->terminator();
+          const Op* ry = f->regions[1 - keep]->block->terminator();
+          if (!ky || !ry || ky->kind != OpKind::Yield || ry->kind != OpKind::Yield || ky->operands[j] != op->result() ||
+              !is_zero_const(ry->operands[j]) ||
+              count_uses(*k_.body(), op->result()) != 1 + count_uses(*f->regions[1 - keep]->block, op->result()))
+            continue;
+          ok = true;
+          idx.push_back(i);
+          waits.push_back({{f, 1 - keep}, op->result()});
+        }
+      }
       all = all && ok;
     }
+    if (all && !idx.empty())
+      for (auto& [branch, v] : waits) wgmma_wait_in_branch_[branch].insert(v);
     if (all && !idx.empty()) {
       p.wgmma_async = true;
       p.async_results = idx;
