@@ -729,6 +729,23 @@ def test_out_of_bounds_store_and_masked_lanes_untouched():
         run(k2, (1,), x_ptr=x)
 
 
+def test_access_before_a_page_aligned_array_names_it():
+    # An array at page offset 0 starts its virtual window at the window's first byte, so
+    # one element before it lies below the window (below every window for the first
+    # argument): the message still says "before" that argument (it once said ~10^16
+    # bytes past its end, whenever the allocator happened to return such an address).
+    import mmap
+    page = mmap.mmap(-1, 4096)
+    x = np.frombuffer(page, np.float32, count=10)
+    assert x.ctypes.data % 4096 == 0
+
+    def k(x_ptr):
+        tl.store(x_ptr + tl.arange(0, 16) - 1, 1.0)
+
+    with pytest.raises(InterpreterError, match=r"starts 4 bytes before argument 'x_ptr'"):
+        run(k, (1,), x_ptr=x)
+
+
 def test_overrun_into_a_neighbouring_array_is_caught():
     # Both arrays come from one buffer: x is immediately followed by y in memory, so
     # x_ptr + 8 is a valid address of y. The pointer derives from x: it is an error.

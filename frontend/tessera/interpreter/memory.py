@@ -124,18 +124,18 @@ class Memory:
         if bad.size > 1:
             msg += f"; {bad.size} lanes in all"
         msg += ")"
-        if addr >= VIRTUAL_BASE:
-            i = (addr - VIRTUAL_BASE) // VIRTUAL_STRIDE
-            if i < len(self.regions):
-                r = self.regions[i]
-                lo, hi = r.vlo, r.vhi
-            else:
-                return msg + "; the pointer does not come from any argument"
-        elif self.regions:
+        # A virtual address names the argument whose window is nearest: an access just
+        # before an array whose window starts it at page offset 0..3 lies below its
+        # window (below VIRTUAL_BASE for the first argument).
+        virtual = addr >= VIRTUAL_BASE - VIRTUAL_STRIDE // 2
+        if virtual and (addr - VIRTUAL_BASE) // VIRTUAL_STRIDE >= len(self.regions):
+            return msg + "; the pointer does not come from any argument"
+        if self.regions:
             def distance(r):
-                return r.lo - addr if addr < r.lo else addr + size - r.hi
+                lo, hi = (r.vlo, r.vhi) if virtual else (r.lo, r.hi)
+                return lo - addr if addr < lo else addr + size - hi
             r = min(self.regions, key=distance)
-            lo, hi = r.lo, r.hi
+            lo, hi = (r.vlo, r.vhi) if virtual else (r.lo, r.hi)
         else:
             return msg
         if addr < lo:
