@@ -159,7 +159,7 @@ def _check_out_of_range_targets_give_nan(device, n):
     loss = tk.cross_entropy(logits, target, reduction="none")
     assert torch.isnan(loss[[1, 3]]).all() and loss[2].item() == 0.0
     ref = F.cross_entropy(logits[:1].double(), target[:1])
-    torch.testing.assert_close(loss[0].double(), ref)
+    torch.testing.assert_close(loss[0].double(), ref, rtol=1e-5, atol=1e-5)  # an fp32 loss
     assert torch.isnan(tk.cross_entropy(logits, target)).item()
     loss.sum().backward()
     g = logits.grad
