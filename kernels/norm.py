@@ -65,6 +65,21 @@ def _norm_fwd_kernel(X, R, W, B, Y, HOUT, Mean, Rstd, stride_x, stride_r, stride
 
 
 @tessera.kernel
+def _norm_bwd_weights(W, B, cols, mask, HAS_W: tl.constexpr, HAS_B: tl.constexpr, ACC: tl.constexpr,
+                      BLOCK: tl.constexpr):
+    """weight and bias in the accumulation type (1 and 0 where absent)."""
+    if HAS_W:
+        w = tl.load(W + cols, mask=mask, other=0.0).to(ACC)
+    else:
+        w = tl.where(mask, 1.0, 0.0).to(ACC)
+    if HAS_B:
+        b = tl.load(B + cols, mask=mask, other=0.0).to(ACC)
+    else:
+        b = tl.zeros([BLOCK], ACC)
+    return w, b
+
+
+@tessera.kernel
 def _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r, n_rows, stride_x, stride_dy, stride_dh, cols, mask,
                         IS_RMS: tl.constexpr, HAS_DH: tl.constexpr):
     """Row r's x, dy, dh (as stored) and mean, rstd; all masked off when r >= n_rows
@@ -84,11 +99,16 @@ def _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r, n_rows, stride_x, stride_dy, s
     return x, dy, dh, mean, rstd
 
 
+def _add_pair(a1, b1, a2, b2):
+    return a1 + a2, b1 + b2
+
+
 @tessera.kernel
 def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, stride_dh, stride_p,
                      n_rows, n_cols, n_progs,
                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
-                     HAS_DH: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+                     HAS_DH: tl.constexpr, PREFETCH: tl.constexpr, PAIR_SUM: tl.constexpr, ACC: tl.constexpr,
+                     BLOCK: tl.constexpr):
     # Program pid walks rows pid, pid + n_progs, ... and writes their dweight sum, then
     # their dbias sum, as row pid of DWB (row stride stride_p).
     #
@@ -99,17 +119,13 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
     # two block reductions and its stores, DRAM idle in between. Row r's loads are
     # issued at step r - d; the d rows ahead are carried as p1 (next) .. p3, as stored
     # (fp16 rows cost half the registers of fp32 ones).
+    #
+    # PAIR_SUM: layer norm's two row sums (of g * xhat and of g) as one reduction of a
+    # pair, so a row crosses the warps once: 2 barriers a row instead of 4.
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
-    if HAS_W:
-        w = tl.load(W + cols, mask=mask, other=0.0).to(ACC)
-    else:
-        w = tl.where(mask, 1.0, 0.0).to(ACC)
-    if HAS_B:
-        b = tl.load(B + cols, mask=mask, other=0.0).to(ACC)
-    else:
-        b = tl.zeros([BLOCK], ACC)
+    w, b = _norm_bwd_weights(W, B, cols, mask, HAS_W, HAS_B, ACC, BLOCK)
     dw_acc = tl.zeros([BLOCK], ACC)
     db_acc = tl.zeros([BLOCK], ACC)
     x1, dy1, dh1, mean1, rstd1 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, pid, n_rows, stride_x, stride_dy,
@@ -153,11 +169,17 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
         if RELU:
             dy = tl.where(xhat * w + b > 0, dy, 0.0)
         g = dy * w
-        c1 = tl.sum(g * xhat, axis=0) / n_cols
         if IS_RMS:
+            c1 = tl.sum(g * xhat, axis=0) / n_cols
             dx = (g - xhat * c1) * rstd
         else:
-            c2 = tl.sum(g, axis=0) / n_cols
+            if PAIR_SUM:
+                s1, s2 = tl.reduce((g * xhat, g), 0, _add_pair)
+                c1 = s1 / n_cols
+                c2 = s2 / n_cols
+            else:
+                c1 = tl.sum(g * xhat, axis=0) / n_cols
+                c2 = tl.sum(g, axis=0) / n_cols
             dx = (g - (xhat * c1 + c2)) * rstd
         if HAS_DH:
             dx += dh_raw.to(ACC)
@@ -224,6 +246,7 @@ BWD_PROGRAMS_PER_SM = 1
 BWD_MAX_WARPS = 16
 BWD_PREFETCH = 1
 BWD_PREFETCH_RELU = 3
+BWD_PAIR_SUM = True
 
 
 def _bwd_prefetch(x, relu=False) -> int:
@@ -233,6 +256,12 @@ def _bwd_prefetch(x, relu=False) -> int:
     if not H.on_gpu(x):
         return 0
     return BWD_PREFETCH_RELU if relu else BWD_PREFETCH
+
+
+def _bwd_pair_sum(x) -> bool:
+    """Layer norm's two row sums as one pair reduction: the GPU's plan (one crossing of
+    the warps a row); the CPU keeps two sums. Tests patch it."""
+    return BWD_PAIR_SUM and H.on_gpu(x)
 
 
 def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
@@ -288,6 +317,7 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     block = H.block_for(n)
     plan.kw = None if not (plan.rows and n) else dict(
         IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin, relu),
+        PAIR_SUM=_bwd_pair_sum(xin),
         ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, BWD_MAX_WARPS))
     return plan
 

@@ -12,11 +12,15 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 
-@pytest.fixture(params=[1, 2, 3], ids=["prefetch1", "prefetch2", "prefetch3"])
+@pytest.fixture(params=[(1, True), (2, True), (3, True), (1, False)],
+                ids=["prefetch1", "prefetch2", "prefetch3", "prefetch1-two-sums"])
 def gpu_norm_plan(monkeypatch, request):
-    """The norm backward's prefetching walk on the CPU, with few programs so each walks
+    """The norm backward's prefetching walk on the CPU (with layer norm's two row sums
+    as one pair reduction, the GPU plan, or as two), with few programs so each walks
     several rows and the last step of some programs has no next row."""
-    monkeypatch.setattr(N, "_bwd_prefetch", lambda x, relu=False: request.param)
+    prefetch, pair_sum = request.param
+    monkeypatch.setattr(N, "_bwd_prefetch", lambda x, relu=False: prefetch)
+    monkeypatch.setattr(N, "_bwd_pair_sum", lambda x: pair_sum)
     monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n_rows, per_sm=4: max(1, min(n_rows, 3)))
     N._BWD_PLANS.clear()
     yield
@@ -84,6 +88,69 @@ def test_gpu_partials_programs_are_whole_waves(monkeypatch):
     assert H.num_programs_for_partials(FakeCuda(), 16384) == 4 * 132
     assert H.num_programs_for_partials(FakeCuda(), 16384, per_sm=2) == 264
     assert H.num_programs_for_partials(FakeCuda(), 100) == 100
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+@pytest.mark.parametrize("form", ["erf", "tanh", "dropout"])
+@pytest.mark.parametrize("rows", [1, 9, 12])
+def test_bias_gelu_backward_row_groups(monkeypatch, prefetch, form, rows):
+    # The bias-gradient backward's plans on the CPU: groups of 4 rows (a ragged last
+    # group with 9 rows), with the GPU plan's next-row loads (PREFETCH) or without.
+    from tessera.kernels import activation as A
+    monkeypatch.setattr(A, "_bias_bwd_prefetch", lambda a: prefetch)
+    monkeypatch.setattr(A, "BIAS_BWD_ROWS", 4)
+    A._BWD_PLANS.clear()
+    try:
+        g = torch.Generator().manual_seed(rows)
+        x = torch.randn(rows, 37, generator=g, dtype=torch.float64)
+        bias = torch.randn(37, generator=g, dtype=torch.float64)
+        dy = torch.randn(rows, 37, generator=g, dtype=torch.float64)
+        xr, br = x.clone().requires_grad_(True), bias.clone().requires_grad_(True)
+        if form == "dropout":
+            p = 0.25
+            got = torch.autograd.grad(tk.gelu_dropout(xr, p, 11, bias=br), (xr, br), dy)
+            keep = tk.gelu_dropout(torch.ones_like(x), p, 11, bias=torch.full_like(bias, 10.0)) != 0
+            want = torch.autograd.grad(F.gelu(xr + br) * keep / (1 - p), (xr, br), dy)
+        else:
+            approx = "tanh" if form == "tanh" else "none"
+            got = torch.autograd.grad(tk.bias_gelu(xr, br, approximate=approx), (xr, br), dy)
+            want = torch.autograd.grad(F.gelu(xr + br, approximate=approx), (xr, br), dy)
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9)
+    finally:
+        A._BWD_PLANS.clear()
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+@pytest.mark.parametrize("seq", [1, 40, 77])
+def test_rms_norm_rope_backward_walk(monkeypatch, prefetch, seq):
+    # The rope backward's walk on the CPU with 3 programs: several row groups each, a
+    # ragged last group (3 heads: 120 or 231 rows in 32-row groups), loading the next group ahead (PREFETCH,
+    # the GPU plan) or not.
+    from tessera.kernels import rope as RP
+    monkeypatch.setattr(RP, "_bwd_prefetch", lambda x: prefetch)
+    monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n_rows, per_sm=4: max(1, min(n_rows, 3)))
+    RP._PLANS.clear()
+    try:
+        g = torch.Generator().manual_seed(seq)
+        x = torch.randn(seq, 3, 64, generator=g, dtype=torch.float64)
+        w = torch.randn(64, generator=g, dtype=torch.float64)
+        ang = torch.randn(seq, 32, generator=g, dtype=torch.float64)
+        cos, sin = ang.cos(), ang.sin()
+        dy = torch.randn(seq, 3, 64, generator=g, dtype=torch.float64)
+
+        def ref(a, wt):
+            n = a * torch.rsqrt((a * a).mean(-1, keepdim=True) + 1e-6) * wt
+            n1, n2 = n[..., :32], n[..., 32:]
+            c, s = cos[:, None, :], sin[:, None, :]
+            return torch.cat([n1 * c - n2 * s, n2 * c + n1 * s], -1)
+        xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        want = torch.autograd.grad(ref(xr, wr), (xr, wr), dy)
+        got = torch.autograd.grad(tk.rms_norm_rope(xr, wr, cos, sin), (xr, wr), dy)
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9)
+    finally:
+        RP._PLANS.clear()
 
 
 @pytest.mark.parametrize("op", ["reduce_sum_squared", "reduce_mean_abs"])
