@@ -89,19 +89,21 @@ def norm_plans(inputs):
     print(f"  layer_norm backward alone: tk {t:.4f} ms, torch {tt:.4f} ms")
 
 
-# (programs per SM, warps, prefetch, layer norm's two row sums as one pair reduction);
-# the first is the plan main had before the pair reduction.
-NORM_CONFIGS = [(1, 16, 1, False), (1, 16, 1, True), (1, 16, 2, True), (1, 16, 3, True), (1, 32, 1, True),
-                (1, 32, 2, True), (1, 32, 3, True), (1, 32, 3, False)]
+# (programs per SM, warps, next step's loads ahead, layer norm's two row sums as one pair
+# reduction, two rows a step); the first is main's plan before this sweep's changes
+# (the results of the alternatives dropped from this list are in
+# bench/results/bwd_sweep_normbwd_run1.log: 2 or 3 rows ahead in rotating variables).
+NORM_CONFIGS = [(1, 16, True, False, False), (1, 16, True, True, False), (1, 16, True, True, True),
+                (1, 32, True, True, False), (1, 32, True, True, True), (1, 16, False, True, True)]
 # (rows per program, column block, warps, next row's loads ahead); the first is main's plan.
-BIAS_CONFIGS = [(64, 1024, 4, False), (64, 1024, 4, True), (32, 1024, 4, True), (128, 1024, 4, True),
-                (64, 2048, 8, True), (64, 512, 2, True), (64, 1024, 8, True)]
+BIAS_CONFIGS = [(64, 1024, 4, False), (64, 1024, 4, True), (32, 1024, 4, True), (64, 2048, 8, True),
+                (64, 512, 2, True)]
 
 
 def sweep_norm(all_cases, copy_ms_per_byte):
     """The norm backward alone per plan: (programs per SM, warps, prefetch, pair sum)."""
     from tessera.kernels import _host as H
-    saved = N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU, N.BWD_PAIR_SUM
+    saved = N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS
     for name in ("layer_norm", "rms_norm", "residual_add_layer_norm", "layer_norm+relu"):
         inputs = all_cases[name][0]
         x, w = inputs[0], inputs[-2] if name.startswith("residual") else inputs[1]
@@ -122,11 +124,11 @@ def sweep_norm(all_cases, copy_ms_per_byte):
         ref = torch.autograd.grad(y, [t for t in (xr, wr, br) if t is not None], dy.float())
         ref_dx = ref[0] + (dh.float() if dh is not None else 0)
         n_bytes = (4 if dh is not None else 3) * x.numel() * x.element_size()
-        for per_sm, warps, prefetch, pair in NORM_CONFIGS:
+        for per_sm, warps, prefetch, pair, two_rows in NORM_CONFIGS:
             if is_rms and not pair:
                 continue  # one row sum: the pair reduction does not apply
-            N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU, N.BWD_PAIR_SUM = (
-                per_sm, warps, prefetch, prefetch, pair)
+            N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS = (
+                per_sm, warps, prefetch, pair, two_rows)
             N._BWD_PLANS.clear()
             run = lambda: N.norm_backward(xin, w, b, mean, rstd, dy, dh, is_rms, relu)  # noqa: E731
             dx, dw, db = run()
@@ -134,9 +136,10 @@ def sweep_norm(all_cases, copy_ms_per_byte):
                       (dw.float() - ref[1]).abs().max().item() / ref[1].abs().max().item())
             t = gpu_ms(run)
             print(f"  {name:24s} programs/SM {per_sm} ({H.num_programs_for_partials(x, 1 << 30, per_sm)}) "
-                  f"warps {warps:2d} prefetch {prefetch} pair sum {int(pair)}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
+                  f"warps {warps:2d} prefetch {int(prefetch)} pair sum {int(pair)} rows a step {1 + two_rows}: "
+                  f"{t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
                   f"err {err:.2g}", flush=True)
-    N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU, N.BWD_PAIR_SUM = saved
+    N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS = saved
     N._BWD_PLANS.clear()
 
 
@@ -179,7 +182,7 @@ def sweep_bias(all_cases, copy_ms_per_byte):
 
 
 # (programs per SM, warps, next row group's loads ahead); the first is main's plan.
-ROPE_CONFIGS = [(2, 4, False), (2, 4, True), (1, 4, True), (2, 8, True), (1, 8, True), (1, 8, False)]
+ROPE_CONFIGS = [(2, 4, False), (2, 4, True), (2, 8, True), (1, 8, False)]
 
 
 def sweep_rope(all_cases, copy_ms_per_byte):
@@ -244,6 +247,7 @@ def main():
     ap.add_argument("--ops", default="layer_norm,rms_norm,log_softmax,softmax,bias_gelu,cross_entropy")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="only the backward plans' sweep (see the docstring)")
+    ap.add_argument("--sweep-parts", default="norm,bias,rope,rows", help="which plans --sweep times")
     ap.add_argument("--once", action="store_true",
                     help="run the layer_norm backward (default plan) three times and exit: a target for ncu")
     args = ap.parse_args()
@@ -262,10 +266,9 @@ def main():
     print(f"copy of 2 x 128 MiB (fp16 16384x4096 read + write): {copy_ms:.4f} ms on {torch.cuda.get_device_name()}")
     if args.sweep:
         per_byte = copy_ms / (ROWS * COLS * 2 * 2)
-        sweep_norm(all_cases, per_byte)
-        sweep_bias(all_cases, per_byte)
-        sweep_rope(all_cases, per_byte)
-        sweep_rows(all_cases, per_byte)
+        parts = {"norm": sweep_norm, "bias": sweep_bias, "rope": sweep_rope, "rows": sweep_rows}
+        for part in args.sweep_parts.split(","):
+            parts[part](all_cases, per_byte)
         return
     ones = torch.empty(ROWS, COLS, dtype=torch.float16, device="cuda")
     print(f"torch.ones_like of the output (in every fwd+bwd): {gpu_ms(lambda: torch.ones_like(ones)):.4f} ms")

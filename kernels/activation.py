@@ -276,6 +276,9 @@ DROPOUT_BWD_BLOCK = 4096
 # on an H100, fraction of a copy of 3 arrays (bench/results/bwd_sweep_h100_tkbwd_run1.log):
 # the unfused plan 0.738; rows 16/32/64: 0.778/0.785/0.818 (64 also leaves 256 partial
 # rows, one column-sum launch instead of two); 2048 columns, 8 warps 0.770, 4 warps 0.530.
+# BIAS_BWD_PREFETCH (row i + 1's loads issued before row i's arithmetic, GPU only):
+# 0.799 -> 0.894 of copy (rows 32: 0.853, 128: 0.779; 2048 columns with 8 warps 0.895,
+# 512 with 2 warps 0.897; bench/results/bwd_sweep_normbwd_run1.log).
 BIAS_BWD_ROWS = 64
 BIAS_BWD_BLOCK = 1024
 BIAS_BWD_MAX_WARPS = 4

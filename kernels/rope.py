@@ -150,7 +150,10 @@ _PLANS = H.Plans()
 # 0.792 (8 warps 0.780, 16 warps 0.56; bench/results/bwd_sweep_h100_tkbwd_run1.log).
 BWD_PROGRAMS_PER_SM = 2
 BWD_NUM_WARPS = 4
-BWD_PREFETCH = True
+# Loading the next row group ahead: 0.830 -> 0.818 of copy on the H100 (2 programs of 4
+# warps per SM; 8 warps 0.801; bench/results/bwd_sweep_normbwd_run1.log): off. 228
+# registers a thread with it, 168 without (ptxas), so it only trades registers.
+BWD_PREFETCH = False
 
 
 def _bwd_prefetch(x) -> bool:

@@ -12,15 +12,18 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 
-@pytest.fixture(params=[(1, True), (2, True), (3, True), (1, False)],
-                ids=["prefetch1", "prefetch2", "prefetch3", "prefetch1-two-sums"])
+@pytest.fixture(params=[(True, True, True), (True, True, False), (True, False, True), (True, False, False),
+                        (False, True, True)],
+                ids=["two-rows", "one-row", "two-rows-two-sums", "one-row-two-sums", "two-rows-no-prefetch"])
 def gpu_norm_plan(monkeypatch, request):
-    """The norm backward's prefetching walk on the CPU (with layer norm's two row sums
-    as one pair reduction, the GPU plan, or as two), with few programs so each walks
-    several rows and the last step of some programs has no next row."""
-    prefetch, pair_sum = request.param
-    monkeypatch.setattr(N, "_bwd_prefetch", lambda x, relu=False: prefetch)
+    """The norm backward's GPU walk on the CPU: loading the next step ahead, layer
+    norm's two row sums as one pair reduction (or two), two rows a step (or one); few
+    programs, so each walks several steps, and some programs' last step has no next
+    step (or, two rows a step, no second row)."""
+    prefetch, pair_sum, two_rows = request.param
+    monkeypatch.setattr(N, "_bwd_prefetch", lambda x: prefetch)
     monkeypatch.setattr(N, "_bwd_pair_sum", lambda x: pair_sum)
+    monkeypatch.setattr(N, "_bwd_two_rows", lambda x: two_rows)
     monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n_rows, per_sm=4: max(1, min(n_rows, 3)))
     N._BWD_PLANS.clear()
     yield
