@@ -19,8 +19,9 @@ On an H100 (fp16 16384x4096 layer norm) this walk takes 0.238 ms with its column
 sum, torch's two backward kernels 0.333 ms; a split plan (dx one row per program, as
 the forward, plus a dweight/dbias column kernel) took 0.255 ms in the same run
 (bench/results/bwd_profile_h100.log), so the walk stays. The GPU walk now loads its next
-rows while it reduces the current one (PREFETCH) with one program per SM: 0.170 ms there
-(bench/results/bwd_sweep_h100_tkbwd_run1.log).
+row while it reduces the current one (PREFETCH) with one program per SM, and layer
+norm's two row sums are one reduction of a pair: 0.168 ms there, 0.825 of a copy of its
+bytes (bench/results/bwd_sweep_normbwd_run1.log).
 """
 from __future__ import annotations
 
@@ -277,13 +278,17 @@ _BWD_PLANS = H.Plans()
 #   bench/results/bwd_sweep_normbwd_run1.log (one row a step, 16 warps): the pair sum
 #     0.812 -> 0.825 (layer_norm), 0.692 -> 0.816 (+relu, which had 3 rows ahead: 0.738);
 #     rms_norm 0.844, residual_add_layer_norm 0.927; 32 warps within 0.005 of 16.
-# ptxas gives the 16-warp walk 78-110 registers a thread, so one program fits an SM
+# ptxas gives the 16-warp walk 78-102 registers a thread, so one program fits an SM
 # and one program per SM is the whole grid: more programs queue in waves.
+# TWO_ROWS (2 barriers per 2 rows, two rows in flight; 117-128 registers at 16 warps,
+# 64 at 32) is correct (CPU tests of the GPU plan) but not timed on a GPU yet (this
+# session's device time ran out): off until `bench/bwd_profile.py --sweep --sweep-parts
+# norm` shows it ahead.
 BWD_PROGRAMS_PER_SM = 1
 BWD_MAX_WARPS = 16
 BWD_PREFETCH = True
 BWD_PAIR_SUM = True
-BWD_TWO_ROWS = True
+BWD_TWO_ROWS = False
 
 
 def _bwd_prefetch(x) -> bool:

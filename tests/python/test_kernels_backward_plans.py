@@ -195,6 +195,24 @@ def test_gpu_backward_plans_on_tall_shapes(shape, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1000, 1000), (301, 4096)], ids=["1000x1000", "301x4096"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["float32", "float16"])
+def test_gpu_norm_backward_two_rows_a_step(monkeypatch, shape, dtype):
+    # The walk's two-rows-a-step alternative (off by default until timed) on the GPU: an
+    # odd number of rows per program leaves some last steps without a second row.
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from test_kernels_ops import ALL_CASES, check_case
+    monkeypatch.setattr(N, "BWD_TWO_ROWS", True)
+    N._BWD_PLANS.clear()
+    try:
+        for name in ("layer_norm", "layer_norm_relu", "rms_norm", "residual_add_layer_norm", "residual_add_rms_norm"):
+            check_case(next(c for c in ALL_CASES if c.name == name), shape, dtype, device="cuda")
+    finally:
+        N._BWD_PLANS.clear()
+
+
+@pytest.mark.gpu
 def test_gpu_rms_norm_rope_backward_tall():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
