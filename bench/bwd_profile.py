@@ -6,12 +6,14 @@ host. Results of H100 runs: bench/results/bwd_profile_h100.log (before the host 
 plans), bwd_profile_h100_host.log (after). bench/host_time.py measures the host side alone.
 
     python bench/bwd_profile.py [--ops layer_norm,bias_gelu] [--no-profile] [--sweep] [--once]
+                                [--sweep-parts norm,bias,rope,rows]
 
 --sweep times the backward plans' alternatives alone (CUDA events, 16384x4096 fp16):
-the norm walk's programs per SM x warps x rows prefetched x layer norm's row sums as one
-pair reduction or two (kernels/norm.py BWD_*), the rope backward's walk (kernels/rope.py
-BWD_*), and the bias-gradient backward of bias_gelu (kernels/activation.py BIAS_BWD_*,
-with and without the next row's loads ahead) next to the unfused plan it replaced (the elementwise backward kernel, then a column sum of da),
+the norm walk's programs per SM x warps x prefetch x layer norm's row sums as one pair
+reduction or two x one or two rows a step (kernels/norm.py BWD_*), the rope backward's
+walk (kernels/rope.py BWD_*), and the bias-gradient backward of bias_gelu
+(kernels/activation.py BIAS_BWD_*, with and without the next row's loads ahead) next to
+the unfused plan it replaced (the elementwise backward kernel, then a column sum of da),
 each checked against torch's gradients.
 """
 from __future__ import annotations
