@@ -6,11 +6,14 @@ host. Results of H100 runs: bench/results/bwd_profile_h100.log (before the host 
 plans), bwd_profile_h100_host.log (after). bench/host_time.py measures the host side alone.
 
     python bench/bwd_profile.py [--ops layer_norm,bias_gelu] [--no-profile] [--sweep] [--once]
+                                [--sweep-parts norm,bias,rope,rows]
 
 --sweep times the backward plans' alternatives alone (CUDA events, 16384x4096 fp16):
-the norm walk's programs per SM x warps x rows prefetched (kernels/norm.py BWD_*), and
-the bias-gradient backward of bias_gelu (kernels/activation.py BIAS_BWD_*) next to the
-unfused plan it replaced (the elementwise backward kernel, then a column sum of da),
+the norm walk's programs per SM x warps x prefetch x layer norm's row sums as one pair
+reduction or two x one or two rows a step (kernels/norm.py BWD_*), the rope backward's
+walk (kernels/rope.py BWD_*), and the bias-gradient backward of bias_gelu
+(kernels/activation.py BIAS_BWD_*, with and without the next row's loads ahead) next to
+the unfused plan it replaced (the elementwise backward kernel, then a column sum of da),
 each checked against torch's gradients.
 """
 from __future__ import annotations
@@ -88,15 +91,21 @@ def norm_plans(inputs):
     print(f"  layer_norm backward alone: tk {t:.4f} ms, torch {tt:.4f} ms")
 
 
-NORM_CONFIGS = [(4, 16, 0), (1, 16, 1), (1, 16, 2), (1, 16, 3), (2, 16, 2), (4, 16, 2),
-                (1, 32, 1), (1, 32, 2), (1, 32, 3), (2, 32, 2)]  # (programs per SM, warps, prefetch)
-BIAS_CONFIGS = [(32, 1024, 4), (16, 1024, 4), (64, 1024, 4), (32, 2048, 8), (32, 2048, 4), (32, 512, 2)]
+# (programs per SM, warps, next step's loads ahead, layer norm's two row sums as one pair
+# reduction, two rows a step); the first is main's plan before this sweep's changes
+# (the results of the alternatives dropped from this list are in
+# bench/results/bwd_sweep_normbwd_run1.log: 2 or 3 rows ahead in rotating variables).
+NORM_CONFIGS = [(1, 16, True, False, False), (1, 16, True, True, False), (1, 16, True, True, True),
+                (1, 32, True, True, False), (1, 32, True, True, True), (1, 16, False, True, True)]
+# (rows per program, column block, warps, next row's loads ahead); the first is main's plan.
+BIAS_CONFIGS = [(64, 1024, 4, False), (64, 1024, 4, True), (32, 1024, 4, True), (64, 2048, 8, True),
+                (64, 512, 2, True)]
 
 
 def sweep_norm(all_cases, copy_ms_per_byte):
-    """The norm backward alone per plan: (programs per SM, warps, prefetch)."""
+    """The norm backward alone per plan: (programs per SM, warps, prefetch, pair sum)."""
     from tessera.kernels import _host as H
-    saved = N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU
+    saved = N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS
     for name in ("layer_norm", "rms_norm", "residual_add_layer_norm", "layer_norm+relu"):
         inputs = all_cases[name][0]
         x, w = inputs[0], inputs[-2] if name.startswith("residual") else inputs[1]
@@ -117,9 +126,11 @@ def sweep_norm(all_cases, copy_ms_per_byte):
         ref = torch.autograd.grad(y, [t for t in (xr, wr, br) if t is not None], dy.float())
         ref_dx = ref[0] + (dh.float() if dh is not None else 0)
         n_bytes = (4 if dh is not None else 3) * x.numel() * x.element_size()
-        for per_sm, warps, prefetch in NORM_CONFIGS:
-            N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU = (per_sm, warps, prefetch,
-                                                                                   prefetch)
+        for per_sm, warps, prefetch, pair, two_rows in NORM_CONFIGS:
+            if is_rms and not pair:
+                continue  # one row sum: the pair reduction does not apply
+            N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS = (
+                per_sm, warps, prefetch, pair, two_rows)
             N._BWD_PLANS.clear()
             run = lambda: N.norm_backward(xin, w, b, mean, rstd, dy, dh, is_rms, relu)  # noqa: E731
             dx, dw, db = run()
@@ -127,18 +138,20 @@ def sweep_norm(all_cases, copy_ms_per_byte):
                       (dw.float() - ref[1]).abs().max().item() / ref[1].abs().max().item())
             t = gpu_ms(run)
             print(f"  {name:24s} programs/SM {per_sm} ({H.num_programs_for_partials(x, 1 << 30, per_sm)}) "
-                  f"warps {warps:2d} prefetch {prefetch}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
+                  f"warps {warps:2d} prefetch {int(prefetch)} pair sum {int(pair)} rows a step {1 + two_rows}: "
+                  f"{t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
                   f"err {err:.2g}", flush=True)
-    N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PREFETCH_RELU = saved
+    N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS = saved
     N._BWD_PLANS.clear()
 
 
 def sweep_bias(all_cases, copy_ms_per_byte):
     """bias_gelu's backward alone: the fused bias-gradient kernel per plan (rows per
-    program, column block, warps), and the unfused plan (elementwise kernel + column sum)."""
+    program, column block, warps, prefetch), and the unfused plan (elementwise kernel +
+    column sum)."""
     from tessera.kernels import activation as A
     from tessera.kernels.reduce import column_sum
-    saved = A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS
+    saved = A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH
     x, b = all_cases["bias_gelu"][0]
     dy = torch.randn_like(x)
     xr, br = x.float().requires_grad_(True), b.float().requires_grad_(True)
@@ -151,51 +164,52 @@ def sweep_bias(all_cases, copy_ms_per_byte):
         A._ew_bwd_kernel[(rows, -(-n // 2048))](x, b, dy, da, da, n, 0, n, n, 0.0, 0, 0, OP=A.GELU, TANH=False,
                                              HAS_B=True, WRITE_DB=False, DROPOUT=False, ACC=tl.float32, BLOCK=2048)
         return da, column_sum(da, "float16")
-    plans = [("unfused (ew kernel + column sum of da)", None)] + [(f"fused rows {r} block {bl} warps {wp}", (r, bl, wp))
-                                                                  for r, bl, wp in BIAS_CONFIGS]
+    plans = [("unfused (ew kernel + column sum of da)", None)] + [
+        (f"fused rows {r} block {bl} warps {wp} prefetch {int(pf)}", (r, bl, wp, pf)) for r, bl, wp, pf in BIAS_CONFIGS]
     for label, cfg in plans:
         if cfg is None:
             run = unfused
         else:
-            A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS = cfg
+            A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH = cfg
             A._BWD_PLANS.clear()
             run = lambda: A.elementwise_backward(A.GELU, x, b, dy, 0.0, 0, A.BIAS)  # noqa: E731
         da, db = run()
         err = max((da.float() - ref[0]).abs().max().item() / ref[0].abs().max().item(),
                   (db.float() - ref[1]).abs().max().item() / ref[1].abs().max().item())
         t = gpu_ms(run)
-        print(f"  bias_gelu backward {label:40s}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
+        print(f"  bias_gelu backward {label:50s}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
               f"err {err:.2g}", flush=True)
-    A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS = saved
+    A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH = saved
     A._BWD_PLANS.clear()
 
 
-ROPE_CONFIGS = [(4, 4), (2, 4), (4, 8), (2, 8), (1, 16), (2, 16)]  # (programs per SM, warps)
+# (programs per SM, warps, next row group's loads ahead); the first is main's plan.
+ROPE_CONFIGS = [(2, 4, False), (2, 4, True), (2, 8, True), (1, 8, False)]
 
 
 def sweep_rope(all_cases, copy_ms_per_byte):
-    """rms_norm_rope's backward alone per plan (programs per SM, warps)."""
+    """rms_norm_rope's backward alone per plan (programs per SM, warps, prefetch)."""
     from tessera.kernels import rope as RP
-    saved = RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS
+    saved = RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS, RP.BWD_PREFETCH
     x, w = all_cases["rms_norm_rope"][0]
     ang = torch.randn(x.shape[0], x.shape[-1] // 2)
     cos, sin = ang.cos().to(x), ang.sin().to(x)
     _, rstd = RP.rms_norm_rope_forward(x, w, cos, sin, 1e-6)
     dy = torch.randn_like(x)
     n_bytes = 3 * x.numel() * x.element_size()
-    for per_sm, warps in ROPE_CONFIGS:
-        RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS = per_sm, warps
+    for i, (per_sm, warps, prefetch) in enumerate(ROPE_CONFIGS):
+        RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS, RP.BWD_PREFETCH = per_sm, warps, prefetch
         RP._PLANS.clear()
         run = lambda: RP.rms_norm_rope_backward(x, w, cos, sin, rstd, dy)  # noqa: E731
         dx, dw = run()
-        if per_sm == ROPE_CONFIGS[0][0] and warps == ROPE_CONFIGS[0][1]:
+        if i == 0:
             first = dx.float(), dw.float()
         err = max((dx.float() - first[0]).abs().max().item(), (dw.float() - first[1]).abs().max().item()
                   / first[1].abs().max().item())
         t = gpu_ms(run)
-        print(f"  rms_norm_rope backward programs/SM {per_sm} warps {warps:2d}: {t:.4f} ms  "
+        print(f"  rms_norm_rope backward programs/SM {per_sm} warps {warps:2d} prefetch {int(prefetch)}: {t:.4f} ms  "
               f"{n_bytes * copy_ms_per_byte / t:.3f} of copy  diff from the first plan {err:.2g}", flush=True)
-    RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS = saved
+    RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS, RP.BWD_PREFETCH = saved
     RP._PLANS.clear()
 
 
@@ -235,6 +249,7 @@ def main():
     ap.add_argument("--ops", default="layer_norm,rms_norm,log_softmax,softmax,bias_gelu,cross_entropy")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="only the backward plans' sweep (see the docstring)")
+    ap.add_argument("--sweep-parts", default="norm,bias,rope,rows", help="which plans --sweep times")
     ap.add_argument("--once", action="store_true",
                     help="run the layer_norm backward (default plan) three times and exit: a target for ncu")
     args = ap.parse_args()
@@ -253,10 +268,9 @@ def main():
     print(f"copy of 2 x 128 MiB (fp16 16384x4096 read + write): {copy_ms:.4f} ms on {torch.cuda.get_device_name()}")
     if args.sweep:
         per_byte = copy_ms / (ROWS * COLS * 2 * 2)
-        sweep_norm(all_cases, per_byte)
-        sweep_bias(all_cases, per_byte)
-        sweep_rope(all_cases, per_byte)
-        sweep_rows(all_cases, per_byte)
+        parts = {"norm": sweep_norm, "bias": sweep_bias, "rope": sweep_rope, "rows": sweep_rows}
+        for part in args.sweep_parts.split(","):
+            parts[part](all_cases, per_byte)
         return
     ones = torch.empty(ROWS, COLS, dtype=torch.float16, device="cuda")
     print(f"torch.ones_like of the output (in every fwd+bwd): {gpu_ms(lambda: torch.ones_like(ones)):.4f} ms")

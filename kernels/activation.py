@@ -157,15 +157,26 @@ def _ew_bwd_kernel(A, B, DY, DA, DB, stride_a, stride_b, stride_dy, n_cols, p, s
 
 
 @tessera.kernel
+def _bias_act_row_loads(A, DY, row, stride_a, stride_dy, cols, mask):
+    """One row's a and dy of a column block, as stored (a masked-off row reads nothing)."""
+    return (tl.load(A + row * stride_a + cols, mask=mask, other=0.0),
+            tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0))
+
+
+@tessera.kernel
 def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols, p, seed, keep_from,
-                         TANH: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, ROWS: tl.constexpr,
-                         BLOCK: tl.constexpr):
+                         TANH: tl.constexpr, DROPOUT: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr,
+                         ROWS: tl.constexpr, BLOCK: tl.constexpr):
     # gelu(a + bias) (optionally then dropout) backward with the bias gradient fused:
     # program (i, j) writes da for rows [i * ROWS, (i + 1) * ROWS) of column block j and
     # the sum of those rows of da as row i of DBP (fp32 partials, one column sum away
     # from dbias). The unfused plan wrote da and read it back for the column sum: 4
     # passes over a (rows, cols) array where this makes 3, plus fp32 partials with
     # 1/ROWS as many elements.
+    #
+    # PREFETCH (the GPU plan) issues row i + 1's loads before row i's arithmetic and
+    # store: without it a program's loads wait for its previous row's store (da may
+    # alias a as far as the compiler knows), so each row costs a full memory latency.
     first = tl.program_id(1) * BLOCK
     if DROPOUT:
         g = tl.arange(0, BLOCK // 8)
@@ -176,12 +187,21 @@ def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols,
     b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
     acc = tl.zeros(cols.shape, ACC)
     r0 = tl.program_id(0) * ROWS
+    if PREFETCH:
+        a_next, dy_next = _bias_act_row_loads(A, DY, r0.to(tl.int64), stride_a, stride_dy, cols,
+                                              cmask & (r0 < n_rows))
     for i in range(0, ROWS):
         r = r0 + i
         row = r.to(tl.int64)
         mask = cmask & (r < n_rows)
-        x = tl.load(A + row * stride_a + cols, mask=mask, other=0.0).to(ACC) + b
-        dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
+        if PREFETCH:
+            a_raw, dy_raw = a_next, dy_next
+            a_next, dy_next = _bias_act_row_loads(A, DY, row + 1, stride_a, stride_dy, cols,
+                                                  cmask & (r + 1 < n_rows) & (i + 1 < ROWS))
+        else:
+            a_raw, dy_raw = _bias_act_row_loads(A, DY, row, stride_a, stride_dy, cols, mask)
+        x = a_raw.to(ACC) + b
+        dy = dy_raw.to(ACC)
         if DROPOUT:
             keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
             dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
@@ -256,9 +276,19 @@ DROPOUT_BWD_BLOCK = 4096
 # on an H100, fraction of a copy of 3 arrays (bench/results/bwd_sweep_h100_tkbwd_run1.log):
 # the unfused plan 0.738; rows 16/32/64: 0.778/0.785/0.818 (64 also leaves 256 partial
 # rows, one column-sum launch instead of two); 2048 columns, 8 warps 0.770, 4 warps 0.530.
+# BIAS_BWD_PREFETCH (row i + 1's loads issued before row i's arithmetic, GPU only):
+# 0.799 -> 0.894 of copy (rows 32: 0.853, 128: 0.779; 2048 columns with 8 warps 0.895,
+# 512 with 2 warps 0.897; bench/results/bwd_sweep_normbwd_run1.log).
 BIAS_BWD_ROWS = 64
 BIAS_BWD_BLOCK = 1024
 BIAS_BWD_MAX_WARPS = 4
+BIAS_BWD_PREFETCH = True
+
+
+def _bias_bwd_prefetch(a) -> bool:
+    """The bias-gradient backward loads row i + 1 during row i on a GPU
+    (BIAS_BWD_PREFETCH); the CPU's loop does not. Tests patch it."""
+    return BIAS_BWD_PREFETCH and H.on_gpu(a)
 
 
 class _EwPlan:
@@ -289,7 +319,8 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             plan.sum_steps = column_sum_steps(a, plan.bias_groups, n)  # a: the partials' device and precision
             plan.bias_dtype = H.dtype_name(b)
             plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
-            plan.kw = dict(TANH=tanh, DROPOUT=p > 0, ACC=H.acc_dtype(a), ROWS=BIAS_BWD_ROWS, BLOCK=block)
+            plan.kw = dict(TANH=tanh, DROPOUT=p > 0, PREFETCH=_bias_bwd_prefetch(a), ACC=H.acc_dtype(a),
+                           ROWS=BIAS_BWD_ROWS, BLOCK=block)
             if H.on_gpu(a):
                 plan.kw["num_warps"] = max(1, min(BIAS_BWD_MAX_WARPS, block // 256))
         elif dy is not None:

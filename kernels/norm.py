@@ -19,8 +19,9 @@ On an H100 (fp16 16384x4096 layer norm) this walk takes 0.238 ms with its column
 sum, torch's two backward kernels 0.333 ms; a split plan (dx one row per program, as
 the forward, plus a dweight/dbias column kernel) took 0.255 ms in the same run
 (bench/results/bwd_profile_h100.log), so the walk stays. The GPU walk now loads its next
-rows while it reduces the current one (PREFETCH) with one program per SM: 0.170 ms there
-(bench/results/bwd_sweep_h100_tkbwd_run1.log).
+row while it reduces the current one (PREFETCH) with one program per SM, and layer
+norm's two row sums are one reduction of a pair: 0.168 ms there, 0.825 of a copy of its
+bytes (bench/results/bwd_sweep_normbwd_run1.log).
 """
 from __future__ import annotations
 
@@ -65,6 +66,21 @@ def _norm_fwd_kernel(X, R, W, B, Y, HOUT, Mean, Rstd, stride_x, stride_r, stride
 
 
 @tessera.kernel
+def _norm_bwd_weights(W, B, cols, mask, HAS_W: tl.constexpr, HAS_B: tl.constexpr, ACC: tl.constexpr,
+                      BLOCK: tl.constexpr):
+    """weight and bias in the accumulation type (1 and 0 where absent)."""
+    if HAS_W:
+        w = tl.load(W + cols, mask=mask, other=0.0).to(ACC)
+    else:
+        w = tl.where(mask, 1.0, 0.0).to(ACC)
+    if HAS_B:
+        b = tl.load(B + cols, mask=mask, other=0.0).to(ACC)
+    else:
+        b = tl.zeros([BLOCK], ACC)
+    return w, b
+
+
+@tessera.kernel
 def _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r, n_rows, stride_x, stride_dy, stride_dh, cols, mask,
                         IS_RMS: tl.constexpr, HAS_DH: tl.constexpr):
     """Row r's x, dy, dh (as stored) and mean, rstd; all masked off when r >= n_rows
@@ -84,86 +100,129 @@ def _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r, n_rows, stride_x, stride_dy, s
     return x, dy, dh, mean, rstd
 
 
+def _add_pair(a1, b1, a2, b2):
+    return a1 + a2, b1 + b2
+
+
+def _add_four(a1, b1, c1, d1, a2, b2, c2, d2):
+    return a1 + a2, b1 + b2, c1 + c2, d1 + d2
+
+
+@tessera.kernel
+def _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS: tl.constexpr, RELU: tl.constexpr,
+                   ACC: tl.constexpr):
+    """A row's xhat, dy (zero where the fused ReLU was off) and g = dy * w."""
+    x = x_raw.to(ACC)
+    if IS_RMS:
+        xhat = x * rstd
+    else:
+        xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+    dy = dy_raw.to(ACC)
+    if RELU:
+        dy = tl.where(xhat * w + b > 0, dy, 0.0)
+    return xhat, dy, dy * w
+
+
+@tessera.kernel
+def _norm_bwd_dx(g, xhat, s1, s2, rstd, dh_raw, n_cols, IS_RMS: tl.constexpr, HAS_DH: tl.constexpr,
+                 ACC: tl.constexpr):
+    """dx of a row from its sums s1 = sum(g * xhat), s2 = sum(g) (unused for RMS norm)."""
+    c1 = s1 / n_cols
+    if IS_RMS:
+        dx = (g - xhat * c1) * rstd
+    else:
+        c2 = s2 / n_cols
+        dx = (g - (xhat * c1 + c2)) * rstd
+    if HAS_DH:
+        dx += dh_raw.to(ACC)
+    return dx
+
+
 @tessera.kernel
 def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, stride_dh, stride_p,
                      n_rows, n_cols, n_progs,
                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
-                     HAS_DH: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+                     HAS_DH: tl.constexpr, PREFETCH: tl.constexpr, PAIR_SUM: tl.constexpr, TWO_ROWS: tl.constexpr,
+                     ACC: tl.constexpr, BLOCK: tl.constexpr):
     # Program pid walks rows pid, pid + n_progs, ... and writes their dweight sum, then
     # their dbias sum, as row pid of DWB (row stride stride_p).
     #
-    # PREFETCH = d > 0 (the GPU plan) keeps the loads of the program's next d rows in
-    # flight while it computes this one: a 16-warp program of a 4096-column fp16 row
-    # needs ~100 registers a thread (its dweight/dbias sums, weight, bias, the row), so
-    # one program fits a multiprocessor, and without prefetching its loads wait for its
-    # two block reductions and its stores, DRAM idle in between. Row r's loads are
-    # issued at step r - d; the d rows ahead are carried as p1 (next) .. p3, as stored
-    # (fp16 rows cost half the registers of fp32 ones).
+    # PREFETCH (the GPU plan) keeps the loads of the program's next step in flight while
+    # it computes this one: a 16-warp program of a 4096-column fp16 row needs ~90
+    # registers a thread (its dweight/dbias sums, weight, bias, the row), so one program
+    # fits a multiprocessor, and without prefetching its loads wait for its block
+    # reductions and its stores, DRAM idle in between. The rows ahead are carried as
+    # stored (fp16 rows cost half the registers of fp32 ones). Carrying more than one
+    # step ahead in rotating variables (next = after-next) did not help: the copy of a
+    # register waits for its load, so the loop stalls there anyway (0.74 of copy where
+    # one step ahead gives 0.83 on an H100, bench/results/bwd_sweep_normbwd_run1.log).
+    #
+    # PAIR_SUM: layer norm's two row sums (of g * xhat and of g) as one reduction of a
+    # pair, so a row crosses the warps once: 2 barriers a row instead of 4.
+    # TWO_ROWS: a step is two rows, r and r + n_progs, whose sums are one reduction (of a
+    # pair or four values: 2 barriers for both rows) and whose loads for the next step
+    # are issued together: two rows in flight without rotating variables.
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
-    if HAS_W:
-        w = tl.load(W + cols, mask=mask, other=0.0).to(ACC)
-    else:
-        w = tl.where(mask, 1.0, 0.0).to(ACC)
-    if HAS_B:
-        b = tl.load(B + cols, mask=mask, other=0.0).to(ACC)
-    else:
-        b = tl.zeros([BLOCK], ACC)
+    w, b = _norm_bwd_weights(W, B, cols, mask, HAS_W, HAS_B, ACC, BLOCK)
     dw_acc = tl.zeros([BLOCK], ACC)
     db_acc = tl.zeros([BLOCK], ACC)
-    x1, dy1, dh1, mean1, rstd1 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, pid, n_rows, stride_x, stride_dy,
-                                                     stride_dh, cols, mask, IS_RMS, HAS_DH)
-    x2, dy2, dh2, mean2, rstd2 = x1, dy1, dh1, mean1, rstd1
-    x3, dy3, dh3, mean3, rstd3 = x1, dy1, dh1, mean1, rstd1
-    if PREFETCH >= 2:
-        x2, dy2, dh2, mean2, rstd2 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, pid + n_progs, n_rows, stride_x,
-                                                         stride_dy, stride_dh, cols, mask, IS_RMS, HAS_DH)
-    if PREFETCH >= 3:
-        x3, dy3, dh3, mean3, rstd3 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, pid + 2 * n_progs, n_rows,
-                                                         stride_x, stride_dy, stride_dh, cols, mask, IS_RMS, HAS_DH)
-    for r in range(pid, n_rows, n_progs):
-        if PREFETCH == 0:
+    step = n_progs * (2 if TWO_ROWS else 1)
+    if PREFETCH:
+        xa, dya, dha, meana, rstda = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, pid, n_rows, stride_x, stride_dy,
+                                                         stride_dh, cols, mask, IS_RMS, HAS_DH)
+        if TWO_ROWS:
+            xb, dyb, dhb, meanb, rstdb = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, pid + n_progs, n_rows, stride_x,
+                                                             stride_dy, stride_dh, cols, mask, IS_RMS, HAS_DH)
+    for r in range(pid, n_rows, step):
+        if PREFETCH:
+            x_raw, dy_raw, dh_raw, mean, rstd = xa, dya, dha, meana, rstda
+            xa, dya, dha, meana, rstda = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + step, n_rows, stride_x,
+                                                             stride_dy, stride_dh, cols, mask, IS_RMS, HAS_DH)
+            if TWO_ROWS:
+                x2_raw, dy2_raw, dh2_raw, mean2, rstd2 = xb, dyb, dhb, meanb, rstdb
+                xb, dyb, dhb, meanb, rstdb = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + step + n_progs, n_rows,
+                                                                 stride_x, stride_dy, stride_dh, cols, mask, IS_RMS,
+                                                                 HAS_DH)
+        else:
             x_raw, dy_raw, dh_raw, mean, rstd = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r, n_rows, stride_x,
                                                                     stride_dy, stride_dh, cols, mask, IS_RMS, HAS_DH)
+            if TWO_ROWS:
+                x2_raw, dy2_raw, dh2_raw, mean2, rstd2 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + n_progs,
+                                                                             n_rows, stride_x, stride_dy, stride_dh,
+                                                                             cols, mask, IS_RMS, HAS_DH)
+        xhat, dy, g = _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS, RELU, ACC)
+        if TWO_ROWS:
+            # The second row past n_rows loaded zeros (and a zero rstd): its sums and
+            # its dweight/dbias terms are 0; its store is masked off below.
+            xhat2, dy2, g2 = _norm_bwd_prep(x2_raw, dy2_raw, mean2, rstd2, w, b, mask, IS_RMS, RELU, ACC)
+            if IS_RMS:
+                s1, s1_2 = tl.reduce((g * xhat, g2 * xhat2), 0, _add_pair)
+                s2, s2_2 = s1, s1_2
+            elif PAIR_SUM:
+                s1, s2, s1_2, s2_2 = tl.reduce((g * xhat, g, g2 * xhat2, g2), 0, _add_four)
+            else:
+                s1, s2 = tl.sum(g * xhat, axis=0), tl.sum(g, axis=0)
+                s1_2, s2_2 = tl.sum(g2 * xhat2, axis=0), tl.sum(g2, axis=0)
         else:
-            x_raw, dy_raw, dh_raw, mean, rstd = x1, dy1, dh1, mean1, rstd1
-            if PREFETCH == 1:
-                x1, dy1, dh1, mean1, rstd1 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + n_progs, n_rows,
-                                                                 stride_x, stride_dy, stride_dh, cols, mask, IS_RMS,
-                                                                 HAS_DH)
-            if PREFETCH == 2:
-                x1, dy1, dh1, mean1, rstd1 = x2, dy2, dh2, mean2, rstd2
-                x2, dy2, dh2, mean2, rstd2 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + 2 * n_progs, n_rows,
-                                                                 stride_x, stride_dy, stride_dh, cols, mask, IS_RMS,
-                                                                 HAS_DH)
-            if PREFETCH == 3:
-                x1, dy1, dh1, mean1, rstd1 = x2, dy2, dh2, mean2, rstd2
-                x2, dy2, dh2, mean2, rstd2 = x3, dy3, dh3, mean3, rstd3
-                x3, dy3, dh3, mean3, rstd3 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + 3 * n_progs, n_rows,
-                                                                 stride_x, stride_dy, stride_dh, cols, mask, IS_RMS,
-                                                                 HAS_DH)
-        row = r.to(tl.int64)
-        x = x_raw.to(ACC)
-        if IS_RMS:
-            xhat = x * rstd
-        else:
-            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
-        dy = dy_raw.to(ACC)
-        if RELU:
-            dy = tl.where(xhat * w + b > 0, dy, 0.0)
-        g = dy * w
-        c1 = tl.sum(g * xhat, axis=0) / n_cols
-        if IS_RMS:
-            dx = (g - xhat * c1) * rstd
-        else:
-            c2 = tl.sum(g, axis=0) / n_cols
-            dx = (g - (xhat * c1 + c2)) * rstd
-        if HAS_DH:
-            dx += dh_raw.to(ACC)
-        tl.store(DX + row * n_cols + cols, dx, mask=mask)
+            if IS_RMS:
+                s1 = tl.sum(g * xhat, axis=0)
+                s2 = s1
+            elif PAIR_SUM:
+                s1, s2 = tl.reduce((g * xhat, g), 0, _add_pair)
+            else:
+                s1, s2 = tl.sum(g * xhat, axis=0), tl.sum(g, axis=0)
+        dx = _norm_bwd_dx(g, xhat, s1, s2, rstd, dh_raw, n_cols, IS_RMS, HAS_DH, ACC)
+        tl.store(DX + r.to(tl.int64) * n_cols + cols, dx, mask=mask)
         dw_acc += dy * xhat
         db_acc += dy
+        if TWO_ROWS:
+            dx2 = _norm_bwd_dx(g2, xhat2, s1_2, s2_2, rstd2, dh2_raw, n_cols, IS_RMS, HAS_DH, ACC)
+            r2 = r + n_progs
+            tl.store(DX + r2.to(tl.int64) * n_cols + cols, dx2, mask=mask & (r2 < n_rows))
+            dw_acc += dy2 * xhat2
+            db_acc += dy2
     if HAS_W:
         tl.store(DWB + pid * stride_p + cols, dw_acc, mask=mask)
     if HAS_B:
@@ -210,29 +269,44 @@ _FWD_PLANS = H.Plans()
 _BWD_PLANS = H.Plans()
 
 # The GPU plan of the backward walk (bench/bwd_profile.py --sweep measures the
-# alternatives): programs per multiprocessor, the most warps per program, and how
-# many rows ahead a program loads (PREFETCH; the fused-ReLU form its own). On an H100,
-# 16384x4096 fp16 (bench/results/bwd_sweep_h100_tkbwd_run1.log; backward with its
-# column sum, fraction of a copy of 3 (4 with the residual) row arrays):
-#   layer_norm   512 programs, no prefetch (the old plan) 0.586;  132, prefetch 1: 0.820
-#                (2: 0.811, 3: 0.658; 264 programs: 0.769; 32 warps: the same as 16)
-#   +relu        0.462 -> 0.742 with prefetch 3 (1: 0.698)
-#   residual LN  0.720 -> 0.840;  rms_norm 0.836 -> 0.841 (flat: prefetch does not help it)
-# ptxas gives the 16-warp walk 76-128 registers a thread, so one program fits an SM
+# alternatives): programs per multiprocessor, the most warps per program, whether a
+# program loads its next step ahead (PREFETCH), layer norm's two row sums as one pair
+# reduction, and two rows a step. On an H100, 16384x4096 fp16, backward with its column
+# sum, fraction of a copy of 3 (4 with the residual) row arrays:
+#   bench/results/bwd_sweep_h100_tkbwd_run1.log: 512 programs without prefetch (the
+#     older plan) 0.586; 132 programs, one row ahead 0.820 (264 programs: 0.769).
+#   bench/results/bwd_sweep_normbwd_run1.log (one row a step, 16 warps): the pair sum
+#     0.812 -> 0.825 (layer_norm), 0.692 -> 0.816 (+relu, which had 3 rows ahead: 0.738);
+#     rms_norm 0.844, residual_add_layer_norm 0.927; 32 warps within 0.005 of 16.
+# ptxas gives the 16-warp walk 78-102 registers a thread, so one program fits an SM
 # and one program per SM is the whole grid: more programs queue in waves.
+# TWO_ROWS (2 barriers per 2 rows, two rows in flight; 117-128 registers at 16 warps,
+# 64 at 32) is correct (CPU tests of the GPU plan) but not timed on a GPU yet (this
+# session's device time ran out): off until `bench/bwd_profile.py --sweep --sweep-parts
+# norm` shows it ahead.
 BWD_PROGRAMS_PER_SM = 1
 BWD_MAX_WARPS = 16
-BWD_PREFETCH = 1
-BWD_PREFETCH_RELU = 3
+BWD_PREFETCH = True
+BWD_PAIR_SUM = True
+BWD_TWO_ROWS = False
 
 
-def _bwd_prefetch(x, relu=False) -> int:
-    """Rows a backward program loads ahead: BWD_PREFETCH(_RELU) on a GPU, none on the
-    CPU (where the rows ahead would only cost registers). Tests patch it to run the
-    GPU plan on the CPU."""
-    if not H.on_gpu(x):
-        return 0
-    return BWD_PREFETCH_RELU if relu else BWD_PREFETCH
+def _bwd_prefetch(x) -> bool:
+    """Whether a backward program loads its next step ahead: BWD_PREFETCH on a GPU, not
+    on the CPU (where the rows ahead would only cost registers). Tests patch it to run
+    the GPU plan on the CPU."""
+    return BWD_PREFETCH and H.on_gpu(x)
+
+
+def _bwd_pair_sum(x) -> bool:
+    """Layer norm's two row sums as one pair reduction: the GPU's plan (one crossing of
+    the warps a row); the CPU keeps two sums. Tests patch it."""
+    return BWD_PAIR_SUM and H.on_gpu(x)
+
+
+def _bwd_two_rows(x) -> bool:
+    """Two rows a step (BWD_TWO_ROWS) on a GPU; one on the CPU. Tests patch it."""
+    return BWD_TWO_ROWS and H.on_gpu(x)
 
 
 def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
@@ -287,7 +361,8 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     plan.grad_dtype = H.dtype_name(xin)
     block = H.block_for(n)
     plan.kw = None if not (plan.rows and n) else dict(
-        IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin, relu),
+        IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin),
+        PAIR_SUM=_bwd_pair_sum(xin), TWO_ROWS=_bwd_two_rows(xin),
         ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, BWD_MAX_WARPS))
     return plan
 

@@ -48,9 +48,24 @@ def _rms_rope_fwd_kernel(X, W, COS, SIN, Y, RSTD, stride_x, n_rows, n_heads, seq
 
 
 @tessera.kernel
+def _rms_rope_bwd_group_loads(X, DY, RSTD, g, n_rows, stride_x, stride_dy, half, c, cm, ROWS: tl.constexpr):
+    """Row group g's x and dy halves (as stored) and rstd; nothing read past n_rows."""
+    r = g.to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    m = (r[:, None] < n_rows) & cm[None, :]
+    xp = X + r[:, None] * stride_x + c[None, :]
+    dyp = DY + r[:, None] * stride_dy + c[None, :]
+    return (tl.load(xp, mask=m, other=0.0), tl.load(xp + half, mask=m, other=0.0),
+            tl.load(dyp, mask=m, other=0.0), tl.load(dyp + half, mask=m, other=0.0),
+            tl.load(RSTD + r, mask=r < n_rows, other=0.0))
+
+
+@tessera.kernel
 def _rms_rope_bwd_kernel(X, W, COS, SIN, RSTD, DY, DX, DWp, stride_x, stride_dy, n_rows, n_heads, seq_len, half,
-                         n_progs, HAS_W: tl.constexpr, ACC: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    # Program p: row groups p, p + n_progs, ... of ROWS head vectors each.
+                         n_progs, HAS_W: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr, ROWS: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    # Program p: row groups p, p + n_progs, ... of ROWS head vectors each. PREFETCH (the
+    # GPU plan) issues the next group's loads of x, dy and rstd before this group's
+    # arithmetic and stores, so they wait out one memory latency under this group's work.
     pid = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     cm = c < half
@@ -62,26 +77,37 @@ def _rms_rope_bwd_kernel(X, W, COS, SIN, RSTD, DY, DX, DWp, stride_x, stride_dy,
         w2 = w1
     dw1 = tl.zeros([ROWS, BLOCK], ACC)
     dw2 = tl.zeros([ROWS, BLOCK], ACC)
-    for g in range(pid, tl.cdiv(n_rows, ROWS), n_progs):
+    n_groups = tl.cdiv(n_rows, ROWS)
+    if PREFETCH:
+        nx1, nx2, ndy1, ndy2, nrstd = _rms_rope_bwd_group_loads(X, DY, RSTD, pid, n_rows, stride_x, stride_dy, half,
+                                                                c, cm, ROWS)
+    for g in range(pid, n_groups, n_progs):
+        if PREFETCH:
+            x1r, x2r, dy1r, dy2r, rstd_row = nx1, nx2, ndy1, ndy2, nrstd
+            # Past the last group the row index is >= n_rows: the loads are masked off.
+            nx1, nx2, ndy1, ndy2, nrstd = _rms_rope_bwd_group_loads(X, DY, RSTD, g + n_progs, n_rows, stride_x,
+                                                                    stride_dy, half, c, cm, ROWS)
+        else:
+            x1r, x2r, dy1r, dy2r, rstd_row = _rms_rope_bwd_group_loads(X, DY, RSTD, g, n_rows, stride_x, stride_dy,
+                                                                       half, c, cm, ROWS)
         r = g.to(tl.int64) * ROWS + tl.arange(0, ROWS)
         pos = ((g * ROWS + tl.arange(0, ROWS)) // n_heads) % seq_len  # 32-bit, as the forward
         m = (r[:, None] < n_rows) & cm[None, :]
-        xp = X + r[:, None] * stride_x + c[None, :]
-        x1 = tl.load(xp, mask=m, other=0.0).to(ACC)
-        x2 = tl.load(xp + half, mask=m, other=0.0).to(ACC)
-        rstd = tl.load(RSTD + r, mask=r < n_rows, other=0.0)[:, None]
+        x1 = x1r.to(ACC)
+        x2 = x2r.to(ACC)
+        rstd = rstd_row[:, None]
         cs = tl.load(COS + pos[:, None] * half + c[None, :], mask=m, other=0.0).to(ACC)
         sn = tl.load(SIN + pos[:, None] * half + c[None, :], mask=m, other=0.0).to(ACC)
-        dyp = DY + r[:, None] * stride_dy + c[None, :]
-        dy1 = tl.load(dyp, mask=m, other=0.0).to(ACC)
-        dy2 = tl.load(dyp + half, mask=m, other=0.0).to(ACC)
+        dy1 = dy1r.to(ACC)
+        dy2 = dy2r.to(ACC)
         dn1 = dy1 * cs + dy2 * sn
         dn2 = dy2 * cs - dy1 * sn
         xh1 = x1 * rstd
         xh2 = x2 * rstd
         g1 = dn1 * w1
         g2 = dn2 * w2
-        c1 = ((tl.sum(g1 * xh1, axis=1) + tl.sum(g2 * xh2, axis=1)) / (2 * half))[:, None]
+        # One row sum over both halves (one reduction where two were).
+        c1 = (tl.sum(g1 * xh1 + g2 * xh2, axis=1) / (2 * half))[:, None]
         dxp = DX + r[:, None] * (2 * half) + c[None, :]
         tl.store(dxp, (g1 - xh1 * c1) * rstd, mask=m)
         tl.store(dxp + half, (g2 - xh2 * c1) * rstd, mask=m)
@@ -124,6 +150,16 @@ _PLANS = H.Plans()
 # 0.792 (8 warps 0.780, 16 warps 0.56; bench/results/bwd_sweep_h100_tkbwd_run1.log).
 BWD_PROGRAMS_PER_SM = 2
 BWD_NUM_WARPS = 4
+# Loading the next row group ahead: 0.830 -> 0.818 of copy on the H100 (2 programs of 4
+# warps per SM; 8 warps 0.801; bench/results/bwd_sweep_normbwd_run1.log): off. 228
+# registers a thread with it, 168 without (ptxas), so it only trades registers.
+BWD_PREFETCH = False
+
+
+def _bwd_prefetch(x) -> bool:
+    """The backward walk loads its next row group during this one on a GPU
+    (BWD_PREFETCH); the CPU's does not. Tests patch it."""
+    return BWD_PREFETCH and H.on_gpu(x)
 
 
 def _plan(x, weight, cos, sin, backward_dy=None):
@@ -183,7 +219,8 @@ def rms_norm_rope_backward(x, weight, cos, sin, rstd, dy):
     if rows and d:
         w, c, s = _tables(plan, weight, cos, sin, xv)
         _rms_rope_bwd_kernel[(progs,)](xv, w, c, s, rstd, dyv, dx, dwp, sx, sdy, rows, heads, seq, half, progs,
-                                       HAS_W=weight is not None, ACC=H.acc_dtype(x), ROWS=per, BLOCK=block,
+                                       HAS_W=weight is not None, PREFETCH=_bwd_prefetch(x), ACC=H.acc_dtype(x),
+                                       ROWS=per, BLOCK=block,
                                        **({"num_warps": BWD_NUM_WARPS} if H.on_gpu(x) else {}))
     dw = column_sum_run(sum_steps, dwp, H.dtype_name(weight)) if weight is not None else None
     return dx, dw

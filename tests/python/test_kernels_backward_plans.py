@@ -12,11 +12,18 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 
-@pytest.fixture(params=[1, 2, 3], ids=["prefetch1", "prefetch2", "prefetch3"])
+@pytest.fixture(params=[(True, True, True), (True, True, False), (True, False, True), (True, False, False),
+                        (False, True, True)],
+                ids=["two-rows", "one-row", "two-rows-two-sums", "one-row-two-sums", "two-rows-no-prefetch"])
 def gpu_norm_plan(monkeypatch, request):
-    """The norm backward's prefetching walk on the CPU, with few programs so each walks
-    several rows and the last step of some programs has no next row."""
-    monkeypatch.setattr(N, "_bwd_prefetch", lambda x, relu=False: request.param)
+    """The norm backward's GPU walk on the CPU: loading the next step ahead, layer
+    norm's two row sums as one pair reduction (or two), two rows a step (or one); few
+    programs, so each walks several steps, and some programs' last step has no next
+    step (or, two rows a step, no second row)."""
+    prefetch, pair_sum, two_rows = request.param
+    monkeypatch.setattr(N, "_bwd_prefetch", lambda x: prefetch)
+    monkeypatch.setattr(N, "_bwd_pair_sum", lambda x: pair_sum)
+    monkeypatch.setattr(N, "_bwd_two_rows", lambda x: two_rows)
     monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n_rows, per_sm=4: max(1, min(n_rows, 3)))
     N._BWD_PLANS.clear()
     yield
@@ -86,6 +93,69 @@ def test_gpu_partials_programs_are_whole_waves(monkeypatch):
     assert H.num_programs_for_partials(FakeCuda(), 100) == 100
 
 
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+@pytest.mark.parametrize("form", ["erf", "tanh", "dropout"])
+@pytest.mark.parametrize("rows", [1, 9, 12])
+def test_bias_gelu_backward_row_groups(monkeypatch, prefetch, form, rows):
+    # The bias-gradient backward's plans on the CPU: groups of 4 rows (a ragged last
+    # group with 9 rows), with the GPU plan's next-row loads (PREFETCH) or without.
+    from tessera.kernels import activation as A
+    monkeypatch.setattr(A, "_bias_bwd_prefetch", lambda a: prefetch)
+    monkeypatch.setattr(A, "BIAS_BWD_ROWS", 4)
+    A._BWD_PLANS.clear()
+    try:
+        g = torch.Generator().manual_seed(rows)
+        x = torch.randn(rows, 37, generator=g, dtype=torch.float64)
+        bias = torch.randn(37, generator=g, dtype=torch.float64)
+        dy = torch.randn(rows, 37, generator=g, dtype=torch.float64)
+        xr, br = x.clone().requires_grad_(True), bias.clone().requires_grad_(True)
+        if form == "dropout":
+            p = 0.25
+            got = torch.autograd.grad(tk.gelu_dropout(xr, p, 11, bias=br), (xr, br), dy)
+            keep = tk.gelu_dropout(torch.ones_like(x), p, 11, bias=torch.full_like(bias, 10.0)) != 0
+            want = torch.autograd.grad(F.gelu(xr + br) * keep / (1 - p), (xr, br), dy)
+        else:
+            approx = "tanh" if form == "tanh" else "none"
+            got = torch.autograd.grad(tk.bias_gelu(xr, br, approximate=approx), (xr, br), dy)
+            want = torch.autograd.grad(F.gelu(xr + br, approximate=approx), (xr, br), dy)
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9)
+    finally:
+        A._BWD_PLANS.clear()
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+@pytest.mark.parametrize("seq", [1, 40, 77])
+def test_rms_norm_rope_backward_walk(monkeypatch, prefetch, seq):
+    # The rope backward's walk on the CPU with 3 programs: several row groups each, a
+    # ragged last group (3 heads: 120 or 231 rows in 32-row groups), loading the next group ahead (PREFETCH,
+    # the GPU plan) or not.
+    from tessera.kernels import rope as RP
+    monkeypatch.setattr(RP, "_bwd_prefetch", lambda x: prefetch)
+    monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n_rows, per_sm=4: max(1, min(n_rows, 3)))
+    RP._PLANS.clear()
+    try:
+        g = torch.Generator().manual_seed(seq)
+        x = torch.randn(seq, 3, 64, generator=g, dtype=torch.float64)
+        w = torch.randn(64, generator=g, dtype=torch.float64)
+        ang = torch.randn(seq, 32, generator=g, dtype=torch.float64)
+        cos, sin = ang.cos(), ang.sin()
+        dy = torch.randn(seq, 3, 64, generator=g, dtype=torch.float64)
+
+        def ref(a, wt):
+            n = a * torch.rsqrt((a * a).mean(-1, keepdim=True) + 1e-6) * wt
+            n1, n2 = n[..., :32], n[..., 32:]
+            c, s = cos[:, None, :], sin[:, None, :]
+            return torch.cat([n1 * c - n2 * s, n2 * c + n1 * s], -1)
+        xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        want = torch.autograd.grad(ref(xr, wr), (xr, wr), dy)
+        got = torch.autograd.grad(tk.rms_norm_rope(xr, wr, cos, sin), (xr, wr), dy)
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a, e, rtol=1e-9, atol=1e-9)
+    finally:
+        RP._PLANS.clear()
+
+
 @pytest.mark.parametrize("op", ["reduce_sum_squared", "reduce_mean_abs"])
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "long_rows"])
 def test_last_dim_reduction_backward_row_kernel(op, layout):
@@ -122,6 +192,24 @@ def test_gpu_backward_plans_on_tall_shapes(shape, dtype):
     for name in ("layer_norm", "layer_norm_relu", "rms_norm", "residual_add_layer_norm", "residual_add_rms_norm",
                  "bias_gelu", "bias_gelu_tanh", "reduce_sum_squared_last", "reduce_mean_abs_last", "cross_entropy"):
         check_case(next(c for c in ALL_CASES if c.name == name), shape, dtype, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1000, 1000), (301, 4096)], ids=["1000x1000", "301x4096"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["float32", "float16"])
+def test_gpu_norm_backward_two_rows_a_step(monkeypatch, shape, dtype):
+    # The walk's two-rows-a-step alternative (off by default until timed) on the GPU: an
+    # odd number of rows per program leaves some last steps without a second row.
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from test_kernels_ops import ALL_CASES, check_case
+    monkeypatch.setattr(N, "BWD_TWO_ROWS", True)
+    N._BWD_PLANS.clear()
+    try:
+        for name in ("layer_norm", "layer_norm_relu", "rms_norm", "residual_add_layer_norm", "residual_add_rms_norm"):
+            check_case(next(c for c in ALL_CASES if c.name == name), shape, dtype, device="cuda")
+    finally:
+        N._BWD_PLANS.clear()
 
 
 @pytest.mark.gpu
