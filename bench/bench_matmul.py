@@ -29,7 +29,7 @@ import tessera  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
-    ap.add_argument("--sizes", default="1024,2048,4096,8192")
+    ap.add_argument("--sizes", default="1024,2048,4096,8192", help="N for N^3; --sweep also takes MxNxK")
     ap.add_argument("--name", default="gpu_matmul", help="results file stem under --out")
     ap.add_argument("--extra", action="store_true", help="also 256x128 tiles on 16 warps and GROUP_M 16")
     ap.add_argument("--dtypes", default="fp16,bf16")
@@ -37,8 +37,10 @@ def main():
     ap.add_argument("--configs", default=",".join(SWEEP_CONFIGS),
                     help="--sweep: BMxBNxBK/warps/stages/G<GROUP_M>[/P<programs per SM>],...")
     ap.add_argument("--reps", type=int, default=3, help="--sweep: repetitions of the finalists after screening")
-    ap.add_argument("--finalists", type=int, default=2, help="--sweep: configs per JIT repeated (plus the first)")
+    ap.add_argument("--finalists", type=int, default=2, help="--sweep: each JIT's best screened configs repeated (with the first config)")
     ap.add_argument("--rep-ms", type=int, default=100, help="--sweep: do_bench's rep (ms of timed runs)")
+    ap.add_argument("--telemetry", action="store_true", help="--sweep: cuBLAS and each JIT's pick run back to "
+                    "back for ~0.5 s while nvidia-smi samples the SM clock and board power")
     args = ap.parse_args()
     if args.sweep:
         return sweep(args)
@@ -155,17 +157,26 @@ def parse_sweep_config(text):
     return cfg
 
 
-def sweep_launcher(mod, cfg, A, B, C, size):
+def parse_shape(text):
+    """'4096' -> (4096, 4096, 4096); '4096x4096x16384' -> (M, N, K)."""
+    dims = [int(v) for v in text.split("x")]
+    if len(dims) not in (1, 3):
+        raise ValueError(f"bad matmul shape {text!r}: expected N or MxNxK")
+    return tuple(dims * 3) if len(dims) == 1 else tuple(dims)
+
+
+def sweep_launcher(mod, cfg, A, B, C):
     """A no-argument launch of one configuration (matmul_kernel, or persistent_matmul_kernel on
     per_sm programs per SM) of gpu_kernels `mod` (Tessera's or the Triton copy)."""
-    tiles = tessera.cdiv(size, cfg["BM"]) * tessera.cdiv(size, cfg["BN"])
+    (M, K), N = A.shape, B.shape[1]
+    tiles = tessera.cdiv(M, cfg["BM"]) * tessera.cdiv(N, cfg["BN"])
     meta = dict(BM=cfg["BM"], BN=cfg["BN"], BK=cfg["BK"], GROUP_M=cfg["group_m"], num_warps=cfg["warps"],
                 num_stages=cfg["stages"])
     kernel, grid = mod.matmul_kernel, (tiles,)
     if cfg["per_sm"]:
         kernel = mod.persistent_matmul_kernel
         grid = (min(tiles, cfg["per_sm"] * torch.cuda.get_device_properties(0).multi_processor_count),)
-    return lambda: kernel[grid](A, B, C, size, size, size, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
+    return lambda: kernel[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
                                 C.stride(0), C.stride(1), **meta)
 
 
@@ -173,7 +184,7 @@ def sweep(args):
     """Screens every configuration once per (dtype, size) for Tessera and Triton, then measures
     the first configuration (the benchmark's current one), each JIT's --finalists best and
     cuBLAS --reps more times, round-robin, so that a slow spell of the card hits all alike."""
-    from bench_matmul_tf32 import kernel_names
+    from bench_matmul_tf32 import kernel_names, sustained
     TR = bench_gpu.load_triton_kernels()
     dev = torch.cuda.get_device_name()
     configs = args.configs.split(",")
@@ -190,44 +201,53 @@ def sweep(args):
     summary_lines = ["| dtype | size | who | config | runs | best | median | median / cuBLAS median |",
                      "|---|---|---|---|---|---|---|---|"]
     picks, names, records = [], [], []
+    telemetry = ["| dtype | size | who | config | TFLOP/s | SM MHz | board W | of the 16-bit peak at that clock | samples |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def write():
         text = [f"# fp16/bf16 matmul configuration sweep — {dev}", "",
-                "TFLOP/s (2 M N K / time, M = N = K), triton.testing.do_bench "
+                "TFLOP/s (2 M N K / time; N^3 or M x N x K), triton.testing.do_bench "
                 f"(warmup 25 ms, rep {args.rep_ms} ms); Tessera and Triton run bench/gpu_kernels.py's matmul_kernel "
                 "(persistent_matmul_kernel for /P<programs per SM>); config BMxBNxBK/warps/stages/G<GROUP_M>. "
                 "Every configuration's first result is checked against a float64 reference (relative error < 1e-2).",
                 "", "## Screening (one measurement each)", ""] + screen_lines + [
                 "", f"## Finalists: screening + {args.reps} round-robin repetitions", ""] + summary_lines + [
-                "", "## Fastest by median", ""] + picks + ["", "## cuBLAS kernels (torch.profiler)", ""] + names
+                "", "## Fastest by median", ""] + picks + ([
+                "", "## Sustained runs (back to back, ~0.5 s; SM clock and board power sampled by nvidia-smi every "
+                "20 ms over the second half; peak = SMs x 4096 FLOP per clock, dense fp16/bf16 on sm_90)", ""] +
+                telemetry if args.telemetry else []) + ["", "## cuBLAS kernels (torch.profiler)", ""] + names
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, name + ".md"), "w") as fh:
             fh.write("\n".join(text) + "\n")
         with open(os.path.join(args.out, name + ".json"), "w") as fh:
-            json.dump({"device": dev, "rep_ms": args.rep_ms, "records": records}, fh, indent=1)
+            json.dump({"device": dev, "rep_ms": args.rep_ms, "records": records, "telemetry": telemetry[2:]}, fh,
+                      indent=1)
 
     for dname in args.dtypes.split(","):
         dt = dtypes[dname]
-        for size in (int(s) for s in args.sizes.split(",")):
-            g = torch.Generator(device="cuda").manual_seed(size)
-            A = torch.randn(size, size, device="cuda", dtype=dt, generator=g)
-            B = torch.randn(size, size, device="cuda", dtype=dt, generator=g)
-            C = torch.empty(size, size, device="cuda", dtype=dt)
+        for shape in args.sizes.split(","):
+            M, N, K = parse_shape(shape)
+            size = shape if "x" in shape else f"{M}^3"
+            g = torch.Generator(device="cuda").manual_seed(M * 7 + N + K)
+            A = torch.randn(M, K, device="cuda", dtype=dt, generator=g)
+            B = torch.randn(K, N, device="cuda", dtype=dt, generator=g)
+            C = torch.empty(M, N, device="cuda", dtype=dt)
             ref = A.double() @ B.double()
-            tflops = lambda ms: 2 * size ** 3 / (ms * 1e-3) / 1e12 if ms else None
+            tflops = lambda ms: 2 * M * N * K / (ms * 1e-3) / 1e12 if ms else None
 
             def check():
                 err = ((C.double() - ref).norm() / ref.norm()).item()
                 assert err < 1e-2, f"relative error {err:.2e}"
 
             cublas = lambda: torch.matmul(A, B, out=C)
-            names.append(f"- {dname} {size}^3: " + ", ".join(f"`{n}`" for n in kernel_names(cublas)))
+            names.append(f"- {dname} {size}: " + ", ".join(f"`{n}`" for n in kernel_names(cublas)))
             runs = {("cuBLAS", "-"): [tflops(bench(cublas))]}
             errors = {}
             for cfg in configs:  # screening, checked
                 for who, mod in jits:
                     C.fill_(float("nan"))
-                    ms, err = bench_gpu.try_bench(sweep_launcher(mod, parsed[cfg], A, B, C, size), check)
+                    ms, err = bench_gpu.try_bench(sweep_launcher(mod, parsed[cfg], A, B, C), check)
                     runs[(who, cfg)] = [tflops(ms)] if ms else []
                     if err:
                         errors[(who, cfg)] = err
@@ -246,7 +266,7 @@ def sweep(args):
             mods = dict(jits)
             for _ in range(args.reps):
                 for who, cfg in finalists:
-                    fn = cublas if who == "cuBLAS" else sweep_launcher(mods[who], parsed[cfg], A, B, C, size)
+                    fn = cublas if who == "cuBLAS" else sweep_launcher(mods[who], parsed[cfg], A, B, C)
                     runs[(who, cfg)].append(tflops(bench(fn)))
             cb_med = med(runs[("cuBLAS", "-")])
             for who, cfg in finalists:
@@ -260,7 +280,16 @@ def sweep(args):
                 if cands:
                     best[who] = max(cands)
             t, tr = best.get("tessera"), best.get("triton")
-            picks.append(f"- {dname} {size}^3: cuBLAS median {f(cb_med)}; tessera {t[1] if t else 'n/a'} "
+            if args.telemetry:  # tells a slower kernel apart from a lower clock (power-capped card)
+                for who, cfg in [("cuBLAS", "-")] + [(w, best[w][1]) for w, _ in jits if w in best]:
+                    fn = cublas if who == "cuBLAS" else sweep_launcher(mods[who], parsed[cfg], A, B, C)
+                    ms, mhz, watts, count = sustained(fn, 2 * M * N * K / (med(runs[(who, cfg)]) * 1e12) * 1e3)
+                    peak = sms * 4096 * mhz * 1e6 / 1e12 if mhz else None
+                    telemetry.append(f"| {dname} | {size} | {who} | {cfg} | {f(tflops(ms))} | "
+                                     f"{f'{mhz:.0f}' if mhz else 'n/a'} | {f'{watts:.0f}' if watts else 'n/a'} | "
+                                     f"{ratio(tflops(ms), peak)} | {count} |")
+                    print(telemetry[-1], flush=True)
+            picks.append(f"- {dname} {size}: cuBLAS median {f(cb_med)}; tessera {t[1] if t else 'n/a'} "
                          f"{f(t[0] if t else None)} ({ratio(t[0] if t else None, cb_med)} of cuBLAS); triton "
                          f"{tr[1] if tr else 'n/a'} {f(tr[0] if tr else None)} "
                          f"(tessera / triton {ratio(t[0] if t else None, tr[0] if tr else None)})")
