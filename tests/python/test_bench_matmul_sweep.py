@@ -1,6 +1,7 @@
 """bench/bench_matmul.py --sweep: its configuration and shape syntax, and every default sweep
 configuration compiled for sm_90a (no GPU needed) to wgmma from a TMA ring exactly where
-BM = 16 x warps (the configurations the sweep keeps to show mma.sync are the others)."""
+BM = 16 x warps (the configurations the sweep keeps to show mma.sync are the others), with
+the hardware's f32 -> bf16 conversion in the epilogue."""
 import os
 import sys
 
@@ -50,3 +51,7 @@ def test_sweep_config_compiles_for_sm90a(text, monkeypatch):
     assert ("cp.async.bulk.tensor" in ptx) == wgmma
     if not wgmma:
         assert "mma.sync" in ptx
+    # The bf16 epilogue rounds with the hardware's cvt (one per element of the thread's share of
+    # the tile), not the ~7-instruction integer rounding it ran before (test_gpu_bf16_convert.py).
+    assert ptx.count("cvt.rn.bf16.f32") == cfg["BM"] * cfg["BN"] // (32 * cfg["warps"])
+    assert "setp.nan" not in ptx
