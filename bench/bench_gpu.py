@@ -284,8 +284,8 @@ def main():
                alternatives=()):
         # nt: B is W^T, W an N x K row-major weight (x @ W^T, nn.Linear's layout):
         # gpu_kernels.matmul_nt_kernel reads W's K-contiguous rows; cuBLAS gets the same view.
-        # alternatives: more (BM, BN, BK, warps, stages) configs; each framework then runs the
-        # fastest of them on the same source (the note says which).
+        # alternatives: more (BM, BN, BK, warps, stages[, split-K[, GROUP_M]]) configs; each
+        # framework then runs the fastest of them on the same source (the note says which).
         if not wanted(label):
             return
         g = torch.Generator(device="cuda").manual_seed(M * 7 + N)
@@ -295,9 +295,9 @@ def main():
         Cm = torch.empty(M, N, device="cuda", dtype=dtype)
 
         def launcher(Kmod, cfg):
-            BM, BN, BK, warps, stages, split = (*cfg, 1)[:6]
+            BM, BN, BK, warps, stages, split, group_m = (*cfg, *(1, 8)[len(cfg) - 5:])  # split-K 1, GROUP_M 8
             grid = (tessera.cdiv(M, BM) * tessera.cdiv(N, BN),)
-            meta = dict(BM=BM, BN=BN, BK=BK, GROUP_M=8, num_warps=warps, num_stages=stages)
+            meta = dict(BM=BM, BN=BN, BK=BK, GROUP_M=group_m, num_warps=warps, num_stages=stages)
             if split > 1:  # gpu_kernels.splitk_matmul_kernel: fp32 partials + per-tile counters (zeroed once)
                 ws = torch.empty(split, M, N, device="cuda", dtype=torch.float32)
                 count = torch.zeros(grid[0], device="cuda", dtype=torch.int32)
@@ -342,7 +342,8 @@ def main():
         tr_ms, tr_err, tr_cfg = fastest(TR) if TR else (None, "", None)
         note = err or (f"triton: {tr_err}" if tr_err else "")
         if alternatives:
-            name = lambda c: f"{c[0]}x{c[1]}x{c[2]} {c[3]}w {c[4]}s" + (f" split-K {c[5]}" if len(c) > 5 else "")
+            name = lambda c: f"{c[0]}x{c[1]}x{c[2]} {c[3]}w {c[4]}s" + (
+                f" split-K {c[5]}" if len(c) > 5 and c[5] > 1 else "") + (f" GROUP_M {c[6]}" if len(c) > 6 else "")
             picked = f"config tessera {name(t_cfg)}" + (f", triton {name(tr_cfg)}" if tr_cfg else "")
             note = f"{note}; {picked}" if note else picked
         mm_rows.append((label, tflops(t_ms) if t_ms else None, tflops(to_ms), tflops(tr_ms) if tr_ms else None, note))
@@ -353,9 +354,16 @@ def main():
         for size in (1024, 2048, 4096, 8192):
             # Below 4096 a 128x256 tile leaves SMs idle (1024^3: 32 tiles on 132 SMs): smaller
             # tiles are tried there, for both JITs.
-            small = ((128, 128, 64, 8, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4)) if size < 4096 else ()
+            # At 8192, GROUP_M 16 is tried too: a wave of 132 tiles then covers a ~2048x2112 block
+            # of C, whose A rows and B columns are 67 MB, against 85 MB for 8 x 16.5 tiles with
+            # GROUP_M 8 (L2: 50 MB; at 4096 both fit: 34 / 42 MB). It was Tessera's faster one in
+            # two H100 sweeps (bf16 medians 686 vs 653, 677 vs 662 TFLOP/s), about even for Triton;
+            # at 4096 no configuration beat the default by more than the card's noise
+            # (bench/results/gpu_matmul_bf16_sweep_h100.md).
+            alts = ((128, 128, 64, 8, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4)) if size < 4096 else \
+                ((128, 256, 64, 8, 4, 1, 16),) if size == 8192 else ()
             mm_row(f"matmul {dname} {size}^3", dtype, size, size, size, 128, 256, 64, 8, 1e-2, stages=4,
-                   alternatives=small)
+                   alternatives=alts)
     for size in (4096, 8192):  # gpu_kernels.persistent_matmul_kernel: same tiles on one program per SM
         mm_row(f"matmul fp16 {size}^3 persistent", torch.float16, size, size, size, 128, 256, 64, 8, 1e-2, stages=4,
                persistent=True)

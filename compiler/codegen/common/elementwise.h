@@ -8,6 +8,10 @@
 
 namespace tessera::codegen {
 
+// Module flag (an i32) holding the SM version of a GPU module (e.g. 90): conversions
+// emit the hardware's instructions where it has them (f32 -> bf16 from sm_80).
+inline constexpr const char* kNvptxSmFlag = "tessera.nvptx_sm";
+
 // LLVM type of one element held in registers (i1 stays i1, bf16 is bfloat).
 llvm::Type* llvm_elem_type(llvm::LLVMContext& ctx, const ir::ElemType& e);
 // LLVM type of one element stored in memory (i1 is stored as i8).

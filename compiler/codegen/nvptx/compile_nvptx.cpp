@@ -1,5 +1,6 @@
 // The NVPTX back end driver: builds the kernel's LLVM module, runs LLVM's O3
 // pipeline with the NVPTX target machine, and prints PTX.
+#include "codegen/common/elementwise.h"
 #include "codegen/common/llvm_errors.h"
 #include "codegen/common/llvm_pipeline.h"
 #include "codegen/nvptx/compile_nvptx.h"
@@ -97,6 +98,7 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   auto m = std::make_unique<llvm::Module>("tessera_" + k.name, ctx);
   m->setTargetTriple(kTriple);
   m->setDataLayout(tm->createDataLayout());
+  m->addModuleFlag(llvm::Module::Error, kNvptxSmFlag, cc);  // elementwise.cpp: hardware conversions
   auto ns = k.attrs.find("num_stages");
   int num_stages = ns != k.attrs.end() && std::holds_alternative<int64_t>(ns->second)
                        ? static_cast<int>(std::get<int64_t>(ns->second))

@@ -1,0 +1,69 @@
+"""f32 -> bf16 on NVIDIA GPUs: from sm_80 the hardware's cvt.rn.bf16.f32 (one instruction, round
+to nearest even), before it the shared integer rounding of compiler/codegen/common/elementwise.cpp
+(~7 instructions per element; it was what every sm_90a bf16 matmul epilogue ran). Without a GPU
+the PTX is checked and assembled; on a GPU every rounding case is compared bit for bit with
+torch's conversion (NaN as NaN)."""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import tessera
+import tessera.language as tl
+
+PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
+                                  else None)
+
+
+@tessera.kernel
+def to_bf16_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m).to(tl.bfloat16), mask=m)
+
+
+@pytest.mark.parametrize("target,arch,hardware", [("cuda:90a", "sm_90a", True), ("cuda:80", "sm_80", True),
+                                                  ("cuda:75", "sm_75", False)])
+def test_f32_to_bf16_uses_the_hardware_conversion_from_sm80(target, arch, hardware, tmp_path):
+    ptx = tessera.compile(to_bf16_kernel, "*fp32,*bf16,i32", {"BLOCK": 1024}, target=target).asm["ptx"]
+    assert ("cvt.rn.bf16.f32" in ptx) == hardware
+    assert ("setp.nan.f32" in ptx) == (not hardware)  # the integer rounding's NaN test
+    if PTXAS is None:
+        pytest.skip("ptxas (CUDA toolkit) not installed")
+    (tmp_path / "k.ptx").write_text(ptx)
+    r = subprocess.run([PTXAS, f"-arch={arch}", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def _cases():
+    """Ties both ways (1 + 2^-8 rounds down to 1, 1 + 3 x 2^-8 up to 1 + 2^-6), values just
+    either side of ties, overflow to inf (and the largest value that does not), denormals,
+    signed zeros, infinities, NaN, and random values across the exponent range."""
+    f = np.float32
+    one_ulp = lambda v, d: np.nextafter(f(v), f(d))
+    special = [1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, one_ulp(1 + 2.0 ** -8, 2), one_ulp(1 + 2.0 ** -8, 0),
+               3.3895314e38, 3.3961776e38, np.finfo(np.float32).max, 1e-40, 1.4e-45, 9.2e-41, 0.0, -0.0,
+               np.inf, -np.inf, np.nan]
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 2 ** 32, 200000, dtype=np.uint64).astype(np.uint32)
+    x = np.concatenate([np.array(special, np.float32), bits.view(np.float32), rng.standard_normal(100000, np.float32)])
+    return np.concatenate([x, -x])
+
+
+@pytest.mark.gpu
+def test_f32_to_bf16_matches_torch_bit_for_bit():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = torch.from_numpy(_cases()).cuda()
+    out = torch.full(x.shape, float("nan"), device="cuda", dtype=torch.bfloat16)
+    to_bf16_kernel[(tessera.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+    ref = x.to(torch.bfloat16)
+    nan = torch.isnan(ref)
+    assert torch.equal(torch.isnan(out), nan)
+    got, want = out[~nan].view(torch.int16), ref[~nan].view(torch.int16)
+    bad = (got != want).nonzero().flatten()
+    assert bad.numel() == 0, f"{bad.numel()} differ, first x = {x[~nan][bad[:5]].tolist()}"
