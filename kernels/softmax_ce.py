@@ -28,6 +28,9 @@ from .activation import _dropout_keep, _keep_from
 
 CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
+# Rows per partial sum of the forward's fused loss reduction: one tile of the last
+# program of a group (8 losses per thread at 4 warps), 16 groups for 16384 rows.
+CE_LOSS_GROUP = 1024
 # Warps of a forward row on a GPU. The kernel issues ~6 instructions per element plus
 # ~100 per thread (two block reductions, the log), so fewer threads per row issue fewer
 # in all; with the short ex2 (see _exp_of_difference) 4 and 8 both run at copy speed on
@@ -110,8 +113,12 @@ def _exp_of_difference(x, m):
 
 
 @tessera.kernel
-def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
-                     SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+def _xent_fwd_kernel(X, T, LOSS, LSE, OUT, SCALE, ARRIVED, stride_x, n_rows, n_cols, ignore_index, smoothing,
+                     SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr, REDUCE: tl.constexpr, MEAN: tl.constexpr,
+                     ACC: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr):
+    # REDUCE: the loss reduced over rows (the mean with MEAN, else the sum) goes to OUT
+    # and its per-row factor to SCALE in this launch (_reduce_losses_when_last); without
+    # it LOSS holds the row losses and OUT, SCALE, ARRIVED are not touched.
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     base = X + row * stride_x
@@ -156,6 +163,57 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
         loss = (1.0 - smoothing) * loss + smoothing * (lse - tl.sum(x_sum, axis=0) / n_cols)
     tl.store(LOSS + row, tl.where(valid, tl.where(in_range, loss, float("nan")), 0.0))
     tl.store(LSE + row, lse)
+    if REDUCE:
+        _reduce_losses_when_last(LOSS, T, OUT, SCALE, ARRIVED, row, n_rows, ignore_index, MEAN, ACC, GROUP)
+
+
+@tessera.kernel
+def _reduce_losses_when_last(LOSS, T, OUT, SCALE, ARRIVED, row, n_rows, ignore_index, MEAN: tl.constexpr,
+                             ACC: tl.constexpr, GROUP: tl.constexpr):
+    """The row losses' sum (over the non-ignored rows' count for MEAN; 0 rows counted:
+    0/0 = nan, as torch) into OUT[0] and the factor each row's loss carries in it (1/count
+    or 1) into SCALE[0], by the programs that finish last, in two levels, so that the
+    reduction costs no launch of its own:
+
+      rows 0..GROUP-1 | GROUP..2*GROUP-1 | ...      LOSS[0:n_rows], written by their programs
+         -> the last of a group to finish sums its GROUP losses and counts its non-ignored
+           targets (fixed tiles: the order does not depend on which program is last) into
+           LOSS[n_rows + g] and LOSS[n_rows + n_groups + g]
+         -> the last group to finish sums those n_groups partials into OUT and SCALE.
+
+    Each level costs the last program one atomic and one GROUP-wide load (one chunk of
+    partials up to GROUP * GROUP rows). ARRIVED holds n_groups + 1 int32 counters: group
+    g's arrivals and the groups done; zero before a launch, and each last arrival sets
+    its counter back to 0, so the next launch (in stream order) needs no memset. The
+    counters' atomics are acq_rel: a program's loss is written (the barrier: by all its
+    threads) before it counts itself, and the last one reads the losses after its count."""
+    n_groups = tl.cdiv(n_rows, GROUP)
+    group = row // GROUP
+    in_group = tl.minimum(n_rows - group * GROUP, GROUP)
+    tl.debug_barrier()
+    if tl.atomic_add(ARRIVED + group, 1, sem="acq_rel") == in_group - 1:
+        rows = group * GROUP + tl.arange(0, GROUP)
+        m = rows < n_rows
+        part = tl.sum(tl.load(LOSS + rows, mask=m, other=0.0), axis=0)
+        counted = tl.sum(tl.where(tl.load(T + rows, mask=m, other=ignore_index) != ignore_index, 1.0, 0.0), axis=0)
+        tl.store(LOSS + n_rows + group, part)
+        tl.store(LOSS + n_rows + n_groups + group, counted)
+        tl.store(ARRIVED + group, 0)
+        tl.debug_barrier()
+        if tl.atomic_add(ARRIVED + n_groups, 1, sem="acq_rel") == n_groups - 1:
+            g = tl.arange(0, GROUP)
+            total = tl.zeros([GROUP], ACC)
+            count = tl.zeros([GROUP], ACC)
+            for start in range(0, n_groups, GROUP):
+                gm = start + g < n_groups
+                total += tl.load(LOSS + n_rows + start + g, mask=gm, other=0.0)
+                count += tl.load(LOSS + n_rows + n_groups + start + g, mask=gm, other=0.0)
+            scale = 1.0
+            if MEAN:
+                scale = 1.0 / tl.sum(count, axis=0)
+            tl.store(OUT, tl.sum(total, axis=0) * scale)
+            tl.store(SCALE, scale)
+            tl.store(ARRIVED + n_groups, 0)
 
 
 @tessera.kernel
@@ -182,28 +240,6 @@ def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols
         else:
             g = tl.where(c == t, g - 1.0, g)
         tl.store(DX + row * n_cols + c, g * d, mask=mask)
-
-
-@tessera.kernel
-def _xent_reduce_kernel(LOSS, T, OUT, SCALE, n_rows, ignore_index, MEAN: tl.constexpr, ACC: tl.constexpr,
-                        BLOCK: tl.constexpr):
-    # One program: OUT[0] = the sum of the row losses (over the non-ignored rows' count
-    # for MEAN; 0 rows: 0/0 = nan, as torch), SCALE[0] = the factor each row's loss
-    # carries in OUT (1/count or 1). One launch instead of four small ones and no copy
-    # of the count to the host.
-    r = tl.arange(0, BLOCK)
-    total = tl.zeros([BLOCK], ACC)
-    count = tl.zeros([BLOCK], ACC)
-    for start in range(0, n_rows, BLOCK):
-        rows = tl.multiple_of(start + r, BLOCK)
-        m = rows < n_rows
-        total += tl.load(LOSS + rows, mask=m, other=0.0)
-        count += tl.where(m & (tl.load(T + rows, mask=m, other=ignore_index) != ignore_index), 1.0, 0.0)
-    scale = 1.0
-    if MEAN:
-        scale = 1.0 / tl.sum(count, axis=0)
-    tl.store(OUT, tl.sum(total, axis=0) * scale)
-    tl.store(SCALE, scale)
 
 
 def _moveaxis(x, src, dst):
@@ -362,27 +398,36 @@ def _ce_block(n):
 
 class _CePlan:
     """cross_entropy's launches for one layout of (logits, target) and options."""
-    __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "fwd_kw", "bwd_kw")
+    __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "reduce", "mean",
+                 "groups", "fwd_kw", "bwd_kw")
 
 
-def _ce_plan(logits, target, smoothing):
+def _ce_plan(logits, target, smoothing, reduction):
     H.check_float("cross_entropy", logits)
     if logits.ndim != 2:
         raise ValueError(f"tessera.kernels.cross_entropy: logits must be (rows, classes), got {tuple(logits.shape)}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
     rows, n = logits.shape
     if tuple(target.shape) != (rows,):
         raise ValueError(f"tessera.kernels.cross_entropy: target has shape {tuple(target.shape)}, expected ({rows},)")
+    if rows and not n:
+        raise ValueError(f"tessera.kernels.cross_entropy: logits have {rows} rows of 0 classes")
     plan = _CePlan()
     xv = H.rows_view(logits, n)
     plan.rows, plan.n, plan.x_direct, plan.t_direct = rows, n, xv is logits, H.contiguous(target) is target
     plan.stride = H.row_stride(xv) if rows and n else 0
     plan.smoothing = H.scalar(logits, smoothing)
+    plan.reduce, plan.mean = reduction != "none", reduction == "mean"
+    plan.groups = -(-rows // CE_LOSS_GROUP)
     plan.fwd_kw = plan.bwd_kw = None
     if rows and n:
         # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
         # longer ones are walked in CE_BLOCK chunks with the online log-sum-exp.
         block = _ce_block(n)
-        plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, ACC=H.acc_dtype(logits), BLOCK=block,
+        plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, REDUCE=plan.reduce, MEAN=plan.mean,
+                           ACC=H.acc_dtype(logits), BLOCK=block, GROUP=CE_LOSS_GROUP,
                            **H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS))
         plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
                            **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
@@ -392,31 +437,47 @@ def _ce_plan(logits, target, smoothing):
 _CE_PLANS = H.Plans()
 
 
-def _ce_plan_for(logits, target, smoothing):
-    key = (H.layout(logits), H.layout(target), smoothing)
+def _ce_plan_for(logits, target, smoothing, reduction="none"):
+    key = (H.layout(logits), H.layout(target), smoothing, reduction)
     plan = _CE_PLANS.get(key)
     if plan is None:
-        plan = _CE_PLANS.remember(key, _ce_plan(logits, target, smoothing))
+        plan = _CE_PLANS.remember(key, _ce_plan(logits, target, smoothing, reduction))
     return plan
 
 
-def cross_entropy_forward(logits, target, ignore_index, smoothing):
-    """Per-row losses and log-sum-exps (accumulation type) of (rows, vocab) logits."""
+def cross_entropy_forward(logits, target, ignore_index, smoothing, reduction="none"):
+    """(out, scale, lse) of (rows, vocab) logits, in one launch: out is the loss reduced
+    over rows ('mean' over the non-ignored rows, 'sum'; 0-d, in the logits' dtype) and
+    scale the 1-element factor each row's loss carries in it (1/count or 1; the
+    backward's), or for 'none' out holds the row losses and scale is None; lse the rows'
+    log-sum-exps. out's rows, scale and lse are in the accumulation type."""
     target = _check_targets(logits, target, ignore_index)  # the values, on the CPU: every call
-    plan = _ce_plan_for(logits, target, smoothing)
+    plan = _ce_plan_for(logits, target, smoothing, reduction)
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
-    loss = H.empty(logits, (plan.rows,), "acc")
     lse = H.empty(logits, (plan.rows,), "acc")
+    if plan.reduce:
+        # The row losses, then the groups' partial sums and counts (_reduce_losses_when_last).
+        loss = H.empty(logits, (plan.rows + 2 * plan.groups,), "acc")
+        out = H.empty(logits, ())
+        scale = H.empty(logits, (1,), "acc")
+        arrived = H.arrival_counters(logits, plan.groups + 1)
+    else:
+        out = loss = H.empty(logits, (plan.rows,), "acc")
+        scale = arrived = None
     if plan.fwd_kw is not None:
-        _xent_fwd_kernel[(plan.rows,)](xv, t, loss, lse, plan.stride, plan.n, int(ignore_index), plan.smoothing,
-                                       **plan.fwd_kw)
-    return loss, lse
+        _xent_fwd_kernel[(plan.rows,)](xv, t, loss, lse, out if plan.reduce else loss, scale if plan.reduce else lse,
+                                       arrived if plan.reduce else t, plan.stride, plan.rows, plan.n,
+                                       int(ignore_index), plan.smoothing, **plan.fwd_kw)
+    elif plan.reduce:  # no rows: the sum is 0, the mean 0/0
+        out[...] = float("nan") if plan.mean else 0.0
+        scale[...] = float("inf") if plan.mean else 1.0
+    return out, scale, lse
 
 
 def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoothing):
     """dlogits for the loss gradient dloss: per row (reduction 'none', scale None) or of
-    the reduced loss (scale: the 1-element factor reduce_loss returned)."""
+    the reduced loss (scale: the 1-element factor cross_entropy_forward returned)."""
     plan = _ce_plan_for(logits, target, smoothing)
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
@@ -429,33 +490,6 @@ def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoo
     return dx
 
 
-_REDUCE_LOSS_PLANS = H.Plans()
-
-
-def reduce_loss(loss_rows, target, ignore_index, reduction, dtype):
-    """(loss, scale): the loss reduced over rows in `dtype` (a dtype name), and the
-    1-element array of the factor each row's loss carries in it (1/count for 'mean');
-    'none' gives the rows themselves and scale None."""
-    if reduction == "none":
-        return loss_rows, None
-    key = (H.layout(loss_rows), H.layout(target), reduction)
-    kw = _REDUCE_LOSS_PLANS.get(key)
-    if kw is None:
-        if reduction not in ("mean", "sum"):
-            raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', "
-                             f"got {reduction!r}")
-        # One program: as wide as it gets (8192 rows per step, 16 warps on a GPU), since a
-        # narrow one walks 16384 rows in a chain of dependent loads (~25 us on an H100).
-        block = min(max(tessera.next_power_of_2(max(loss_rows.shape[0], 1)), 128), 8192)
-        kw = _REDUCE_LOSS_PLANS.remember(key, dict(MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=block,
-                                                   **({"num_warps": 16} if H.on_gpu(loss_rows) else {})))
-    out = H.empty(loss_rows, (), dtype)  # 0-d, as torch's reduced loss
-    scale = H.empty(loss_rows, (1,))
-    _xent_reduce_kernel[(1,)](loss_rows, H.contiguous(target), out, scale, loss_rows.shape[0], int(ignore_index),
-                              **kw)
-    return out, scale
-
-
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """Cross-entropy of (rows, classes) logits against integer targets, as
     torch.nn.functional.cross_entropy: log-softmax and NLL fused, walking the classes in
@@ -466,8 +500,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     if AG.wants_grad(logits):
         out = AG.CrossEntropy.apply(logits, target, int(ignore_index), reduction, smoothing)
     else:
-        loss_rows, _ = cross_entropy_forward(logits, target, ignore_index, smoothing)
-        out, _ = reduce_loss(loss_rows, target, ignore_index, reduction, H.dtype_name(logits))
+        out, _, _ = cross_entropy_forward(logits, target, ignore_index, smoothing, reduction)
     if H.is_torch(out):
         return out.to(logits.dtype) if out.dtype != logits.dtype else out
     if H.is_cupy(out):
