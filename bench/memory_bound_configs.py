@@ -42,23 +42,27 @@ def candidates(rows, cols, dev="cuda"):
     mat = x.numel() * 2
     out = {}
 
-    # cross_entropy forward: the row kernel alone (reduction 'none'), then with the loss
-    # reduction fused (the last programs sum the losses; rows per group's partial).
-    loss = torch.empty(rows + 2 * rows, device=dev)
+    # cross_entropy forward: the row kernel alone (reduction 'none': a program per row),
+    # then with the loss reduction fused (the mean), programs walking runs of rows, as
+    # many per SM as given, the last to finish summing their partials.
+    loss = torch.empty(rows, device=dev)
     lse = torch.empty(rows, device=dev)
     red_out, red_scale = torch.empty((), device=dev, dtype=f16), torch.empty(1, device=dev)
-    arrived = torch.zeros(rows + 1, device=dev, dtype=torch.int32)
+    arrived = torch.zeros(1, device=dev, dtype=torch.int32)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 2
 
-    def xent(w, reduce, group=S.CE_LOSS_GROUP):
-        S._xent_fwd_kernel[(rows,)](x, tgt, loss, lse, red_out, red_scale, arrived, cols, rows, cols, -100, 0.0,
-                                    SMOOTH=False, ONE_CHUNK=True, REDUCE=reduce, MEAN=True, ACC=tl.float32,
-                                    BLOCK=cols, GROUP=group, num_warps=w)
+    def xent(w, per_sm):
+        reduce = per_sm is not None
+        rpp = tessera.cdiv(rows, min(rows, per_sm * sms)) if reduce else 1
+        progs = tessera.cdiv(rows, rpp)
+        part = torch.empty(2 * progs, device=dev)
+        return lambda: S._xent_fwd_kernel[(progs,)](
+            x, tgt, loss, lse, part, red_out, red_scale, arrived, cols, rows, rpp, cols, -100, 0.0, SMOOTH=False,
+            ONE_CHUNK=True, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=cols, GROUP=256 * w, num_warps=w)
     for w in (2, 4, 8):
-        out[f"cross_entropy fwd kernel, num_warps={w}"] = (lambda w=w: xent(w, False), mat)
-    for w in (4, 8):
-        for group in (256, 1024, 4096):
-            out[f"cross_entropy fwd kernel + fused mean, num_warps={w}, GROUP={group}"] = (
-                lambda w=w, group=group: xent(w, True, group), mat)
+        out[f"cross_entropy fwd kernel, num_warps={w}"] = (xent(w, None), mat)
+    for per_sm in (4, 6, 8):
+        out[f"cross_entropy fwd kernel + fused mean, num_warps=4, {per_sm} programs per SM"] = (xent(4, per_sm), mat)
     out["tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), mat)
 
     # gelu_dropout forward: column block and warps.
