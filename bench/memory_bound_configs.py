@@ -42,21 +42,27 @@ def candidates(rows, cols, dev="cuda"):
     mat = x.numel() * 2
     out = {}
 
-    # cross_entropy forward: the row kernel alone, then the whole op (+ the loss reduction).
+    # cross_entropy forward: the row kernel alone (reduction 'none': a program per row),
+    # then with the loss reduction fused (the mean), programs walking runs of rows, as
+    # many per SM as given, the last to finish summing their partials.
     loss = torch.empty(rows, device=dev)
     lse = torch.empty(rows, device=dev)
+    red_out, red_scale = torch.empty((), device=dev, dtype=f16), torch.empty(1, device=dev)
+    arrived = torch.zeros(1, device=dev, dtype=torch.int32)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 2
+
+    def xent(w, per_sm):
+        reduce = per_sm is not None
+        rpp = tessera.cdiv(rows, min(rows, per_sm * sms)) if reduce else 1
+        progs = tessera.cdiv(rows, rpp)
+        part = torch.empty(2 * progs, device=dev)
+        return lambda: S._xent_fwd_kernel[(progs,)](
+            x, tgt, loss, lse, part, red_out, red_scale, arrived, cols, rows, rpp, cols, -100, 0.0, SMOOTH=False,
+            ONE_CHUNK=True, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=cols, GROUP=256 * w, num_warps=w)
     for w in (2, 4, 8):
-        out[f"cross_entropy fwd kernel, num_warps={w}"] = (
-            lambda w=w: S._xent_fwd_kernel[(rows,)](x, tgt, loss, lse, cols, cols, -100, 0.0, SMOOTH=False,
-                                                     ONE_CHUNK=True, ACC=tl.float32, BLOCK=cols, num_warps=w), mat)
-    out["cross_entropy loss reduction (mean) alone, library"] = (
-        lambda: S.reduce_loss(loss, tgt, -100, "mean", "float16"), rows * (4 + 8))
-    red_out, red_scale = torch.empty(1, device=dev), torch.empty(1, device=dev)
-    for block, w in ((16384, 32), (8192, 16), (4096, 16), (2048, 8)):
-        out[f"cross_entropy loss reduction kernel, BLOCK={block}, num_warps={w}"] = (
-            lambda block=block, w=w: S._xent_reduce_kernel[(1,)](loss, tgt, red_out, red_scale, rows, -100, MEAN=True,
-                                                               ACC=tl.float32, BLOCK=block, num_warps=w),
-            rows * (4 + 8))
+        out[f"cross_entropy fwd kernel, num_warps={w}"] = (xent(w, None), mat)
+    for per_sm in (4, 6, 8):
+        out[f"cross_entropy fwd kernel + fused mean, num_warps=4, {per_sm} programs per SM"] = (xent(4, per_sm), mat)
     out["tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), mat)
 
     # gelu_dropout forward: column block and warps.
@@ -99,8 +105,10 @@ def candidates(rows, cols, dev="cuda"):
                 out[f"ew fwd {name}, BLOCK={block}, num_warps={w}"] = (fn, (3 if same else 2) * mat)
 
     # reduce_mean_abs(dim=0): the sliced column kernel (BLOCK_R x BLOCK_I tiles, ~`programs`
-    # programs) plus the sum of the slices, as reduce.py's _reduce launches them.
+    # programs), the last slice of each column block summing the slices' partials, as
+    # reduce.py's _reduce launches it.
     ycol = torch.empty(cols, device=dev, dtype=f16)
+    col_counters = torch.zeros(cols, device=dev, dtype=torch.int32)
 
     def mean_abs_dim0(block_r, block_i, w, programs, unroll):
         # block_r rows per step: `unroll` tiles of block_r / unroll rows.
@@ -111,16 +119,14 @@ def candidates(rows, cols, dev="cuda"):
         part = torch.empty(split, cols, device=dev)
 
         def run():
-            RD._reduce_dim_kernel[(1, cols_progs, split)](x, part, rows, cols, 0, cols, 1, 1.0, rps, OP=RD.OP_MEAN_ABS,
-                                                         MEAN=False, ACC=tl.float32, BLOCK_R=block_r // unroll,
-                                                         BLOCK_I=block_i, UNROLL=unroll, num_warps=w)
-            RD._reduce(part, ycol, 1, split, cols, 0, cols, 1, RD.OP_SUM, rows)
+            RD._reduce_dim_kernel[(1, cols_progs, split)](
+                x, ycol, part, col_counters, rows, cols, 0, cols, 1, 1.0 / rows, rps, OP=RD.OP_MEAN_ABS, MEAN=True,
+                ACC=tl.float32, BLOCK_R=block_r // unroll, BLOCK_I=block_i, UNROLL=unroll, SPLIT_FINISH=split > 1,
+                BLOCK_S=min(tessera.next_power_of_2(split), 4096 // block_i), num_warps=w)
         return run
     for block_r, block_i, w, programs, unroll in (
-            (64, 64, 4, 1024, 1), (64, 64, 4, 1024, 4), (64, 64, 4, 2048, 4), (64, 64, 4, 512, 4),
-            (128, 64, 4, 1024, 4), (128, 64, 8, 1024, 4), (64, 64, 2, 1024, 4), (32, 128, 4, 1024, 4),
-            (64, 128, 4, 1024, 4), (16, 256, 4, 1024, 4), (64, 64, 8, 1024, 1), (64, 64, 2, 512, 4),
-            (64, 64, 2, 2048, 4), (128, 64, 2, 1024, 4), (64, 64, 1, 1024, 4), (32, 64, 2, 1024, 4)):
+            (64, 64, 2, 1024, 4), (64, 64, 2, 2048, 4), (128, 64, 2, 1024, 4), (32, 64, 2, 1024, 4),
+            (64, 64, 4, 512, 4), (64, 64, 2, 512, 4)):
         out[f"reduce_mean_abs(dim=0), {block_r}x{block_i} rows x cols per step as {unroll} loads, "
             f"num_warps={w}, ~{programs} programs"] = (mean_abs_dim0(block_r, block_i, w, programs, unroll), mat)
     out["tk.reduce_mean_abs(dim=0) (library default)"] = (lambda: tk.reduce_mean_abs(x, 0), mat)
@@ -154,12 +160,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=RESULTS_DIR)
     ap.add_argument("--tag", default="")
-    ap.add_argument("--only", default="", help="only the candidates whose name starts with this")
+    ap.add_argument("--only", default="", help="only the candidates whose name starts with one of these "
+                                                 "(comma-separated)")
     ap.add_argument("--smoke", action="store_true", help="run every candidate once on the CPU at 256x4096 (no timing)")
     args = ap.parse_args()
+    only = tuple(args.only.split(","))
     if args.smoke:
         for name, (fn, _) in candidates(256, 4096, "cpu").items():
-            if not name.startswith(args.only):
+            if not name.startswith(only):
                 continue
             fn()
             print("ran", name)
@@ -168,7 +176,7 @@ def main():
     rows_out, records = [], []
     with torch.no_grad():
         for name, (fn, nbytes) in candidates(16384, 4096).items():
-            if not name.startswith(args.only):
+            if not name.startswith(only):
                 continue
             src = torch.empty(max(nbytes // 8, 1), dtype=torch.float32, device="cuda")
             dst = torch.empty_like(src)

@@ -4,6 +4,7 @@ allocation next to the input, and checks that fail with a message naming the op.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -301,3 +302,26 @@ def autograd():
         from . import autograd as module
         _AUTOGRAD = module
     return _AUTOGRAD
+
+
+# Arrival counters of kernels whose last program to finish a group of programs combines
+# the group's partial results (int32, zero between launches: each last arrival resets
+# its counter). One array per place launches are ordered in: a GPU stream (torch's
+# current one, which Tessera launches on) or a CPU thread (a CPU launch returns when it
+# is done); two launches in flight on one array would miscount. An array only grows (a
+# new one is zeroed once).
+_ARRIVAL_COUNTERS = {}
+_RAW_STREAM = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+
+
+def arrival_counters(like, count: int):
+    """At least `count` zeroed int32 counters on like's device, for this stream or thread."""
+    if on_gpu(like):
+        index = like.get_device() if is_torch(like) else like.device.id
+        place = ("gpu", index, _RAW_STREAM(index) if _RAW_STREAM is not None else 0, type(like))
+    else:
+        place = ("cpu", threading.get_ident(), type(like))
+    counters = _ARRIVAL_COUNTERS.get(place)
+    if counters is None or counters.shape[0] < count:
+        counters = _ARRIVAL_COUNTERS[place] = zeros(like, (max(count, 1024),), "int32")
+    return counters

@@ -77,8 +77,7 @@ if torch is not None:
     class CrossEntropy(torch.autograd.Function):
         @staticmethod
         def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
-            loss_rows, lse = S.cross_entropy_forward(logits, target, ignore_index, label_smoothing)
-            out, scale = S.reduce_loss(loss_rows, target, ignore_index, reduction, H.dtype_name(logits))
+            out, scale, lse = S.cross_entropy_forward(logits, target, ignore_index, label_smoothing, reduction)
             ctx.save_for_backward(logits, target, lse)
             ctx.args = (ignore_index, reduction, label_smoothing, scale)
             return out

@@ -14,7 +14,11 @@ target's logit. Per lane, for a chunk x with running max m and sum s:
     m' = max(m, x);   s = s * exp(m - m') + exp(x - m')      (lanes still at -inf stay 0)
     at the end:  M = max over lanes of m,  lse = M + log(sum(s * exp(m - M)))
 
-The backward kernel walks the chunks again: dlogits = (exp(x - lse) - onehot) * dloss.
+The loss reduction ('mean' over the non-ignored rows, 'sum') is in the same launch:
+each program walks a run of rows, adds their losses into one partial, and the last
+program to finish (an atomic counter) adds the partials in index order, so the result
+does not depend on timing. The backward kernel walks the chunks again: dlogits =
+(exp(x - lse) - onehot) * dloss.
 """
 from __future__ import annotations
 
@@ -28,6 +32,14 @@ from .activation import _dropout_keep, _keep_from
 
 CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
+# The forward with a reduced loss ('mean', 'sum') runs this many warps per SM as
+# programs that each walk a run of rows (32 warps: 8 programs of 4 warps, which
+# their <= 64 registers per thread keep resident at once on an H100), so the loss
+# reduction's atomic and partial are per program: one per row cost 13 us of 60 on an
+# H100 (16384x4096 fp16: bench/results/memory_bound_configs_h100_cefuse_run1.md).
+CE_WARPS_PER_SM = 32
+# Partials the last program adds per step (_sum_partials_when_last).
+CE_LOSS_GROUP = 1024
 # Warps of a forward row on a GPU. The kernel issues ~6 instructions per element plus
 # ~100 per thread (two block reductions, the log), so fewer threads per row issue fewer
 # in all; with the short ex2 (see _exp_of_difference) 4 and 8 both run at copy speed on
@@ -110,28 +122,16 @@ def _exp_of_difference(x, m):
 
 
 @tessera.kernel
-def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
-                     SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK)
-    base = X + row * stride_x
-    # The target's logit first: its load then overlaps the row's instead of waiting
-    # for the reductions.
-    t = tl.load(T + row)
-    valid = t != ignore_index
-    # A target outside [0, n_cols) (and not ignore_index) must not read another column's
-    # logit: its loss is NaN (the host checks CPU targets and raises; device targets are
-    # not copied back for a check, as torch's device-side assert would stop the context).
-    in_range = (t >= 0) & (t < n_cols)
-    x_t = tl.load(base + tl.where(valid & in_range, t, 0)).to(ACC)
+def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr,
+              ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """(log-sum-exp, loss) of one row from its target's logit x_t: with ONE_CHUNK the
+    row is the tile x (ACC, -inf past n_cols), else it is walked here from `base`."""
     if ONE_CHUNK:
         # The whole row in one tile (BLOCK >= n_cols): one exp per element, as softmax.
-        mask = cols < n_cols
-        x = tl.load(base + cols, mask=mask, other=-float("inf")).to(ACC)
         m = tl.max(x, axis=0)
         lse = m + tl.log(tl.sum(_exp_of_difference(x, m), axis=0))
         if SMOOTH:
-            x_sum = tl.where(mask, x, 0.0)
+            x_sum = tl.where(cols < n_cols, x, 0.0)
     else:
         m_lane = tl.full([BLOCK], -float("inf"), ACC)
         s_lane = tl.zeros([BLOCK], ACC)
@@ -139,23 +139,101 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, stride_x, n_cols, ignore_index, smoothing,
         for start in range(0, n_cols, BLOCK):
             c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector loads
             mask = c < n_cols
-            x = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
+            xc = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
             # A NaN logit makes its lane's max and sum NaN, so the row's loss is NaN (as
             # torch's); a lane still at -inf (nothing seen but masked columns) sums 0.
-            m_new = tl.maximum(m_lane, x, propagate_nan=tl.PropagateNan.ALL)
+            m_new = tl.maximum(m_lane, xc, propagate_nan=tl.PropagateNan.ALL)
             s_lane = tl.where(m_new == -float("inf"), 0.0,
-                              s_lane * _exp_of_difference(m_lane, m_new) + _exp_of_difference(x, m_new))
+                              s_lane * _exp_of_difference(m_lane, m_new) + _exp_of_difference(xc, m_new))
             m_lane = m_new
             if SMOOTH:
-                x_sum += tl.where(mask, x, 0.0)
+                x_sum += tl.where(mask, xc, 0.0)
         m = tl.max(m_lane, axis=0)
         lse = m + tl.log(tl.sum(s_lane * tl.exp(m_lane - m), axis=0))
     loss = lse - x_t
     if SMOOTH:
         # torch's label smoothing: (1 - eps) * nll + eps * mean over classes of -log p.
         loss = (1.0 - smoothing) * loss + smoothing * (lse - tl.sum(x_sum, axis=0) / n_cols)
-    tl.store(LOSS + row, tl.where(valid, tl.where(in_range, loss, float("nan")), 0.0))
-    tl.store(LSE + row, lse)
+    return lse, loss
+
+
+@tessera.kernel
+def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_rows, rows_per_program, n_cols,
+                     ignore_index, smoothing, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr, REDUCE: tl.constexpr,
+                     MEAN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr):
+    # Program p: rows p * rows_per_program .. (p + 1) * rows_per_program - 1 (a few
+    # programs per SM or CPU thread, so the loss reduction's atomic and its partial
+    # are per program, not per row). Without REDUCE, LOSS gets each row's loss; with
+    # it the program sums its rows' losses and counts its non-ignored rows (in row
+    # order) into PART[p] and PART[num_programs + p], and the last program to finish
+    # sums those (_sum_partials_when_last) into OUT and SCALE. (Loading the next row
+    # during this one's reductions took 71 registers instead of 52 at 4096 classes, 7
+    # resident blocks per H100 SM instead of 9, and is left out.)
+    first = tl.program_id(0) * rows_per_program
+    end = tl.minimum(first + rows_per_program, n_rows)
+    cols = tl.arange(0, BLOCK)
+    total = tl.zeros([], ACC)
+    counted = tl.zeros([], ACC)
+    for r in range(first, end):
+        row = r.to(tl.int64)
+        base = X + row * stride_x
+        # The target's logit first: its load then overlaps the row's instead of
+        # waiting for the reductions.
+        t = tl.load(T + row)
+        valid = t != ignore_index
+        # A target outside [0, n_cols) (and not ignore_index) must not read another
+        # column's logit: its loss is NaN (the host checks CPU targets and raises;
+        # device targets are not copied back for a check, as torch's device-side
+        # assert would stop the context).
+        in_range = (t >= 0) & (t < n_cols)
+        x_t = tl.load(base + tl.where(valid & in_range, t, 0)).to(ACC)
+        x = x_t  # unused: _xent_row walks the row itself
+        if ONE_CHUNK:
+            x = tl.load(base + cols, mask=cols < n_cols, other=-float("inf")).to(ACC)
+        lse, loss = _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH, ONE_CHUNK, ACC, BLOCK)
+        loss = tl.where(valid, tl.where(in_range, loss, float("nan")), 0.0)
+        tl.store(LSE + row, lse)
+        if REDUCE:
+            total += loss
+            counted += tl.where(valid, 1.0, 0.0)
+        else:
+            tl.store(LOSS + row, loss)
+    if REDUCE:
+        _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, total, counted, MEAN, ACC, GROUP)
+
+
+@tessera.kernel
+def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, total, counted, MEAN: tl.constexpr, ACC: tl.constexpr,
+                            GROUP: tl.constexpr):
+    """This program's loss sum and count into PART[p] and PART[P + p] (P programs);
+    the last program to finish sums PART[0:P] and PART[P:2P] in index order (GROUP at a
+    time; the order does not depend on which program is last) into OUT[0] (the sum,
+    over the count for MEAN: 0 counted gives 0/0 = nan, as torch) and SCALE[0] (the
+    factor each row's loss carries in OUT: 1/count or 1). So the reduction costs no
+    launch of its own.
+
+    ARRIVED[0] counts the programs done (int32, zero before the launch; the last one
+    resets it, so the next launch in stream order needs no memset). Its atomic is
+    acq_rel (on a GPU after a barrier: every thread's stores come first), and the last
+    program reads the partials after it."""
+    p = tl.program_id(0)
+    n = tl.num_programs(0)
+    tl.store(PART + p, total)
+    tl.store(PART + n + p, counted)
+    if tl.atomic_add(ARRIVED, 1, sem="acq_rel") == n - 1:
+        g = tl.arange(0, GROUP)
+        sums = tl.zeros([GROUP], ACC)
+        counts = tl.zeros([GROUP], ACC)
+        for start in range(0, n, GROUP):
+            m = start + g < n
+            sums += tl.load(PART + start + g, mask=m, other=0.0)
+            counts += tl.load(PART + n + start + g, mask=m, other=0.0)
+        scale = 1.0
+        if MEAN:
+            scale = 1.0 / tl.sum(counts, axis=0)
+        tl.store(OUT, tl.sum(sums, axis=0) * scale)
+        tl.store(SCALE, scale)
+        tl.store(ARRIVED, 0)
 
 
 @tessera.kernel
@@ -182,28 +260,6 @@ def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols
         else:
             g = tl.where(c == t, g - 1.0, g)
         tl.store(DX + row * n_cols + c, g * d, mask=mask)
-
-
-@tessera.kernel
-def _xent_reduce_kernel(LOSS, T, OUT, SCALE, n_rows, ignore_index, MEAN: tl.constexpr, ACC: tl.constexpr,
-                        BLOCK: tl.constexpr):
-    # One program: OUT[0] = the sum of the row losses (over the non-ignored rows' count
-    # for MEAN; 0 rows: 0/0 = nan, as torch), SCALE[0] = the factor each row's loss
-    # carries in OUT (1/count or 1). One launch instead of four small ones and no copy
-    # of the count to the host.
-    r = tl.arange(0, BLOCK)
-    total = tl.zeros([BLOCK], ACC)
-    count = tl.zeros([BLOCK], ACC)
-    for start in range(0, n_rows, BLOCK):
-        rows = tl.multiple_of(start + r, BLOCK)
-        m = rows < n_rows
-        total += tl.load(LOSS + rows, mask=m, other=0.0)
-        count += tl.where(m & (tl.load(T + rows, mask=m, other=ignore_index) != ignore_index), 1.0, 0.0)
-    scale = 1.0
-    if MEAN:
-        scale = 1.0 / tl.sum(count, axis=0)
-    tl.store(OUT, tl.sum(total, axis=0) * scale)
-    tl.store(SCALE, scale)
 
 
 def _moveaxis(x, src, dst):
@@ -354,6 +410,35 @@ def _check_targets(logits, target, ignore_index):
     return target
 
 
+def _fwd_programs_per_sm(warps, block, smooth, one_chunk, dtype):
+    """Programs per SM of the reducing forward: CE_WARPS_PER_SM warps, fewer where the
+    kernel's registers keep fewer blocks resident (an H100 SM has 65536 registers: at 4
+    warps, 56 registers per thread fit 9 blocks, a chunked row's 64 8, smoothing's ~80
+    6, 64 logits per thread's 95 5, with smoothing 168 3), one below that where it can.
+    Every program must be resident from the start: rows are split evenly, so a program
+    that waits for a free SM makes the launch take up to twice as long.
+    test_kernels_last_arriver.py checks these counts against ptxas's register use."""
+    per_sm = CE_WARPS_PER_SM // warps
+    if block // (32 * warps) > 32:  # more than 32 logits per thread (8192 classes, 4 warps)
+        per_sm = per_sm // 4 if smooth else per_sm // 2
+    elif smooth:
+        per_sm = per_sm * 5 // 8
+    elif not one_chunk:
+        per_sm = per_sm * 7 // 8
+    if dtype == "float64":  # fp64 rows: 2 to 4x the registers (96 to 255 at 4 warps)
+        per_sm //= 4
+    return max(1, per_sm)
+
+
+def _loss_group(logits, block):
+    """Partials the last program adds per step: CE_LOSS_GROUP, on a GPU at most 8 per
+    thread (1024 for 4 warps; a 1024-wide tile on one warp took 142 registers)."""
+    if not H.on_gpu(logits):
+        return CE_LOSS_GROUP
+    warps = H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS)["num_warps"]
+    return min(CE_LOSS_GROUP, 256 * warps)
+
+
 def _ce_block(n):
     """The whole row up to CE_ONE_CHUNK classes, else CE_BLOCK-wide chunks."""
     b = H.block_for(n, 1 << 30)
@@ -362,61 +447,93 @@ def _ce_block(n):
 
 class _CePlan:
     """cross_entropy's launches for one layout of (logits, target) and options."""
-    __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "fwd_kw", "bwd_kw")
+    __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "reduce", "mean",
+                 "programs", "rows_per_program", "fwd_kw", "bwd_kw")
 
 
-def _ce_plan(logits, target, smoothing):
+def _ce_plan(logits, target, smoothing, reduction):
     H.check_float("cross_entropy", logits)
     if logits.ndim != 2:
         raise ValueError(f"tessera.kernels.cross_entropy: logits must be (rows, classes), got {tuple(logits.shape)}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
     rows, n = logits.shape
     if tuple(target.shape) != (rows,):
         raise ValueError(f"tessera.kernels.cross_entropy: target has shape {tuple(target.shape)}, expected ({rows},)")
+    if rows and not n:
+        raise ValueError(f"tessera.kernels.cross_entropy: logits have {rows} rows of 0 classes")
     plan = _CePlan()
     xv = H.rows_view(logits, n)
     plan.rows, plan.n, plan.x_direct, plan.t_direct = rows, n, xv is logits, H.contiguous(target) is target
     plan.stride = H.row_stride(xv) if rows and n else 0
     plan.smoothing = H.scalar(logits, smoothing)
+    plan.reduce, plan.mean = reduction != "none", reduction == "mean"
+    plan.programs, plan.rows_per_program = rows, 1
     plan.fwd_kw = plan.bwd_kw = None
     if rows and n:
         # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
         # longer ones are walked in CE_BLOCK chunks with the online log-sum-exp.
         block = _ce_block(n)
-        plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, ACC=H.acc_dtype(logits), BLOCK=block,
+        plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, REDUCE=plan.reduce, MEAN=plan.mean,
+                           ACC=H.acc_dtype(logits), BLOCK=block, GROUP=_loss_group(logits, block),
                            **H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS))
         plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
                            **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
+        if plan.reduce:
+            # Runs of rows per program (one per row without a reduction, as before): on
+            # a GPU as many programs as stay resident at once, a few per CPU thread.
+            progs = H.num_programs_for_partials(logits, rows, per_sm=_fwd_programs_per_sm(
+                plan.fwd_kw.get("num_warps", 4), block, smoothing > 0, block >= n, H.dtype_name(logits)))
+            plan.rows_per_program = -(-rows // progs)
+            plan.programs = -(-rows // plan.rows_per_program)
     return plan
 
 
 _CE_PLANS = H.Plans()
 
 
-def _ce_plan_for(logits, target, smoothing):
-    key = (H.layout(logits), H.layout(target), smoothing)
+def _ce_plan_for(logits, target, smoothing, reduction="none"):
+    key = (H.layout(logits), H.layout(target), smoothing, reduction)
     plan = _CE_PLANS.get(key)
     if plan is None:
-        plan = _CE_PLANS.remember(key, _ce_plan(logits, target, smoothing))
+        plan = _CE_PLANS.remember(key, _ce_plan(logits, target, smoothing, reduction))
     return plan
 
 
-def cross_entropy_forward(logits, target, ignore_index, smoothing):
-    """Per-row losses and log-sum-exps (accumulation type) of (rows, vocab) logits."""
+def cross_entropy_forward(logits, target, ignore_index, smoothing, reduction="none"):
+    """(out, scale, lse) of (rows, vocab) logits, in one launch: out is the loss reduced
+    over rows ('mean' over the non-ignored rows, 'sum'; 0-d, in the logits' dtype) and
+    scale the 1-element factor each row's loss carries in it (1/count or 1; the
+    backward's), or for 'none' out holds the row losses and scale is None; lse the rows'
+    log-sum-exps. out's rows, scale and lse are in the accumulation type."""
     target = _check_targets(logits, target, ignore_index)  # the values, on the CPU: every call
-    plan = _ce_plan_for(logits, target, smoothing)
+    plan = _ce_plan_for(logits, target, smoothing, reduction)
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
-    loss = H.empty(logits, (plan.rows,), "acc")
     lse = H.empty(logits, (plan.rows,), "acc")
+    if plan.reduce:
+        # The programs' loss sums and counts (_sum_partials_when_last); no row losses.
+        loss = part = H.empty(logits, (2 * plan.programs,), "acc")
+        out = H.empty(logits, ())
+        scale = H.empty(logits, (1,), "acc")
+        arrived = H.arrival_counters(logits, 1)
+    else:
+        out = loss = part = H.empty(logits, (plan.rows,), "acc")
+        scale, arrived = lse, t  # not touched without REDUCE
     if plan.fwd_kw is not None:
-        _xent_fwd_kernel[(plan.rows,)](xv, t, loss, lse, plan.stride, plan.n, int(ignore_index), plan.smoothing,
-                                       **plan.fwd_kw)
-    return loss, lse
+        _xent_fwd_kernel[(plan.programs,)](xv, t, loss, lse, part, out, scale, arrived, plan.stride, plan.rows,
+                                           plan.rows_per_program, plan.n, int(ignore_index), plan.smoothing,
+                                           **plan.fwd_kw)
+    elif plan.reduce:  # no rows: the sum is 0, the mean 0/0
+        out[...] = float("nan") if plan.mean else 0.0
+        scale[...] = float("inf") if plan.mean else 1.0
+    return out, (scale if plan.reduce else None), lse
 
 
 def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoothing):
     """dlogits for the loss gradient dloss: per row (reduction 'none', scale None) or of
-    the reduced loss (scale: the 1-element factor reduce_loss returned)."""
+    the reduced loss (scale: the 1-element factor cross_entropy_forward returned)."""
     plan = _ce_plan_for(logits, target, smoothing)
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
@@ -429,33 +546,6 @@ def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoo
     return dx
 
 
-_REDUCE_LOSS_PLANS = H.Plans()
-
-
-def reduce_loss(loss_rows, target, ignore_index, reduction, dtype):
-    """(loss, scale): the loss reduced over rows in `dtype` (a dtype name), and the
-    1-element array of the factor each row's loss carries in it (1/count for 'mean');
-    'none' gives the rows themselves and scale None."""
-    if reduction == "none":
-        return loss_rows, None
-    key = (H.layout(loss_rows), H.layout(target), reduction)
-    kw = _REDUCE_LOSS_PLANS.get(key)
-    if kw is None:
-        if reduction not in ("mean", "sum"):
-            raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', "
-                             f"got {reduction!r}")
-        # One program: as wide as it gets (8192 rows per step, 16 warps on a GPU), since a
-        # narrow one walks 16384 rows in a chain of dependent loads (~25 us on an H100).
-        block = min(max(tessera.next_power_of_2(max(loss_rows.shape[0], 1)), 128), 8192)
-        kw = _REDUCE_LOSS_PLANS.remember(key, dict(MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=block,
-                                                   **({"num_warps": 16} if H.on_gpu(loss_rows) else {})))
-    out = H.empty(loss_rows, (), dtype)  # 0-d, as torch's reduced loss
-    scale = H.empty(loss_rows, (1,))
-    _xent_reduce_kernel[(1,)](loss_rows, H.contiguous(target), out, scale, loss_rows.shape[0], int(ignore_index),
-                              **kw)
-    return out, scale
-
-
 def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """Cross-entropy of (rows, classes) logits against integer targets, as
     torch.nn.functional.cross_entropy: log-softmax and NLL fused, walking the classes in
@@ -466,8 +556,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     if AG.wants_grad(logits):
         out = AG.CrossEntropy.apply(logits, target, int(ignore_index), reduction, smoothing)
     else:
-        loss_rows, _ = cross_entropy_forward(logits, target, ignore_index, smoothing)
-        out, _ = reduce_loss(loss_rows, target, ignore_index, reduction, H.dtype_name(logits))
+        out, _, _ = cross_entropy_forward(logits, target, ignore_index, smoothing, reduction)
     if H.is_torch(out):
         return out.to(logits.dtype) if out.dtype != logits.dtype else out
     if H.is_cupy(out):

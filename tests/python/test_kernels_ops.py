@@ -202,8 +202,8 @@ def test_matmul_and_rope_ops(case, k, dtype):
     check_case(case, k, dtype)
 
 
-# The GPU launch plans of the reductions (kernels/reduce.py: row slices summed by a
-# second launch, the 1-D row kernel for the last dimension) run here on the CPU, on
+# The GPU launch plans of the reductions (kernels/reduce.py: row slices whose partials
+# the last slice to finish sums, the 1-D row kernel for the last dimension) run here on the CPU, on
 # shapes tall enough to be sliced; column_sum finishes bias_gelu's and layer_norm's
 # backward passes.
 GPU_PLAN_CASES = ["reduce_sum_squared_last", "reduce_sum_squared_dim0", "reduce_mean_abs_dim0_keepdim",

@@ -76,6 +76,13 @@ void GpuLowering::lower_atomic(const Op& op) {
     b_.CreateCall(fty, llvm::InlineAsm::get(fty, "fence.acq_rel.gpu;", "~{memory}", /*hasSideEffects=*/true));
   };
   const llvm::SyncScope::ID gpu_scope = llvm::SyncScope::System;
+  // A scalar atomic is one operation of the program, performed by thread 0: the
+  // program's earlier writes, made by all of its threads, must be ordered before it (a
+  // barrier, then thread 0's release fence), or a program that counts itself done
+  // (the last-arriver pattern of kernels/reduce.py's _finish_split) could be counted
+  // before another warp's partial store and the last one read a stale partial.
+  // Scalar control flow is uniform across the program, so every thread reaches it.
+  if (res->type.is_scalar()) barrier();
   fence();
 
   // One element: the atomic when `pred` holds (null: always), else 0.
