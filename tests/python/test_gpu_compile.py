@@ -437,3 +437,44 @@ def test_tutorial_kernels_have_no_local_memory_spills(tmp_path, arch, which):
     assert r.returncode == 0, r.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in r.stderr, r.stderr
     assert "0 bytes stack frame" in r.stderr, r.stderr
+
+
+@tessera.kernel
+def exchange_through_global_kernel(buf_ptr, out_ptr, BLOCK: tl.constexpr):
+    # Each thread's stores are read back by other threads of the program after the
+    # barrier (reversed): the barrier must sit between them.
+    offs = tl.arange(0, BLOCK)
+    tl.store(buf_ptr + offs, offs.to(tl.float32))
+    tl.debug_barrier()
+    tl.store(out_ptr + offs, tl.load(buf_ptr + (BLOCK - 1 - offs)))
+
+
+def test_debug_barrier_is_a_bar_sync_between_the_stores_and_the_loads(tmp_path):
+    ck = tessera.compile(exchange_through_global_kernel, signature="*fp32:16,*fp32:16", constexprs={"BLOCK": 1024},
+                         target="cuda:90a", num_warps=4)
+    assert "barrier" in ck.asm["tir-opt"]
+    ptx = ck.asm["ptx"]
+    first_load = ptx.index("ld.global")
+    assert "bar.sync" in ptx[ptx.index("st.global"):first_load]
+    assemble(ptx, "sm_90a", tmp_path)
+
+
+def test_debug_barrier_on_the_cpu_is_nothing_and_the_kernel_runs():
+    import numpy as np
+    buf, out = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    exchange_through_global_kernel[(1,)](buf, out, BLOCK=64)
+    np.testing.assert_array_equal(out, np.arange(63, -1, -1, dtype=np.float32))
+
+
+@pytest.mark.gpu
+def test_debug_barrier_orders_an_exchange_through_global_memory_on_the_gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    buf = torch.full((4096,), float("nan"), device="cuda")
+    out = torch.full((4096,), float("nan"), device="cuda")
+    for _ in range(20):  # without the barrier, a thread would read before the other warps stored
+        buf.fill_(float("nan"))
+        exchange_through_global_kernel[(1,)](buf, out, BLOCK=4096, num_warps=16)
+        torch.cuda.synchronize()
+        assert torch.equal(out.cpu(), torch.arange(4095, -1, -1, dtype=torch.float32))

@@ -266,6 +266,7 @@ void GpuLowering::lower_op(const Op& op) {
     case OpKind::Yield:
     case OpKind::Condition:
     case OpKind::Assume: return;
+    case OpKind::Barrier: return barrier();  // bar.sync: orders the CTA's memory accesses too
     case OpKind::Assert: return lower_assert(op);  // a no-op unless debug (TESSERA_DEBUG=1)
     case OpKind::Print: return lower_print(op);
     case OpKind::Store:

@@ -127,6 +127,7 @@ void KernelLowering::lower_op(const Op& op) {
     case OpKind::Print: return lower_print(op);
     case OpKind::Assert: return lower_assert(op);
     case OpKind::Assume: return;
+    case OpKind::Barrier: return;  // a program is one thread on the CPU
     case OpKind::Store: return lower_store(op);
     case OpKind::AtomicRmw:
     case OpKind::AtomicCas: return lower_atomic(op);

@@ -537,6 +537,9 @@ def _assume(cg, cond):
 
 @builtin_impl("debug_barrier")
 def _debug_barrier(cg):
+    # A CTA barrier on the GPU (bar.sync, which also orders the threads' global and
+    # shared memory accesses); nothing on the CPU, where a program is one thread.
+    cg.sem.builder.create("barrier", [])
     return None
 
 
