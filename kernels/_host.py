@@ -136,8 +136,12 @@ def empty(like, shape, dtype=None):
         else:
             dt = getattr(torch, dtype)
         if like.is_cuda or math.prod(shape) * like.element_size() < _THP_BYTES:
-            # (a dtype keyword costs more to parse than the dtype is worth when it is like's)
-            return like.new_empty(shape) if dt is like.dtype else like.new_empty(shape, dtype=dt)
+            # Sizes as separate arguments: torch parses a tuple of sizes ~0.5 us slower
+            # (new_empty((8, 64)) 1.42 us, new_empty(8, 64) 0.87 us on the CPU), and a
+            # dtype keyword costs more to parse than the dtype is worth when it is like's.
+            if not shape:
+                return like.new_empty(()) if dt is like.dtype else like.new_empty((), dtype=dt)
+            return like.new_empty(*shape) if dt is like.dtype else like.new_empty(*shape, dtype=dt)
         return _torch_cpu_empty(shape, dt)
     if dtype == "acc":
         dtype = "float64" if dtype_name(like) == "float64" else "float32"
@@ -247,13 +251,16 @@ class Plans(dict):
 
 
 def reshape(x, shape):
-    return x.reshape(shape)
+    return x.reshape(*shape) if shape and is_torch(x) else x.reshape(shape)
 
 
 def shaped(x, shape):
     """x reshaped to `shape` (a tuple), or x itself when it has that shape already (a
-    reshape to the same shape still makes a new view: ~1 us of host time)."""
-    return x if x.shape == shape else x.reshape(shape)
+    reshape to the same shape still makes a new view: ~1 us of host time). Torch gets
+    the sizes as separate arguments (a tuple costs ~0.5 us more to parse)."""
+    if x.shape == shape:
+        return x
+    return x.reshape(*shape) if shape and isinstance(x, _TORCH_TENSOR) else x.reshape(shape)
 
 
 def scalar_float(op: str, name: str, v, lo=None, hi=None, hi_open=False) -> float:

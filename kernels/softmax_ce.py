@@ -261,8 +261,7 @@ def _rows_of(plan, x, direct):
 
 
 def _unrows(plan, y):
-    if tuple(y.shape) != plan.moved_shape:
-        y = y.reshape(plan.moved_shape)
+    y = H.shaped(y, plan.moved_shape)
     return _moveaxis(y, -1, plan.d) if plan.move else y
 
 
