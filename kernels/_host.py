@@ -3,6 +3,7 @@
 allocation next to the input, and checks that fail with a message naming the op."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -148,6 +149,30 @@ def empty(like, shape, dtype=None):
     if is_cupy(like):
         return _cupy().empty(shape, dtype=like.dtype if dtype is None else dtype)
     return np.empty(shape, dtype=like.dtype if dtype is None else dtype)
+
+
+def allocator(like, shape, dtype=None):
+    """A callable making what empty(like, shape, dtype) makes, with every decision taken
+    now, for a launch plan to keep: a call costs what torch.empty itself costs (0.9 us
+    on the CPU for a small tensor; empty() spends ~0.5 us more deciding). Only for plans
+    keyed by like's layout (its type, dtype and device fix the choice)."""
+    shape = tuple(int(s) for s in shape)
+    if isinstance(like, _TORCH_TENSOR):
+        if dtype is None:
+            dt = like.dtype
+        elif dtype == "acc":
+            dt = torch.float64 if like.dtype is torch.float64 else torch.float32
+        else:
+            dt = getattr(torch, dtype)
+        if like.is_cuda or math.prod(shape) * like.element_size() < _THP_BYTES:
+            # Sizes as separate arguments (see empty); () is a 0-d tensor.
+            return functools.partial(torch.empty, *(shape or ((),)), dtype=dt, device=like.device)
+        return functools.partial(_torch_cpu_empty, shape, dt)
+    if dtype == "acc":
+        dtype = "float64" if dtype_name(like) == "float64" else "float32"
+    # (not a partial of empty: it would keep `like`, an input array, alive in the plan)
+    return functools.partial(_cupy().empty if is_cupy(like) else np.empty, shape,
+                             dtype=like.dtype if dtype is None else dtype)
 
 
 _SAME_SIZE_NUMPY = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
