@@ -233,7 +233,8 @@ class _RowPlan:
     dimension d is moved last first, `direct` whether the input (after the move) is
     already the (rows, n) view, the row stride, the grid, the constexpr and launch
     keyword arguments, and the output's shapes."""
-    __slots__ = ("d", "move", "direct", "rows", "n", "stride", "grid", "kw", "moved_shape", "p", "keep_from")
+    __slots__ = ("d", "move", "direct", "rows", "n", "stride", "grid", "kw", "moved_shape", "p", "keep_from",
+                 "new_out")
 
 
 def _row_plan(x, dim, p, kw_of):
@@ -248,6 +249,7 @@ def _row_plan(x, dim, p, kw_of):
     plan.stride = H.row_stride(xv) if plan.rows and n else 0
     plan.grid = (plan.rows,)
     plan.moved_shape = tuple(xm.shape)
+    plan.new_out = H.allocator(x, plan.moved_shape)  # contiguous: the (rows, n) rows the kernel writes
     plan.p, plan.keep_from = H.scalar(x, p), _keep_from(p)
     plan.kw = kw_of(n) if plan.rows and n else None
     return plan
@@ -261,7 +263,7 @@ def _rows_of(plan, x, direct):
 
 
 def _unrows(plan, y):
-    y = H.shaped(y, plan.moved_shape)
+    """The kernel's output (made in the moved shape) with the reduced dimension put back."""
     return _moveaxis(y, -1, plan.d) if plan.move else y
 
 
@@ -278,7 +280,7 @@ def softmax_forward(x, dim, log, p, seed):
             LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(x), BLOCK=_softmax_block(n, p),
             **H.row_launch_options(x, H.block_for(n), max_warps=8))))
     xv = _rows_of(plan, x, plan.direct)
-    y = H.empty(x, (plan.rows, plan.n))
+    y = plan.new_out()
     if plan.kw is not None:
         _softmax_fwd_kernel[plan.grid](xv, y, plan.stride, plan.n, plan.p, int(seed), plan.keep_from, **plan.kw)
     return _unrows(plan, y)
@@ -297,7 +299,7 @@ def softmax_backward(saved, dy, dim, log, p, seed):
     plan, dy_direct, dy_stride = plan
     sv = _rows_of(plan, saved, plan.direct)
     dyv = _rows_of(plan, dy, dy_direct)
-    dx = H.empty(saved, (plan.rows, plan.n))
+    dx = plan.new_out()
     if plan.kw is not None:
         _softmax_bwd_kernel[plan.grid](sv, dyv, dx, plan.stride, dy_stride, plan.n, plan.p, int(seed),
                                        plan.keep_from, **plan.kw)
@@ -361,7 +363,8 @@ def _ce_block(n):
 
 class _CePlan:
     """cross_entropy's launches for one layout of (logits, target) and options."""
-    __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "fwd_kw", "bwd_kw")
+    __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "fwd_kw", "bwd_kw",
+                 "new_row_acc", "new_dx")
 
 
 def _ce_plan(logits, target, smoothing):
@@ -376,6 +379,7 @@ def _ce_plan(logits, target, smoothing):
     plan.rows, plan.n, plan.x_direct, plan.t_direct = rows, n, xv is logits, H.contiguous(target) is target
     plan.stride = H.row_stride(xv) if rows and n else 0
     plan.smoothing = H.scalar(logits, smoothing)
+    plan.new_row_acc, plan.new_dx = H.allocator(logits, (rows,), "acc"), H.allocator(logits, (rows, n))
     plan.fwd_kw = plan.bwd_kw = None
     if rows and n:
         # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
@@ -405,8 +409,8 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing):
     plan = _ce_plan_for(logits, target, smoothing)
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
-    loss = H.empty(logits, (plan.rows,), "acc")
-    lse = H.empty(logits, (plan.rows,), "acc")
+    loss = plan.new_row_acc()
+    lse = plan.new_row_acc()
     if plan.fwd_kw is not None:
         _xent_fwd_kernel[(plan.rows,)](xv, t, loss, lse, plan.stride, plan.n, int(ignore_index), plan.smoothing,
                                        **plan.fwd_kw)
@@ -419,7 +423,7 @@ def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoo
     plan = _ce_plan_for(logits, target, smoothing)
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
-    dx = H.empty(logits, (plan.rows, plan.n))
+    dx = plan.new_dx()
     dl = H.contiguous(dloss)
     if plan.bwd_kw is not None:
         _xent_bwd_kernel[(plan.rows,)](xv, t, lse, dl, scale if scale is not None else lse, dx, plan.stride,
@@ -437,19 +441,21 @@ def reduce_loss(loss_rows, target, ignore_index, reduction, dtype):
     'none' gives the rows themselves and scale None."""
     if reduction == "none":
         return loss_rows, None
-    key = (H.layout(loss_rows), H.layout(target), reduction)
-    kw = _REDUCE_LOSS_PLANS.get(key)
-    if kw is None:
+    key = (H.layout(loss_rows), H.layout(target), reduction, dtype)
+    plan = _REDUCE_LOSS_PLANS.get(key)
+    if plan is None:
         if reduction not in ("mean", "sum"):
             raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', "
                              f"got {reduction!r}")
         # One program: as wide as it gets (8192 rows per step, 16 warps on a GPU), since a
         # narrow one walks 16384 rows in a chain of dependent loads (~25 us on an H100).
         block = min(max(tessera.next_power_of_2(max(loss_rows.shape[0], 1)), 128), 8192)
-        kw = _REDUCE_LOSS_PLANS.remember(key, dict(MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=block,
-                                                   **({"num_warps": 16} if H.on_gpu(loss_rows) else {})))
-    out = H.empty(loss_rows, (), dtype)  # 0-d, as torch's reduced loss
-    scale = H.empty(loss_rows, (1,))
+        kw = dict(MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=block,
+                  **({"num_warps": 16} if H.on_gpu(loss_rows) else {}))
+        # The loss is 0-d, as torch's reduced loss, in `dtype`.
+        plan = _REDUCE_LOSS_PLANS.remember(key, (kw, H.allocator(loss_rows, (), dtype), H.allocator(loss_rows, (1,))))
+    kw, new_out, new_scale = plan
+    out, scale = new_out(), new_scale()
     _xent_reduce_kernel[(1,)](loss_rows, H.contiguous(target), out, scale, loss_rows.shape[0], int(ignore_index),
                               **kw)
     return out, scale
