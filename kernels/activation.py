@@ -356,7 +356,7 @@ def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
 def _run(op, a, b, p=0.0, seed=0, bias_mode=SAME_SHAPE, tanh=False):
     AG = H.autograd()
     if AG.wants_grad(a, b):
-        return AG.Elementwise.apply((op, tanh), a, b, p, seed, bias_mode)
+        return AG.Elementwise.apply(a, b, (op, tanh, p, seed, bias_mode))
     return elementwise_forward(op, a, b, p, seed, bias_mode, tanh)
 
 

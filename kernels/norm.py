@@ -344,7 +344,7 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
 def _run(op, x, residual, weight, bias, eps, is_rms, relu):
     AG = H.autograd()
     if AG.wants_grad(x, residual, weight, bias):
-        return AG.Norm.apply(op, x, residual, weight, bias, eps, is_rms, relu)
+        return AG.Norm.apply(x, residual, weight, bias, (op, eps, is_rms, relu))
     y, h, _, _ = norm_forward(op, x, residual, weight, bias, eps, is_rms, relu)
     return (y, h) if residual is not None else y
 

@@ -313,7 +313,7 @@ def softmax(x, dim=-1, dropout_p=0.0, seed=0):
     p = H.scalar_float("softmax", "dropout_p", dropout_p, 0.0, 1.0, hi_open=True)
     AG = H.autograd()
     if AG.wants_grad(x):
-        return AG.Softmax.apply(x, dim, False, p, int(seed))
+        return AG.Softmax.apply(x, (dim, False, p, int(seed)))
     return softmax_forward(x, dim, False, p, seed)
 
 
@@ -321,7 +321,7 @@ def log_softmax(x, dim=-1):
     """log(softmax(x)) over `dim`, computed as x - max - log(sum(exp(x - max)))."""
     AG = H.autograd()
     if AG.wants_grad(x):
-        return AG.Softmax.apply(x, dim, True, 0.0, 0)
+        return AG.Softmax.apply(x, (dim, True, 0.0, 0))
     return softmax_forward(x, dim, True, 0.0, 0)
 
 
@@ -469,7 +469,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     smoothing = H.scalar_float("cross_entropy", "label_smoothing", label_smoothing, 0.0, 1.0)
     AG = H.autograd()
     if AG.wants_grad(logits):
-        out = AG.CrossEntropy.apply(logits, target, int(ignore_index), reduction, smoothing)
+        out = AG.CrossEntropy.apply(logits, target, (int(ignore_index), reduction, smoothing))
     else:
         loss_rows, _ = cross_entropy_forward(logits, target, ignore_index, smoothing)
         out, _ = reduce_loss(loss_rows, target, ignore_index, reduction, H.dtype_name(logits))
