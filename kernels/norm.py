@@ -245,10 +245,11 @@ def _bwd_prefetch(x, relu=False) -> int:
     return BWD_PREFETCH_RELU if relu else BWD_PREFETCH
 
 
-def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
+def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu, keep_stats=True):
     """(y, h, mean, rstd): y the output shaped as x; h the new residual (or None);
     mean/rstd per row in the accumulation type, for the backward pass (mean is rstd's
-    array for RMS norm, which has no mean)."""
+    array for RMS norm, which has no mean). keep_stats=False (no backward pass will
+    read them): the kernel writes both into one array, one allocation fewer."""
     key = (op, H.layout(x), H.layout(residual), H.layout(weight), H.layout(bias), eps, is_rms, relu)
     plan = _FWD_PLANS.get(key)
     if plan is None:
@@ -257,7 +258,7 @@ def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
     xv = x if plan.x_direct else H.rows_view(x, n)
     y = plan.new_out()
     rstd = plan.new_stat()
-    mean = rstd if is_rms else plan.new_stat()
+    mean = rstd if is_rms or not keep_stats else plan.new_stat()
     h = None
     if residual is not None:
         rv = residual if plan.r_direct else H.rows_view(residual, n)
@@ -345,7 +346,7 @@ def _run(op, x, residual, weight, bias, eps, is_rms, relu):
     AG = H.autograd()
     if AG.wants_grad(x, residual, weight, bias):
         return AG.Norm.apply(x, residual, weight, bias, (op, eps, is_rms, relu))
-    y, h, _, _ = norm_forward(op, x, residual, weight, bias, eps, is_rms, relu)
+    y, h, _, _ = norm_forward(op, x, residual, weight, bias, eps, is_rms, relu, keep_stats=False)
     return (y, h) if residual is not None else y
 
 
