@@ -122,6 +122,29 @@ class _EmptyFunction(torch.autograd.Function):
         return torch.empty_like(x)
 
 
+class _EmptyFunction3(torch.autograd.Function):
+    """The floor of a norm-like op: three inputs that get gradients (x, weight, bias),
+    allocation only, no kernel."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w, b)
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, b = ctx.saved_tensors
+        return torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
+
+
+def floor3_case(rows, cols, device, dtype):
+    """floor_case with three inputs getting gradients (torch's side: addcmul(x, w, b) =
+    x + w * b, one op whose backward gives all three)."""
+    x = torch.randn(rows, cols, device=device, dtype=dtype)
+    w, b = torch.randn(cols, device=device, dtype=dtype), torch.randn(cols, device=device, dtype=dtype)
+    return (x, w, b), _EmptyFunction3.apply, torch.addcmul, None, 0
+
+
 def floor_case(rows, cols, device, dtype):
     """bench/kernels.py's case layout for an op whose forward and backward launch nothing
     (torch's side: a view, the least autograd can do)."""
@@ -252,11 +275,13 @@ def main():
     small = cases(args.rows, args.cols, device, dtype)
     base = cases(args.rows, args.cols, device, dtype, lib=load_baseline(args.baseline)) if args.baseline else {}
     big = cases(16384, 4096, device, dtype) if args.sync_check and device == "cuda" else {}
-    small["autograd.Function floor"] = floor_case(args.rows, args.cols, device, dtype)
-    names = [n for n in small if not args.ops or n in args.ops.split(",") or n == "autograd.Function floor"]
+    floors = {"autograd.Function floor": floor_case(args.rows, args.cols, device, dtype),
+              "autograd.Function floor (3 grads)": floor3_case(args.rows, args.cols, device, dtype)}
+    small.update(floors)
+    names = [n for n in small if not args.ops or n in args.ops.split(",") or n in floors]
     records, table = [], []
     bd = Breakdown() if args.breakdown else None
-    cases_of_library = set(small) - {"autograd.Function floor"}
+    cases_of_library = set(small) - set(floors)
     if args.micro:
         for k, us in micro_us(device, dtype).items():
             print(f"  micro: {us:7.2f} us  {k}")
