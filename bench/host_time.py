@@ -145,6 +145,20 @@ def floor3_case(rows, cols, device, dtype):
     return (x, w, b), _EmptyFunction3.apply, torch.addcmul, None, 0
 
 
+def module_cases(rows, cols, device, dtype, lib):
+    """tk.nn's norm modules next to torch.nn's (the module call and its parameter handling
+    on top of the op). Their parameters' gradients accumulate from call to call on both
+    sides alike (one in-place add per parameter)."""
+    x = torch.randn(rows, cols, device=device, dtype=dtype)
+    out = {}
+    for name, tk_cls, torch_cls in (("nn.LayerNorm module", lib.nn.FusedLayerNorm, torch.nn.LayerNorm),
+                                    ("nn.RMSNorm module", lib.nn.FusedRMSNorm, torch.nn.RMSNorm)):
+        m_tk = tk_cls(cols, device=device, dtype=dtype)
+        m_torch = torch_cls(cols, device=device, dtype=dtype)
+        out[name] = ((x,), m_tk, m_torch, None, 0)
+    return out
+
+
 def floor_case(rows, cols, device, dtype):
     """bench/kernels.py's case layout for an op whose forward and backward launch nothing
     (torch's side: a view, the least autograd can do)."""
@@ -273,7 +287,12 @@ def main():
     clock_name = args.clock or ("thread" if device == "cpu" else "wall")
     clock = time.thread_time_ns if clock_name == "thread" else time.perf_counter_ns
     small = cases(args.rows, args.cols, device, dtype)
-    base = cases(args.rows, args.cols, device, dtype, lib=load_baseline(args.baseline)) if args.baseline else {}
+    small.update(module_cases(args.rows, args.cols, device, dtype, tk))
+    base = {}
+    if args.baseline:
+        base_lib = load_baseline(args.baseline)
+        base = cases(args.rows, args.cols, device, dtype, lib=base_lib)
+        base.update(module_cases(args.rows, args.cols, device, dtype, base_lib))
     big = cases(16384, 4096, device, dtype) if args.sync_check and device == "cuda" else {}
     floors = {"autograd.Function floor": floor_case(args.rows, args.cols, device, dtype),
               "autograd.Function floor (3 grads)": floor3_case(args.rows, args.cols, device, dtype)}
