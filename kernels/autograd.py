@@ -84,8 +84,8 @@ if torch is not None:
         @staticmethod
         def forward(ctx, logits, target, opts):
             ignore_index, reduction, label_smoothing = opts
-            loss_rows, lse = S.cross_entropy_forward(logits, target, ignore_index, label_smoothing)
-            out, scale = S.reduce_loss(loss_rows, target, ignore_index, reduction, H.dtype_name(logits))
+            loss_rows, lse, launch = S.cross_entropy_forward(logits, target, ignore_index, label_smoothing, True)
+            out, scale = S.reduce_loss(loss_rows, target, ignore_index, reduction, H.dtype_name(logits), launch)
             ctx.save_for_backward(logits, target, lse)
             ctx.args = (ignore_index, reduction, label_smoothing, scale)
             return out

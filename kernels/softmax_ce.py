@@ -364,7 +364,7 @@ def _ce_block(n):
 class _CePlan:
     """cross_entropy's launches for one layout of (logits, target) and options."""
     __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "fwd_kw", "bwd_kw",
-                 "new_row_acc", "new_dx")
+                 "new_row_acc", "new_dx", "reductions")
 
 
 def _ce_plan(logits, target, smoothing):
@@ -380,6 +380,7 @@ def _ce_plan(logits, target, smoothing):
     plan.stride = H.row_stride(xv) if rows and n else 0
     plan.smoothing = H.scalar(logits, smoothing)
     plan.new_row_acc, plan.new_dx = H.allocator(logits, (rows,), "acc"), H.allocator(logits, (rows, n))
+    plan.reductions = {}  # reduction -> reduce_loss's launch for this layout (see _reduce_loss_plan)
     plan.fwd_kw = plan.bwd_kw = None
     if rows and n:
         # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
@@ -403,8 +404,10 @@ def _ce_plan_for(logits, target, smoothing):
     return plan
 
 
-def cross_entropy_forward(logits, target, ignore_index, smoothing):
-    """Per-row losses and log-sum-exps (accumulation type) of (rows, vocab) logits."""
+def cross_entropy_forward(logits, target, ignore_index, smoothing, with_plan=False):
+    """Per-row losses and log-sum-exps (accumulation type) of (rows, vocab) logits; and
+    with_plan, (the layout's plan, the target array the kernel read) for reduce_loss,
+    which then needs no key or target checks of its own."""
     target = _check_targets(logits, target, ignore_index)  # the values, on the CPU: every call
     plan = _ce_plan_for(logits, target, smoothing)
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
@@ -414,7 +417,7 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing):
     if plan.fwd_kw is not None:
         _xent_fwd_kernel[(plan.rows,)](xv, t, loss, lse, plan.stride, plan.n, int(ignore_index), plan.smoothing,
                                        **plan.fwd_kw)
-    return loss, lse
+    return (loss, lse, (plan, t)) if with_plan else (loss, lse)
 
 
 def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoothing):
@@ -435,29 +438,42 @@ def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoo
 _REDUCE_LOSS_PLANS = H.Plans()
 
 
-def reduce_loss(loss_rows, target, ignore_index, reduction, dtype):
+def _reduce_loss_plan(loss_rows, reduction, dtype):
+    """(keywords, output allocator, scale allocator) of reduce_loss's launch."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', "
+                         f"got {reduction!r}")
+    # One program: as wide as it gets (8192 rows per step, 16 warps on a GPU), since a
+    # narrow one walks 16384 rows in a chain of dependent loads (~25 us on an H100).
+    block = min(max(tessera.next_power_of_2(max(loss_rows.shape[0], 1)), 128), 8192)
+    kw = dict(MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=block,
+              **({"num_warps": 16} if H.on_gpu(loss_rows) else {}))
+    # The loss is 0-d, as torch's reduced loss, in `dtype`.
+    return kw, H.allocator(loss_rows, (), dtype), H.allocator(loss_rows, (1,))
+
+
+def reduce_loss(loss_rows, target, ignore_index, reduction, dtype, ce_launch=None):
     """(loss, scale): the loss reduced over rows in `dtype` (a dtype name), and the
     1-element array of the factor each row's loss carries in it (1/count for 'mean');
-    'none' gives the rows themselves and scale None."""
+    'none' gives the rows themselves and scale None. ce_launch: what
+    cross_entropy_forward(with_plan=True) returned for these rows (its plan's layouts fix
+    this launch, dtype being the logits'; its target array is the one to read)."""
     if reduction == "none":
         return loss_rows, None
-    key = (H.layout(loss_rows), H.layout(target), reduction, dtype)
-    plan = _REDUCE_LOSS_PLANS.get(key)
-    if plan is None:
-        if reduction not in ("mean", "sum"):
-            raise ValueError(f"tessera.kernels.cross_entropy: reduction must be 'mean', 'sum' or 'none', "
-                             f"got {reduction!r}")
-        # One program: as wide as it gets (8192 rows per step, 16 warps on a GPU), since a
-        # narrow one walks 16384 rows in a chain of dependent loads (~25 us on an H100).
-        block = min(max(tessera.next_power_of_2(max(loss_rows.shape[0], 1)), 128), 8192)
-        kw = dict(MEAN=reduction == "mean", ACC=H.acc_dtype(loss_rows), BLOCK=block,
-                  **({"num_warps": 16} if H.on_gpu(loss_rows) else {}))
-        # The loss is 0-d, as torch's reduced loss, in `dtype`.
-        plan = _REDUCE_LOSS_PLANS.remember(key, (kw, H.allocator(loss_rows, (), dtype), H.allocator(loss_rows, (1,))))
+    if ce_launch is not None:
+        ce_plan, t = ce_launch
+        plan = ce_plan.reductions.get(reduction)
+        if plan is None:
+            plan = ce_plan.reductions[reduction] = _reduce_loss_plan(loss_rows, reduction, dtype)
+    else:
+        key = (H.layout(loss_rows), H.layout(target), reduction, dtype)
+        plan = _REDUCE_LOSS_PLANS.get(key)
+        if plan is None:
+            plan = _REDUCE_LOSS_PLANS.remember(key, _reduce_loss_plan(loss_rows, reduction, dtype))
+        t = H.contiguous(target)
     kw, new_out, new_scale = plan
     out, scale = new_out(), new_scale()
-    _xent_reduce_kernel[(1,)](loss_rows, H.contiguous(target), out, scale, loss_rows.shape[0], int(ignore_index),
-                              **kw)
+    _xent_reduce_kernel[(1,)](loss_rows, t, out, scale, loss_rows.shape[0], int(ignore_index), **kw)
     return out, scale
 
 
@@ -471,8 +487,8 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     if AG.wants_grad(logits):
         out = AG.CrossEntropy.apply(logits, target, (int(ignore_index), reduction, smoothing))
     else:
-        loss_rows, _ = cross_entropy_forward(logits, target, ignore_index, smoothing)
-        out, _ = reduce_loss(loss_rows, target, ignore_index, reduction, H.dtype_name(logits))
+        loss_rows, _, launch = cross_entropy_forward(logits, target, ignore_index, smoothing, with_plan=True)
+        out, _ = reduce_loss(loss_rows, target, ignore_index, reduction, H.dtype_name(logits), launch)
     if H.is_torch(out):
         return out.to(logits.dtype) if out.dtype != logits.dtype else out
     if H.is_cupy(out):
