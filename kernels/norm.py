@@ -228,12 +228,23 @@ BWD_MAX_WARPS = 16
 BWD_PREFETCH = 1
 BWD_PREFETCH_RELU = 3
 
-# On the CPU, a backward of at most this many elements runs as one program: its one
-# partial row is dweight and dbias themselves (when they are kept in the accumulation
-# type, fp32 or fp64), so the column-sum launch and its output are not needed. Below
-# this size the work is a few microseconds on one core, what the column sum's launch
-# and allocation cost the host (bench/results/host_time_cpu_hostpath.md).
-CPU_ONE_PROGRAM_ELEMS = 16384
+# On the CPU a small backward runs as one program: its one partial row is dweight and
+# dbias themselves (when they are kept in the accumulation type, fp32 or fp64), so the
+# column sum's launch and output are not needed. Splitting the rows over T threads
+# saves (1 - 1/T) of the walk and costs the column sum and the pool's wake-up, ~5 us:
+# the one-thread walk of about CPU_SPLIT_COST_ELEMS elements (~0.6 ns each). At 64x256
+# fp32 on the 2-core Zen 4 (wall clock): one program 13.4 us, two threads' programs and
+# the column sum 18.0 us; on one thread 13.1 against 16.6 us.
+CPU_SPLIT_COST_ELEMS = 8192
+
+
+def _one_program_backward(xin, n_elems) -> bool:
+    """Whether the backward on xin (n_elems elements) runs as one program whose partial
+    row is the gradients (see CPU_SPLIT_COST_ELEMS); 0 turns it off (tests)."""
+    if H.on_gpu(xin) or H.dtype_name(xin) not in ("float32", "float64") or CPU_SPLIT_COST_ELEMS <= 0:
+        return False
+    threads = H.tessera_threads()
+    return n_elems * (threads - 1) <= CPU_SPLIT_COST_ELEMS * threads
 
 
 def _bwd_prefetch(x, relu=False) -> int:
@@ -292,8 +303,7 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     plan.width = n * (int(has_w) + int(has_b))  # a partial row: dweight, then dbias
     plan.grad_dtype = H.dtype_name(xin)
     # One program's partial row is the sums when they need no cast to the gradients' type.
-    plan.sums_direct = (not H.on_gpu(xin) and plan.rows * n <= CPU_ONE_PROGRAM_ELEMS
-                        and plan.grad_dtype in ("float32", "float64"))
+    plan.sums_direct = _one_program_backward(xin, plan.rows * n)
     plan.progs = 1 if plan.sums_direct else H.num_programs_for_partials(xin, plan.rows, BWD_PROGRAMS_PER_SM)
     # The partials' column sum: its launches kept here (xin has the partials' device
     # and precision class), so a call does no column_sum plan lookup.

@@ -18,7 +18,7 @@ def gpu_norm_plan(monkeypatch, request):
     several rows and the last step of some programs has no next row."""
     monkeypatch.setattr(N, "_bwd_prefetch", lambda x, relu=False: request.param)
     monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n_rows, per_sm=4: max(1, min(n_rows, 3)))
-    monkeypatch.setattr(N, "CPU_ONE_PROGRAM_ELEMS", 0)  # (small CPU inputs would take one program)
+    monkeypatch.setattr(N, "CPU_SPLIT_COST_ELEMS", 0)  # (small CPU inputs would take one program)
     N._BWD_PLANS.clear()
     yield
     N._BWD_PLANS.clear()
