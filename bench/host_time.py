@@ -5,13 +5,17 @@ path the fwd+bwd column of bench/kernels.py pays on a GPU. Runs on the CPU too (
 CPU tensors take the same Python path; only allocation and launch differ).
 
     python bench/host_time.py [--device cpu|cuda] [--ops layer_norm,softmax] [--breakdown]
-                              [--sync-check] [--out bench/results] [--tag _before]
+                              [--sync-check] [--baseline DIR] [--out bench/results] [--tag _before]
 
 --breakdown: inclusive host time per call of each library function (the op's forward
 and backward, the _host helpers, column sums), from wrappers installed for the run.
 --sync-check (cuda): one fwd+bwd call on the large shape of bench/kernels.py queued
 behind ~20 ms of GPU work: a call that returns in microseconds never waits for the
 GPU; one that takes ~20 ms synchronizes somewhere.
+--baseline DIR: another copy of tessera.kernels (e.g. `git show`n from an older commit
+into a folder) timed in the same run, batch for batch alternating with this one and
+torch, as a "tk base" column: a before/after comparison that the shared machine's
+drifting load cannot skew towards either side.
 """
 from __future__ import annotations
 
@@ -52,6 +56,39 @@ def per_call_us(fn, device, calls=200, batches=7, clock=time.perf_counter_ns):
     return min(samples), statistics.median(samples)
 
 
+def per_call_us_round_robin(fns, device, calls=200, batches=7, clock=time.perf_counter_ns):
+    """per_call_us of several callables (name -> fn), their batches taken in turn, so a
+    change in the machine's load reaches each alike: name -> (best, median) us per call."""
+    for f in fns.values():
+        for _ in range(20):
+            f()
+    samples = {name: [] for name in fns}
+    for _ in range(batches):
+        for name, fn in fns.items():
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = clock()
+            for _ in range(calls):
+                fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            samples[name].append((clock() - t0) / calls / 1e3)
+    return {name: (min(s), statistics.median(s)) for name, s in samples.items()}
+
+
+def load_baseline(directory):
+    """Another copy of tessera.kernels (its own module objects and plan caches), imported
+    from `directory` as tessera.kernels_baseline."""
+    import importlib.util
+    name = "tessera.kernels_baseline"
+    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, "__init__.py"),
+                                                  submodule_search_locations=[directory])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def sync_check_us(fn, sleep_cycles=40_000_000, reps=5):
     """Host us of one call queued behind `sleep_cycles` GPU clocks of torch.cuda._sleep
     (~20 ms on an H100), median of `reps`; and the sleep's own length in us."""
@@ -83,6 +120,43 @@ class _EmptyFunction(torch.autograd.Function):
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
         return torch.empty_like(x)
+
+
+class _EmptyFunction3(torch.autograd.Function):
+    """The floor of a norm-like op: three inputs that get gradients (x, weight, bias),
+    allocation only, no kernel."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w, b)
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, b = ctx.saved_tensors
+        return torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
+
+
+def floor3_case(rows, cols, device, dtype):
+    """floor_case with three inputs getting gradients (torch's side: addcmul(x, w, b) =
+    x + w * b, one op whose backward gives all three)."""
+    x = torch.randn(rows, cols, device=device, dtype=dtype)
+    w, b = torch.randn(cols, device=device, dtype=dtype), torch.randn(cols, device=device, dtype=dtype)
+    return (x, w, b), _EmptyFunction3.apply, torch.addcmul, None, 0
+
+
+def module_cases(rows, cols, device, dtype, lib):
+    """tk.nn's norm modules next to torch.nn's (the module call and its parameter handling
+    on top of the op). Their parameters' gradients accumulate from call to call on both
+    sides alike (one in-place add per parameter)."""
+    x = torch.randn(rows, cols, device=device, dtype=dtype)
+    out = {}
+    for name, tk_cls, torch_cls in (("nn.LayerNorm module", lib.nn.FusedLayerNorm, torch.nn.LayerNorm),
+                                    ("nn.RMSNorm module", lib.nn.FusedRMSNorm, torch.nn.RMSNorm)):
+        m_tk = tk_cls(cols, device=device, dtype=dtype)
+        m_torch = torch_cls(cols, device=device, dtype=dtype)
+        out[name] = ((x,), m_tk, m_torch, None, 0)
+    return out
 
 
 def floor_case(rows, cols, device, dtype):
@@ -200,6 +274,9 @@ def main():
                          "share the cores; the CPU kernels then run on one thread: TESSERA_NUM_THREADS=1); "
                          "wall on a GPU (the backward runs on autograd's device thread)")
     ap.add_argument("--micro", action="store_true", help="time single host operations (allocations, launches)")
+    ap.add_argument("--baseline", default="", help="a folder with another copy of tessera.kernels, timed alongside")
+    ap.add_argument("--batches", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=200, help="calls per batch")
     ap.add_argument("--out", default=RESULTS_DIR)
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
@@ -210,24 +287,38 @@ def main():
     clock_name = args.clock or ("thread" if device == "cpu" else "wall")
     clock = time.thread_time_ns if clock_name == "thread" else time.perf_counter_ns
     small = cases(args.rows, args.cols, device, dtype)
+    small.update(module_cases(args.rows, args.cols, device, dtype, tk))
+    base = {}
+    if args.baseline:
+        base_lib = load_baseline(args.baseline)
+        base = cases(args.rows, args.cols, device, dtype, lib=base_lib)
+        base.update(module_cases(args.rows, args.cols, device, dtype, base_lib))
     big = cases(16384, 4096, device, dtype) if args.sync_check and device == "cuda" else {}
-    small["autograd.Function floor"] = floor_case(args.rows, args.cols, device, dtype)
-    names = [n for n in small if not args.ops or n in args.ops.split(",") or n == "autograd.Function floor"]
+    floors = {"autograd.Function floor": floor_case(args.rows, args.cols, device, dtype),
+              "autograd.Function floor (3 grads)": floor3_case(args.rows, args.cols, device, dtype)}
+    small.update(floors)
+    names = [n for n in small if not args.ops or n in args.ops.split(",") or n in floors]
     records, table = [], []
     bd = Breakdown() if args.breakdown else None
-    cases_of_library = set(small) - {"autograd.Function floor"}
+    cases_of_library = set(small) - set(floors)
     if args.micro:
         for k, us in micro_us(device, dtype).items():
             print(f"  micro: {us:7.2f} us  {k}")
     for name in names:
         inputs, f_tk, f_torch, _, _ = small[name]
         rec = {"op": name, "shape": [int(s) for s in inputs[0].shape]}
-        for impl, f in (("tk", f_tk), ("torch", f_torch)):
-            fb = _fwd_bwd(f, inputs)
-            rec[f"{impl}_fwd_bwd_us"], rec[f"{impl}_fwd_bwd_median_us"] = per_call_us(fb, device, clock=clock)
-            with torch.no_grad():
-                rec[f"{impl}_fwd_us"], _ = per_call_us(lambda: f(*inputs), device, clock=clock)
-            if big and name in big:
+        impls = {"tk": f_tk, "torch": f_torch}
+        if name in base:
+            impls["tk_base"] = base[name][1]
+        times = per_call_us_round_robin({impl: _fwd_bwd(f, inputs) for impl, f in impls.items()}, device,
+                                        args.calls, args.batches, clock)
+        with torch.no_grad():
+            fwd_times = per_call_us_round_robin({impl: functools.partial(f, *inputs) for impl, f in impls.items()},
+                                                device, args.calls, args.batches, clock)
+        for impl, f in impls.items():
+            rec[f"{impl}_fwd_bwd_us"], rec[f"{impl}_fwd_bwd_median_us"] = times[impl]
+            rec[f"{impl}_fwd_us"], rec[f"{impl}_fwd_median_us"] = fwd_times[impl]
+            if big and name in big and impl != "tk_base":
                 bi = big[name][0]
                 fbig = _fwd_bwd(big[name][1] if impl == "tk" else big[name][2], bi)
                 rec[f"{impl}_queued_call_us"], rec["queued_behind_us"] = sync_check_us(fbig)
@@ -247,10 +338,14 @@ def main():
                 bd.uninstall()
         records.append(rec)
         ratio = rec["torch_fwd_bwd_us"] / rec["tk_fwd_bwd_us"]
-        table.append([name, rec["tk_fwd_bwd_us"], rec["torch_fwd_bwd_us"], ratio, rec["tk_fwd_us"], rec["torch_fwd_us"]]
+        table.append([name] + ([rec.get("tk_base_fwd_bwd_us", "n/a")] if base else [])
+                     + [rec["tk_fwd_bwd_us"], rec["torch_fwd_bwd_us"], ratio]
+                     + ([rec.get("tk_base_fwd_us", "n/a")] if base else []) + [rec["tk_fwd_us"], rec["torch_fwd_us"]]
                      + ([rec.get("tk_queued_call_us", "n/a"), rec.get("torch_queued_call_us", "n/a")] if big else []))
         line = (f"{name:28s} fwd+bwd tk {rec['tk_fwd_bwd_us']:7.1f} us  torch {rec['torch_fwd_bwd_us']:7.1f} us  "
                 f"torch/tk {ratio:5.2f}   fwd tk {rec['tk_fwd_us']:6.1f}  torch {rec['torch_fwd_us']:6.1f}")
+        if "tk_base_fwd_bwd_us" in rec:
+            line += f"   (tk base: fwd+bwd {rec['tk_base_fwd_bwd_us']:6.1f}  fwd {rec['tk_base_fwd_us']:6.1f})"
         if "queued_behind_us" in rec:
             line += (f"   queued behind {rec['queued_behind_us']:.0f} us: tk call {rec['tk_queued_call_us']:.0f} us, "
                      f"torch {rec['torch_queued_call_us']:.0f} us")
@@ -260,7 +355,8 @@ def main():
     machine = machine_info()
     if device == "cuda":
         machine["gpu"] = torch.cuda.get_device_name()
-    header = ["op", "tk fwd+bwd us", "torch fwd+bwd us", "torch/tk", "tk fwd us", "torch fwd us"]
+    header = (["op"] + (["tk base fwd+bwd us"] if base else []) + ["tk fwd+bwd us", "torch fwd+bwd us", "torch/tk"]
+              + (["tk base fwd us"] if base else []) + ["tk fwd us", "torch fwd us"])
     if big:
         header += ["tk call queued us", "torch call queued us"]
     behind = [r["op"] for r in records if r["torch_fwd_bwd_us"] < r["tk_fwd_bwd_us"]]
@@ -274,9 +370,11 @@ def main():
           f"{', GPU ' + machine['gpu'] if 'gpu' in machine else ''}; load average "
           f"{tuple(round(v, 2) for v in os.getloadavg())}.", "",
           f"Inputs {args.rows}x{args.cols} (bench/kernels.py's ops at a small shape): the kernels cost next to "
-          f"nothing, so the times are the host's (Python, autograd, allocation, launches). Best of 7 batches of "
-          f"200 back-to-back calls ({clock_name} clock). 'torch/tk' > 1: tk's host path is faster. tk behind on fwd+bwd: "
-          f"{', '.join(behind) or 'none'}.", ""]
+          f"nothing, so the times are the host's (Python, autograd, allocation, launches). Best of {args.batches} "
+          f"batches of {args.calls} back-to-back calls ({clock_name} clock), the implementations' batches taken in "
+          f"turn. 'torch/tk' > 1: tk's host path is faster. tk behind on fwd+bwd: {', '.join(behind) or 'none'}."
+          + (f" 'tk base': the copy of tessera.kernels in {args.baseline}, timed in the same run." if base else ""),
+          ""]
     md += table_lines(header, table, markdown=True)
     with open(os.path.join(args.out, tag + ".md"), "w") as fh:
         fh.write("\n".join(md) + "\n")

@@ -3,6 +3,7 @@
 allocation next to the input, and checks that fail with a message naming the op."""
 from __future__ import annotations
 
+import functools
 import math
 import threading
 
@@ -137,14 +138,42 @@ def empty(like, shape, dtype=None):
         else:
             dt = getattr(torch, dtype)
         if like.is_cuda or math.prod(shape) * like.element_size() < _THP_BYTES:
-            # (a dtype keyword costs more to parse than the dtype is worth when it is like's)
-            return like.new_empty(shape) if dt is like.dtype else like.new_empty(shape, dtype=dt)
+            # Sizes as separate arguments: torch parses a tuple of sizes ~0.5 us slower
+            # (new_empty((8, 64)) 1.42 us, new_empty(8, 64) 0.87 us on the CPU), and a
+            # dtype keyword costs more to parse than the dtype is worth when it is like's.
+            if not shape:
+                return like.new_empty(()) if dt is like.dtype else like.new_empty((), dtype=dt)
+            return like.new_empty(*shape) if dt is like.dtype else like.new_empty(*shape, dtype=dt)
         return _torch_cpu_empty(shape, dt)
     if dtype == "acc":
         dtype = "float64" if dtype_name(like) == "float64" else "float32"
     if is_cupy(like):
         return _cupy().empty(shape, dtype=like.dtype if dtype is None else dtype)
     return np.empty(shape, dtype=like.dtype if dtype is None else dtype)
+
+
+def allocator(like, shape, dtype=None):
+    """A callable making what empty(like, shape, dtype) makes, with every decision taken
+    now, for a launch plan to keep: a call costs what torch.empty itself costs (0.9 us
+    on the CPU for a small tensor; empty() spends ~0.5 us more deciding). Only for plans
+    keyed by like's layout (its type, dtype and device fix the choice)."""
+    shape = tuple(int(s) for s in shape)
+    if isinstance(like, _TORCH_TENSOR):
+        if dtype is None:
+            dt = like.dtype
+        elif dtype == "acc":
+            dt = torch.float64 if like.dtype is torch.float64 else torch.float32
+        else:
+            dt = getattr(torch, dtype)
+        if like.is_cuda or math.prod(shape) * like.element_size() < _THP_BYTES:
+            # Sizes as separate arguments (see empty); () is a 0-d tensor.
+            return functools.partial(torch.empty, *(shape or ((),)), dtype=dt, device=like.device)
+        return functools.partial(_torch_cpu_empty, shape, dt)
+    if dtype == "acc":
+        dtype = "float64" if dtype_name(like) == "float64" else "float32"
+    # (not a partial of empty: it would keep `like`, an input array, alive in the plan)
+    return functools.partial(_cupy().empty if is_cupy(like) else np.empty, shape,
+                             dtype=like.dtype if dtype is None else dtype)
 
 
 _SAME_SIZE_NUMPY = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -248,13 +277,16 @@ class Plans(dict):
 
 
 def reshape(x, shape):
-    return x.reshape(shape)
+    return x.reshape(*shape) if shape and is_torch(x) else x.reshape(shape)
 
 
 def shaped(x, shape):
     """x reshaped to `shape` (a tuple), or x itself when it has that shape already (a
-    reshape to the same shape still makes a new view: ~1 us of host time)."""
-    return x if x.shape == shape else x.reshape(shape)
+    reshape to the same shape still makes a new view: ~1 us of host time). Torch gets
+    the sizes as separate arguments (a tuple costs ~0.5 us more to parse)."""
+    if x.shape == shape:
+        return x
+    return x.reshape(*shape) if shape and isinstance(x, _TORCH_TENSOR) else x.reshape(shape)
 
 
 def scalar_float(op: str, name: str, v, lo=None, hi=None, hi_open=False) -> float:

@@ -296,7 +296,7 @@ class _EwPlan:
     fast: every input is contiguous, so the kernel takes the arrays as they are (the
     views _views builds would only reshape them)."""
     __slots__ = ("fast", "rows", "n", "sa", "sb", "sdy", "grid", "kw", "shape", "p", "keep_from", "bias_groups",
-                 "sum_steps", "bias_dtype")
+                 "sum_steps", "bias_dtype", "new_out", "new_db", "new_parts", "sums_direct")
 
 
 def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
@@ -307,6 +307,9 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
     plan.p, plan.keep_from = H.scalar(a, p), _keep_from(p)
     plan.sdy = H.row_stride(_dy_rows(dy, rows, n)) if dy is not None else 0
     plan.grid = plan.kw = None
+    plan.new_out = H.allocator(a, plan.shape)  # the output, and da
+    plan.new_db = H.allocator(a, tuple(b.shape)) if bias_mode == SAME_SHAPE else None
+    plan.sums_direct = False
     if rows and H.numel(a):
         dropout_block = DROPOUT_FWD_BLOCK if dy is None else DROPOUT_BWD_BLOCK
         plan.grid, block = _grid(rows, n, dropout_block if p > 0 and H.on_gpu(a) else 2048)
@@ -318,6 +321,9 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             plan.bias_groups = tessera.cdiv(rows, BIAS_BWD_ROWS)
             plan.sum_steps = column_sum_steps(a, plan.bias_groups, n)  # a: the partials' device and precision
             plan.bias_dtype = H.dtype_name(b)
+            # One row group's partial row is the bias gradient when it needs no cast.
+            plan.sums_direct = plan.bias_groups == 1 and plan.bias_dtype in ("float32", "float64")
+            plan.new_parts = H.allocator(a, (n,) if plan.sums_direct else (plan.bias_groups, n), "acc")
             plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
             plan.kw = dict(TANH=tanh, DROPOUT=p > 0, PREFETCH=_bias_bwd_prefetch(a), ACC=H.acc_dtype(a),
                            ROWS=BIAS_BWD_ROWS, BLOCK=block)
@@ -345,7 +351,7 @@ def elementwise_forward(op, a, b, p, seed, bias_mode, tanh=False):
         av, bv = a, (a if b is None else b)
     else:
         av, bv = _views(op, a, b, bias_mode)[:2]
-    y = H.empty(a, plan.shape)
+    y = plan.new_out()
     if plan.kw is not None:
         _ew_fwd_kernel[plan.grid](av, bv, y, plan.sa, plan.sb, plan.n, plan.p, int(seed), plan.keep_from, **plan.kw)
     return y
@@ -363,15 +369,15 @@ def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
         av, bv = _views(op, a, b, bias_mode)[:2]
         dyv = _dy_rows(dy, plan.rows, plan.n)
     if bias_mode == BIAS:  # gelu(a + bias): da and the bias gradient's partials in one kernel
-        da = H.empty(a, plan.shape)
+        da = plan.new_out()
         if plan.kw is None:
             return da, H.zeros(b, tuple(b.shape))
-        parts = H.empty(a, (plan.bias_groups, plan.n), "acc")
+        parts = plan.new_parts()
         _bias_act_bwd_kernel[plan.grid](av, bv, dyv, da, parts, plan.sa, plan.sdy, plan.rows, plan.n, plan.p,
                                         int(seed), plan.keep_from, **plan.kw)
-        return da, column_sum_run(plan.sum_steps, parts, plan.bias_dtype)
-    da = H.empty(a, plan.shape)
-    db = H.empty(a, tuple(b.shape)) if bias_mode == SAME_SHAPE else da
+        return da, (parts if plan.sums_direct else column_sum_run(plan.sum_steps, parts, plan.bias_dtype))
+    da = plan.new_out()
+    db = plan.new_db() if bias_mode == SAME_SHAPE else da
     if plan.kw is not None:
         _ew_bwd_kernel[plan.grid](av, bv, dyv, da, db, plan.sa, plan.sb, plan.sdy, plan.n, plan.p, int(seed),
                                   plan.keep_from, **plan.kw)
@@ -381,7 +387,7 @@ def elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh=False):
 def _run(op, a, b, p=0.0, seed=0, bias_mode=SAME_SHAPE, tanh=False):
     AG = H.autograd()
     if AG.wants_grad(a, b):
-        return AG.Elementwise.apply((op, tanh), a, b, p, seed, bias_mode)
+        return AG.Elementwise.apply(a, b, (op, tanh, p, seed, bias_mode))
     return elementwise_forward(op, a, b, p, seed, bias_mode, tanh)
 
 

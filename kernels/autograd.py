@@ -1,6 +1,10 @@
 """torch.autograd.Function wrappers: each op's forward and backward kernels, for torch
 tensors that require grad (CPU or CUDA). Without torch this module defines nothing
-but wants_grad, which is then always False."""
+but wants_grad, which is then always False.
+
+Each Function takes its tensors and one tuple of options (`opts`): apply() inspects
+every argument, and backward() returns a gradient slot for each, so three options as
+one argument cost ~0.5 us less per fwd+bwd (bench/results/host_time_cpu_hostpath.md)."""
 from __future__ import annotations
 
 from . import _host as H
@@ -27,7 +31,8 @@ if torch is not None:
 
     class Norm(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, op, x, residual, weight, bias, eps, is_rms, relu):
+        def forward(ctx, x, residual, weight, bias, opts):
+            op, eps, is_rms, relu = opts
             y, h, mean, rstd = N.norm_forward(op, x, residual, weight, bias, eps, is_rms, relu)
             ctx.save_for_backward(h if h is not None else x, weight, bias, mean, rstd)
             ctx.flags = (is_rms, relu, residual is not None)
@@ -41,9 +46,9 @@ if torch is not None:
             xin, w, b, mean, rstd = ctx.saved_tensors
             is_rms, relu, has_res = ctx.flags
             if dy is None:  # only the new residual was used: it is x + residual
-                return None, dh, dh, None, None, None, None, None
+                return dh, dh, None, None, None
             dx, dw, db = N.norm_backward(xin, w, b, mean, rstd, dy, dh, is_rms, relu)
-            return None, dx, (dx if has_res else None), dw, db, None, None, None
+            return dx, (dx if has_res else None), dw, db, None
 
     class RmsNormRope(torch.autograd.Function):
         @staticmethod
@@ -60,23 +65,25 @@ if torch is not None:
 
     class Softmax(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, dim, log, p, seed):
+        def forward(ctx, x, opts):
+            dim, log, p, seed = opts
             y = S.softmax_forward(x, dim, log, p, seed)
             # With dropout the backward pass recomputes the softmax from x (the output
             # lost the dropped values); otherwise it needs only y.
             ctx.save_for_backward(x if p > 0 else y)
-            ctx.args = (dim, log, p, seed)
+            ctx.args = opts
             return y
 
         @staticmethod
         def backward(ctx, dy):
             (saved,) = ctx.saved_tensors
             dim, log, p, seed = ctx.args
-            return S.softmax_backward(saved, dy, dim, log, p, seed), None, None, None, None
+            return S.softmax_backward(saved, dy, dim, log, p, seed), None
 
     class CrossEntropy(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
+        def forward(ctx, logits, target, opts):
+            ignore_index, reduction, label_smoothing = opts
             out, scale, lse = S.cross_entropy_forward(logits, target, ignore_index, label_smoothing, reduction)
             ctx.save_for_backward(logits, target, lse)
             ctx.args = (ignore_index, reduction, label_smoothing, scale)
@@ -87,18 +94,18 @@ if torch is not None:
             logits, target, lse = ctx.saved_tensors
             ignore_index, reduction, label_smoothing, scale = ctx.args
             dlogits = S.cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, label_smoothing)
-            return dlogits, None, None, None, None
+            return dlogits, None, None
 
     class Elementwise(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, op_tanh, a, b, p, seed, bias_mode):
-            op, tanh = op_tanh
+        def forward(ctx, a, b, opts):
+            op, tanh, p, seed, bias_mode = opts
             y = A.elementwise_forward(op, a, b, p, seed, bias_mode, tanh)
             # relu(a + b)'s gradient needs only the output's sign (as torch's relu, which
             # tests its output): the backward reads y and dy and writes one gradient that
             # both inputs get, 3 arrays where reading a and b and writing da and db made 5.
             ctx.save_for_backward(*((y, None) if op == A.ADD_RELU else (a, b)))
-            ctx.args = (op, tanh, p, seed, bias_mode)
+            ctx.args = opts
             return y
 
         @staticmethod
@@ -107,22 +114,23 @@ if torch is not None:
             op, tanh, p, seed, bias_mode = ctx.args
             if op == A.ADD_RELU:
                 g = A.elementwise_backward(A.RELU_OP, a, None, dy, 0.0, 0, A.NO_B)[0]
-                return None, g, g, None, None, None
+                return g, g, None
             da, db = A.elementwise_backward(op, a, b, dy, p, seed, bias_mode, tanh)
-            return None, da, db, None, None, None
+            return da, db, None
 
     class ReduceDim(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, x, dim, op):
+        def forward(ctx, x, opts):
+            dim, op = opts
             ctx.save_for_backward(x)
-            ctx.args = (dim, op)
+            ctx.args = opts
             return R.reduce_dim(x, dim, op)
 
         @staticmethod
         def backward(ctx, dy):
             (x,) = ctx.saved_tensors
             dim, op = ctx.args
-            return R.reduce_dim_backward(x, dy, dim, op), None, None
+            return R.reduce_dim_backward(x, dy, dim, op), None
 
     class AttentionScore(torch.autograd.Function):
         @staticmethod

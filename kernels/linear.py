@@ -18,7 +18,7 @@ import tessera.language as tl
 
 from . import _host as H
 from .activation import GELU, NO_B, RELU_OP, elementwise_backward
-from .reduce import column_sum
+from .reduce import column_sum_run, column_sum_steps
 
 ACT_NONE, ACT_RELU, ACT_GELU, ACT_GELU_TANH = 0, 1, 2, 3
 BM, BN, BK = 64, 64, 32
@@ -508,6 +508,43 @@ def linear_forward(x, weight, bias, act, keep_preactivation=False):
     return H.shaped(y, shape), (H.shaped(z, shape) if z is not None else None)
 
 
+class _LinearBwdPlan:
+    """linear_backward's launches for one layout of (x, weight, dz): the two products'
+    launches (None when a product is empty) and allocators, the bias gradient's column
+    sum (see H.Plans)."""
+    __slots__ = ("dz_direct", "x_direct", "dz_contiguous", "dx_launch", "dw_launch", "new_dx", "new_dw",
+                 "sum_steps", "grad_dtype")
+
+
+def _product_launch(a_strides, b_strides, m, n, k, like):
+    """matmul's launch of an unbatched product without bias or activation, or None when
+    its output is empty."""
+    return _matmul_plan(a_strides, b_strides, 1, m, n, k, like, None, ACT_NONE, None, False, None) if m and n else None
+
+
+def _linear_bwd_plan(x, weight, dz, has_bias):
+    n, k = weight.shape
+    dzv, xv = H.rows_view(dz, n), H.rows_view(x, k)
+    rows = xv.shape[0]
+    zs, xs, ws = H.strides(dzv), H.strides(xv), H.strides(weight)
+    plan = _LinearBwdPlan()
+    plan.dz_direct, plan.x_direct = dzv is dz, xv is x
+    plan.dx_launch = _product_launch((0,) + zs, (0,) + ws, rows, k, n, x)                  # dz @ W
+    plan.dw_launch = _product_launch((0, zs[1], zs[0]), (0,) + xs, n, k, rows, weight)    # dz^T @ x
+    # The products' outputs are contiguous: made in the gradients' shapes directly.
+    plan.new_dx, plan.new_dw = H.allocator(x, tuple(x.shape)), H.allocator(weight, (n, k))
+    plan.sum_steps = plan.grad_dtype = None
+    plan.dz_contiguous = True
+    if has_bias:
+        dzc = H.contiguous(dzv)
+        plan.dz_contiguous = dzc is dzv
+        plan.sum_steps, plan.grad_dtype = column_sum_steps(dzc, rows, n), H.dtype_name(x)
+    return plan
+
+
+_LINEAR_BWD_PLANS = H.Plans()
+
+
 def linear_backward(x, weight, z_or_y, dy, act, has_bias):
     """(dx, dweight, dbias). z_or_y is the pre-activation (GELU) or the output (ReLU)."""
     n, k = weight.shape
@@ -517,14 +554,23 @@ def linear_backward(x, weight, z_or_y, dy, act, has_bias):
         dz, _ = elementwise_backward(GELU, z_or_y, None, dy, 0.0, 0, NO_B, tanh=act == ACT_GELU_TANH)
     else:
         dz = dy
-    dzv = H.rows_view(dz, n)
-    xv = H.rows_view(x, k)
-    rows = xv.shape[0]
-    zs, xs, ws = H.strides(dzv), H.strides(xv), H.strides(weight)
-    dx, _ = matmul(dzv, weight, (0,) + zs, (0,) + ws, 1, rows, k, n, x)                  # dz @ W
-    dw, _ = matmul(dzv, xv, (0, zs[1], zs[0]), (0,) + xs, 1, n, k, rows, weight)       # dz^T @ x
-    db = column_sum(H.contiguous(dzv), H.dtype_name(x)) if has_bias else None
-    return H.shaped(dx, tuple(x.shape)), H.shaped(dw, (n, k)), db
+    key = (H.layout(x), H.layout(weight), H.layout(dz), has_bias)
+    plan = _LINEAR_BWD_PLANS.get(key)
+    if plan is None:
+        plan = _LINEAR_BWD_PLANS.remember(key, _linear_bwd_plan(x, weight, dz, has_bias))
+    dzv = dz if plan.dz_direct else H.rows_view(dz, n)
+    xv = x if plan.x_direct else H.rows_view(x, k)
+    dx, dw = plan.new_dx(), plan.new_dw()
+    if plan.dx_launch is not None:
+        kernel, grid, sizes, meta = plan.dx_launch
+        kernel[grid](dzv, weight, dzv, dx, dx, *sizes, **meta)
+    if plan.dw_launch is not None:
+        kernel, grid, sizes, meta = plan.dw_launch
+        kernel[grid](dzv, xv, dzv, dw, dw, *sizes, **meta)
+    db = None
+    if has_bias:
+        db = column_sum_run(plan.sum_steps, dzv if plan.dz_contiguous else H.contiguous(dzv), plan.grad_dtype)
+    return dx, dw, db
 
 
 _FAST_NAMES = {}  # torch dtype -> its name, for the dtypes the fast paths take

@@ -20,14 +20,22 @@ def _draw_seed() -> int:
 
 def _flat_affine(mod, x):
     """x and the affine parameters flattened over normalized_shape (kernels normalize
-    the last dimension)."""
+    the last dimension). With one normalized dimension (the common case) they are
+    returned as they are: a reshape of a parameter that requires grad adds a view node
+    to the autograd graph, which each backward pass then runs."""
+    w, b = mod.weight, getattr(mod, "bias", None)
     k = len(mod.normalized_shape)
+    if k == 1:
+        return x, w, b
     n = math.prod(mod.normalized_shape)
-    xv = x.reshape(tuple(x.shape[:x.ndim - k]) + (n,)) if k != 1 else x
-    w = mod.weight.reshape(n) if mod.weight is not None else None
-    b = getattr(mod, "bias", None)
-    b = b.reshape(n) if b is not None else None
-    return xv, w, b
+    xv = x.reshape(tuple(x.shape[:x.ndim - k]) + (n,))
+    return xv, (w.reshape(n) if w is not None else None), (b.reshape(n) if b is not None else None)
+
+
+def _as(y, x):
+    """y (x's elements, flattened as _flat_affine flattens x) in x's shape; y itself when
+    it has that shape (a reshape would add a view node to the autograd graph)."""
+    return y if y.shape == x.shape else y.reshape(x.shape)
 
 
 class FusedLayerNorm(nn.LayerNorm):
@@ -40,7 +48,7 @@ class FusedLayerNorm(nn.LayerNorm):
 
     def forward(self, x):
         xv, w, b = _flat_affine(self, x)
-        return N.layer_norm(xv, w, b, self.eps, self.relu).reshape(x.shape)
+        return _as(N.layer_norm(xv, w, b, self.eps, self.relu), x)
 
     def extra_repr(self):
         return super().extra_repr() + (", relu=True" if self.relu else "")
@@ -52,7 +60,7 @@ class FusedRMSNorm(nn.RMSNorm):
     def forward(self, x):
         xv, w, _ = _flat_affine(self, x)
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
-        return N.rms_norm(xv, w, eps).reshape(x.shape)
+        return _as(N.rms_norm(xv, w, eps), x)
 
 
 class FusedResidualLayerNorm(nn.LayerNorm):
@@ -60,9 +68,9 @@ class FusedResidualLayerNorm(nn.LayerNorm):
 
     def forward(self, x, residual):
         xv, w, b = _flat_affine(self, x)
-        rv = residual.reshape(xv.shape)
+        rv = residual if residual.shape == xv.shape else residual.reshape(xv.shape)
         y, h = N.residual_add_layer_norm(xv, rv, w, b, self.eps)
-        return y.reshape(x.shape), h.reshape(x.shape)
+        return _as(y, x), _as(h, x)
 
 
 class FusedResidualRMSNorm(nn.RMSNorm):
@@ -71,8 +79,9 @@ class FusedResidualRMSNorm(nn.RMSNorm):
     def forward(self, x, residual):
         xv, w, _ = _flat_affine(self, x)
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
-        y, h = N.residual_add_rms_norm(xv, residual.reshape(xv.shape), w, eps)
-        return y.reshape(x.shape), h.reshape(x.shape)
+        rv = residual if residual.shape == xv.shape else residual.reshape(xv.shape)
+        y, h = N.residual_add_rms_norm(xv, rv, w, eps)
+        return _as(y, x), _as(h, x)
 
 
 class FusedLinearReLU(nn.Linear):

@@ -236,7 +236,8 @@ def _io_type(x):
 class _FwdPlan:
     """The forward launch for one layout of (x, residual, weight, bias) and options:
     checks done once (see H.Plans)."""
-    __slots__ = ("rows", "n", "x_direct", "r_direct", "w_direct", "b_direct", "sx", "sr", "eps", "kw", "shape")
+    __slots__ = ("rows", "n", "x_direct", "r_direct", "w_direct", "b_direct", "sx", "sr", "eps", "kw", "shape",
+                 "new_out", "new_stat")
 
 
 def _fwd_plan(op, x, residual, weight, bias, eps, is_rms, relu):
@@ -258,6 +259,8 @@ def _fwd_plan(op, x, residual, weight, bias, eps, is_rms, relu):
     plan.b_direct = bias is None or H.contiguous(bias) is bias
     plan.sx, plan.sr = H.row_stride(xv), H.row_stride(rv)
     plan.eps = H.scalar(x, eps)
+    # y and h are made in x's shape (contiguous: the (rows, n) rows the kernel writes).
+    plan.new_out, plan.new_stat = H.allocator(x, plan.shape), H.allocator(x, (plan.rows,), "acc")
     block = H.block_for(n)
     plan.kw = None if not (plan.rows and n) else dict(
         IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None, HAS_B=bias is not None, RELU=relu,
@@ -290,6 +293,24 @@ BWD_PREFETCH = True
 BWD_PAIR_SUM = True
 BWD_TWO_ROWS = False
 
+# On the CPU a small backward runs as one program: its one partial row is dweight and
+# dbias themselves (when they are kept in the accumulation type, fp32 or fp64), so the
+# column sum's launch and output are not needed. Splitting the rows over T threads
+# saves (1 - 1/T) of the walk and costs the column sum and the pool's wake-up, ~5 us:
+# the one-thread walk of about CPU_SPLIT_COST_ELEMS elements (~0.6 ns each). At 64x256
+# fp32 on the 2-core Zen 4 (wall clock): one program 13.4 us, two threads' programs and
+# the column sum 18.0 us; on one thread 13.1 against 16.6 us.
+CPU_SPLIT_COST_ELEMS = 8192
+
+
+def _one_program_backward(xin, n_elems) -> bool:
+    """Whether the backward on xin (n_elems elements) runs as one program whose partial
+    row is the gradients (see CPU_SPLIT_COST_ELEMS); 0 turns it off (tests)."""
+    if H.on_gpu(xin) or H.dtype_name(xin) not in ("float32", "float64") or CPU_SPLIT_COST_ELEMS <= 0:
+        return False
+    threads = H.tessera_threads()
+    return n_elems * (threads - 1) <= CPU_SPLIT_COST_ELEMS * threads
+
 
 def _bwd_prefetch(x) -> bool:
     """Whether a backward program loads its next step ahead: BWD_PREFETCH on a GPU, not
@@ -309,23 +330,24 @@ def _bwd_two_rows(x) -> bool:
     return BWD_TWO_ROWS and H.on_gpu(x)
 
 
-def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
+def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu, keep_stats=True):
     """(y, h, mean, rstd): y the output shaped as x; h the new residual (or None);
     mean/rstd per row in the accumulation type, for the backward pass (mean is rstd's
-    array for RMS norm, which has no mean)."""
+    array for RMS norm, which has no mean). keep_stats=False (no backward pass will
+    read them): the kernel writes both into one array, one allocation fewer."""
     key = (op, H.layout(x), H.layout(residual), H.layout(weight), H.layout(bias), eps, is_rms, relu)
     plan = _FWD_PLANS.get(key)
     if plan is None:
         plan = _FWD_PLANS.remember(key, _fwd_plan(op, x, residual, weight, bias, eps, is_rms, relu))
     rows, n = plan.rows, plan.n
     xv = x if plan.x_direct else H.rows_view(x, n)
-    y = H.empty(x, (rows, n))
-    rstd = H.empty(x, (rows,), "acc")
-    mean = rstd if is_rms else H.empty(x, (rows,), "acc")
+    y = plan.new_out()
+    rstd = plan.new_stat()
+    mean = rstd if is_rms or not keep_stats else plan.new_stat()
     h = None
     if residual is not None:
         rv = residual if plan.r_direct else H.rows_view(residual, n)
-        h = H.empty(x, (rows, n))
+        h = plan.new_out()
     else:
         rv = xv
     if plan.kw is not None:
@@ -333,13 +355,12 @@ def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu):
         b = xv if bias is None else (bias if plan.b_direct else H.contiguous(bias))
         _norm_fwd_kernel[(rows,)](xv, rv, w, b, y, h if h is not None else y, mean, rstd, plan.sx, plan.sr, n, n,
                                   plan.eps, **plan.kw)
-    shape = plan.shape
-    return H.shaped(y, shape), (H.shaped(h, shape) if h is not None else None), mean, rstd
+    return y, h, mean, rstd
 
 
 class _BwdPlan:
     __slots__ = ("rows", "n", "x_direct", "dy_direct", "dh_direct", "w_direct", "b_direct", "sx", "sdy", "sdh",
-                 "width", "progs", "kw", "shape", "sum_steps", "grad_dtype")
+                 "width", "progs", "kw", "shape", "sum_steps", "grad_dtype", "new_dx", "new_partials", "sums_direct")
 
 
 def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
@@ -354,11 +375,15 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     plan.sx, plan.sdy, plan.sdh = H.row_stride(xv), H.row_stride(dyv), H.row_stride(dhv)
     has_w, has_b = weight is not None, bias is not None
     plan.width = n * (int(has_w) + int(has_b))  # a partial row: dweight, then dbias
-    plan.progs = H.num_programs_for_partials(xin, plan.rows, BWD_PROGRAMS_PER_SM)
+    plan.grad_dtype = H.dtype_name(xin)
+    # One program's partial row is the sums when they need no cast to the gradients' type.
+    plan.sums_direct = _one_program_backward(xin, plan.rows * n)
+    plan.progs = 1 if plan.sums_direct else H.num_programs_for_partials(xin, plan.rows, BWD_PROGRAMS_PER_SM)
     # The partials' column sum: its launches kept here (xin has the partials' device
     # and precision class), so a call does no column_sum plan lookup.
     plan.sum_steps = column_sum_steps(xin, plan.progs, plan.width)
-    plan.grad_dtype = H.dtype_name(xin)
+    plan.new_dx = H.allocator(xin, plan.shape)  # contiguous: the (rows, n) rows the kernel writes
+    plan.new_partials = H.allocator(xin, (plan.width,) if plan.sums_direct else (plan.progs, plan.width), "acc")
     block = H.block_for(n)
     plan.kw = None if not (plan.rows and n) else dict(
         IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin),
@@ -378,9 +403,9 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
     xv = xin if plan.x_direct else H.rows_view(xin, n)
     dyv = dy if plan.dy_direct else H.rows_view(dy, n)
     dhv = dyv if dh is None else (dh if plan.dh_direct else H.rows_view(dh, n))
-    dx = H.empty(xin, (rows, n))
+    dx = plan.new_dx()
     has_w, has_b = weight is not None, bias is not None
-    partials = H.empty(xin, (plan.progs, width), "acc") if has_w or has_b else dx
+    partials = plan.new_partials() if has_w or has_b else dx
     if plan.kw is not None:
         w = xv if weight is None else (weight if plan.w_direct else H.contiguous(weight))
         b = xv if bias is None else (bias if plan.b_direct else H.contiguous(bias))
@@ -390,7 +415,7 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
     dw = db = None
     if has_w or has_b:
         if plan.kw is not None:
-            sums = column_sum_run(plan.sum_steps, partials, plan.grad_dtype)
+            sums = partials if plan.sums_direct else column_sum_run(plan.sum_steps, partials, plan.grad_dtype)
         else:
             sums = H.zeros(xin, (width,))
         if has_w and has_b:
@@ -399,14 +424,14 @@ def norm_backward(xin, weight, bias, mean, rstd, dy, dh, is_rms, relu):
             dw = sums
         else:
             db = sums
-    return H.shaped(dx, plan.shape), dw, db
+    return dx, dw, db
 
 
 def _run(op, x, residual, weight, bias, eps, is_rms, relu):
     AG = H.autograd()
     if AG.wants_grad(x, residual, weight, bias):
-        return AG.Norm.apply(op, x, residual, weight, bias, eps, is_rms, relu)
-    y, h, _, _ = norm_forward(op, x, residual, weight, bias, eps, is_rms, relu)
+        return AG.Norm.apply(x, residual, weight, bias, (op, eps, is_rms, relu))
+    y, h, _, _ = norm_forward(op, x, residual, weight, bias, eps, is_rms, relu, keep_stats=False)
     return (y, h) if residual is not None else y
 
 

@@ -377,7 +377,7 @@ def _reduce_op(op_name, op, x, dim, keepdim):
     H.check_float(op_name, x)
     AG = H.autograd()
     if AG.wants_grad(x):
-        y = AG.ReduceDim.apply(x, dim, op)
+        y = AG.ReduceDim.apply(x, (dim, op))
     else:
         y = reduce_dim(x, dim, op)
     if keepdim:

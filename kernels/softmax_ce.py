@@ -289,7 +289,8 @@ class _RowPlan:
     dimension d is moved last first, `direct` whether the input (after the move) is
     already the (rows, n) view, the row stride, the grid, the constexpr and launch
     keyword arguments, and the output's shapes."""
-    __slots__ = ("d", "move", "direct", "rows", "n", "stride", "grid", "kw", "moved_shape", "p", "keep_from")
+    __slots__ = ("d", "move", "direct", "rows", "n", "stride", "grid", "kw", "moved_shape", "p", "keep_from",
+                 "new_out")
 
 
 def _row_plan(x, dim, p, kw_of):
@@ -304,6 +305,7 @@ def _row_plan(x, dim, p, kw_of):
     plan.stride = H.row_stride(xv) if plan.rows and n else 0
     plan.grid = (plan.rows,)
     plan.moved_shape = tuple(xm.shape)
+    plan.new_out = H.allocator(x, plan.moved_shape)  # contiguous: the (rows, n) rows the kernel writes
     plan.p, plan.keep_from = H.scalar(x, p), _keep_from(p)
     plan.kw = kw_of(n) if plan.rows and n else None
     return plan
@@ -317,8 +319,7 @@ def _rows_of(plan, x, direct):
 
 
 def _unrows(plan, y):
-    if tuple(y.shape) != plan.moved_shape:
-        y = y.reshape(plan.moved_shape)
+    """The kernel's output (made in the moved shape) with the reduced dimension put back."""
     return _moveaxis(y, -1, plan.d) if plan.move else y
 
 
@@ -335,7 +336,7 @@ def softmax_forward(x, dim, log, p, seed):
             LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(x), BLOCK=_softmax_block(n, p),
             **H.row_launch_options(x, H.block_for(n), max_warps=8))))
     xv = _rows_of(plan, x, plan.direct)
-    y = H.empty(x, (plan.rows, plan.n))
+    y = plan.new_out()
     if plan.kw is not None:
         _softmax_fwd_kernel[plan.grid](xv, y, plan.stride, plan.n, plan.p, int(seed), plan.keep_from, **plan.kw)
     return _unrows(plan, y)
@@ -354,7 +355,7 @@ def softmax_backward(saved, dy, dim, log, p, seed):
     plan, dy_direct, dy_stride = plan
     sv = _rows_of(plan, saved, plan.direct)
     dyv = _rows_of(plan, dy, dy_direct)
-    dx = H.empty(saved, (plan.rows, plan.n))
+    dx = plan.new_out()
     if plan.kw is not None:
         _softmax_bwd_kernel[plan.grid](sv, dyv, dx, plan.stride, dy_stride, plan.n, plan.p, int(seed),
                                        plan.keep_from, **plan.kw)
@@ -368,7 +369,7 @@ def softmax(x, dim=-1, dropout_p=0.0, seed=0):
     p = H.scalar_float("softmax", "dropout_p", dropout_p, 0.0, 1.0, hi_open=True)
     AG = H.autograd()
     if AG.wants_grad(x):
-        return AG.Softmax.apply(x, dim, False, p, int(seed))
+        return AG.Softmax.apply(x, (dim, False, p, int(seed)))
     return softmax_forward(x, dim, False, p, seed)
 
 
@@ -376,7 +377,7 @@ def log_softmax(x, dim=-1):
     """log(softmax(x)) over `dim`, computed as x - max - log(sum(exp(x - max)))."""
     AG = H.autograd()
     if AG.wants_grad(x):
-        return AG.Softmax.apply(x, dim, True, 0.0, 0)
+        return AG.Softmax.apply(x, (dim, True, 0.0, 0))
     return softmax_forward(x, dim, True, 0.0, 0)
 
 
@@ -537,7 +538,7 @@ def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoo
     plan = _ce_plan_for(logits, target, smoothing)
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
-    dx = H.empty(logits, (plan.rows, plan.n))
+    dx = plan.new_dx()
     dl = H.contiguous(dloss)
     if plan.bwd_kw is not None:
         _xent_bwd_kernel[(plan.rows,)](xv, t, lse, dl, scale if scale is not None else lse, dx, plan.stride,
@@ -554,7 +555,7 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     smoothing = H.scalar_float("cross_entropy", "label_smoothing", label_smoothing, 0.0, 1.0)
     AG = H.autograd()
     if AG.wants_grad(logits):
-        out = AG.CrossEntropy.apply(logits, target, int(ignore_index), reduction, smoothing)
+        out = AG.CrossEntropy.apply(logits, target, (int(ignore_index), reduction, smoothing))
     else:
         out, _, _ = cross_entropy_forward(logits, target, ignore_index, smoothing, reduction)
     if H.is_torch(out):
