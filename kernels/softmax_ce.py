@@ -449,7 +449,7 @@ def _ce_block(n):
 class _CePlan:
     """cross_entropy's launches for one layout of (logits, target) and options."""
     __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "reduce", "mean",
-                 "programs", "rows_per_program", "fwd_kw", "bwd_kw")
+                 "programs", "rows_per_program", "fwd_kw", "bwd_kw", "new_dx")
 
 
 def _ce_plan(logits, target, smoothing, reduction):
@@ -471,6 +471,7 @@ def _ce_plan(logits, target, smoothing, reduction):
     plan.smoothing = H.scalar(logits, smoothing)
     plan.reduce, plan.mean = reduction != "none", reduction == "mean"
     plan.programs, plan.rows_per_program = rows, 1
+    plan.new_dx = H.allocator(logits, (rows, n))
     plan.fwd_kw = plan.bwd_kw = None
     if rows and n:
         # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
