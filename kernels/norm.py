@@ -284,14 +284,15 @@ _BWD_PLANS = H.Plans()
 # ptxas gives the 16-warp walk 78-102 registers a thread, so one program fits an SM
 # and one program per SM is the whole grid: more programs queue in waves.
 # TWO_ROWS (2 barriers per 2 rows, two rows in flight; 117-128 registers at 16 warps,
-# 64 at 32) is correct (CPU tests of the GPU plan) but not timed on a GPU yet (this
-# session's device time ran out): off until `bench/bwd_profile.py --sweep --sweep-parts
-# norm` shows it ahead.
+# 64 at 32), H100 sweep of the lead's round (bench/results/bwd_sweep_norm_h100.log, 16
+# warps, of copy, one row a step -> two): rms_norm 0.847 -> 0.917, layer_norm 0.830 ->
+# 0.811, +relu 0.816 -> 0.793, residual_add_layer_norm 0.930 -> 0.867: RMS norm only
+# (without a residual's gradient, the case measured).
 BWD_PROGRAMS_PER_SM = 1
 BWD_MAX_WARPS = 16
 BWD_PREFETCH = True
 BWD_PAIR_SUM = True
-BWD_TWO_ROWS = False
+BWD_TWO_ROWS = "rms"  # True: every norm (bench/bwd_profile.py's sweep sets True/False)
 
 # On the CPU a small backward runs as one program: its one partial row is dweight and
 # dbias themselves (when they are kept in the accumulation type, fp32 or fp64), so the
@@ -325,9 +326,12 @@ def _bwd_pair_sum(x) -> bool:
     return BWD_PAIR_SUM and H.on_gpu(x)
 
 
-def _bwd_two_rows(x) -> bool:
-    """Two rows a step (BWD_TWO_ROWS) on a GPU; one on the CPU. Tests patch it."""
-    return BWD_TWO_ROWS and H.on_gpu(x)
+def _bwd_two_rows(x, is_rms=False, has_dh=False) -> bool:
+    """Two rows a step (BWD_TWO_ROWS) on a GPU for RMS norm without a residual gradient
+    (the one it speeds up); one row otherwise and on the CPU. Tests patch it."""
+    if not (BWD_TWO_ROWS and H.on_gpu(x)):
+        return False
+    return BWD_TWO_ROWS is True or (is_rms and not has_dh)
 
 
 def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu, keep_stats=True):
@@ -387,7 +391,7 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     block = H.block_for(n)
     plan.kw = None if not (plan.rows and n) else dict(
         IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin),
-        PAIR_SUM=_bwd_pair_sum(xin), TWO_ROWS=_bwd_two_rows(xin),
+        PAIR_SUM=_bwd_pair_sum(xin), TWO_ROWS=_bwd_two_rows(xin, is_rms, dh is not None),
         ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, BWD_MAX_WARPS))
     return plan
 

@@ -23,7 +23,7 @@ def gpu_norm_plan(monkeypatch, request):
     prefetch, pair_sum, two_rows = request.param
     monkeypatch.setattr(N, "_bwd_prefetch", lambda x: prefetch)
     monkeypatch.setattr(N, "_bwd_pair_sum", lambda x: pair_sum)
-    monkeypatch.setattr(N, "_bwd_two_rows", lambda x: two_rows)
+    monkeypatch.setattr(N, "_bwd_two_rows", lambda x, *a: two_rows)
     monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n_rows, per_sm=4: max(1, min(n_rows, 3)))
     monkeypatch.setattr(N, "CPU_SPLIT_COST_ELEMS", 0)  # (small CPU inputs would take one program)
     N._BWD_PLANS.clear()
