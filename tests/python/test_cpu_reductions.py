@@ -295,6 +295,26 @@ def test_reduce_tuple_operands():
     np.testing.assert_array_equal(i, x.argmax(axis=1))
 
 
+@tessera.kernel  # as Triton's @triton.jit combine functions: a kernel works as combine_fn too
+def combine_add_pair_kernel(a1, b1, a2, b2):
+    return a1 + a2, b1 + b2
+
+
+@tessera.kernel
+def pair_sum_kernel(x_ptr, s_ptr, t_ptr, BN: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BN))
+    s, t = tl.reduce((x, x * x), 0, combine_add_pair_kernel)
+    tl.store(s_ptr, s)
+    tl.store(t_ptr, t)
+
+
+def test_reduce_with_a_kernel_as_combine_fn():
+    x = np.arange(64, dtype=np.float32)
+    s, t = poisoned(1, np.float32), poisoned(1, np.float32)
+    pair_sum_kernel[(1,)](x, s, t, BN=64)
+    assert s[0] == x.sum() and t[0] == (x * x).sum()
+
+
 # --- masked rows of odd length -------------------------------------------------------------------
 @tessera.kernel
 def row_stats_kernel(x_ptr, sum_ptr, max_ptr, argmin_ptr, soft_ptr, M, N, stride,
