@@ -5,6 +5,7 @@ PTX with ptxas. This catches a construct the NVPTX back end lacks before a GPU r
 import importlib
 import inspect
 import os
+import re
 import shutil
 import subprocess
 
@@ -24,14 +25,15 @@ MODULES = ["norm", "softmax_ce", "activation", "reduce", "rope", "linear"]
 
 def _library_kernels():
     """The kernels the library launches: every module-level kernel except those only
-    called from another kernel (inlined there, e.g. linear's _epilogue)."""
+    called from another kernel (inlined there, e.g. linear's _epilogue) or named in one
+    (norm's _add_pair, a tl.reduce combine function)."""
     kernels = []
     for m in MODULES:
         mod = importlib.import_module(f"tessera.kernels.{m}")
         kernels += [v for v in vars(mod).values() if isinstance(v, J.Kernel)]
     sources = {k.__name__: inspect.getsource(k.fn) for k in kernels}
     for k in kernels:
-        if not any(f"{k.__name__}(" in src for name, src in sources.items() if name != k.__name__):
+        if not any(re.search(rf"\b{k.__name__}\b", src) for name, src in sources.items() if name != k.__name__):
             yield k
 
 
