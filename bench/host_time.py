@@ -41,19 +41,7 @@ def per_call_us(fn, device, calls=200, batches=7, clock=time.perf_counter_ns):
     """Best and median over `batches` batches of `calls` back-to-back calls, us per call
     (wall clock by default; on a GPU the batch ends with a synchronize, which the tiny
     kernels leave nothing to wait for)."""
-    for _ in range(20):
-        fn()
-    samples = []
-    for _ in range(batches):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = clock()
-        for _ in range(calls):
-            fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        samples.append((clock() - t0) / calls / 1e3)
-    return min(samples), statistics.median(samples)
+    return per_call_us_round_robin({"fn": fn}, device, calls, batches, clock)["fn"]
 
 
 def per_call_us_round_robin(fns, device, calls=200, batches=7, clock=time.perf_counter_ns):

@@ -229,6 +229,16 @@ def measure_cuda_events(fns, rounds=5, target_ms=25.0):
     return {name: _EventTiming(v) for name, v in out.items()}
 
 
+def _cuda_kernels_us(prof):
+    """The sum of the CUDA kernels' own time (us) a torch.profiler run recorded."""
+    total = 0.0
+    for ev in prof.key_averages():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            t = getattr(ev, "self_device_time_total", None)
+            total += t if t is not None else ev.self_cuda_time_total
+    return total
+
+
 def gpu_kernel_us(fn, iters=5):
     """GPU kernel time per call (us): the sum of the CUDA kernels torch.profiler records
     over `iters` calls (bench/bwd_profile.py lists them). CUDA events around
@@ -240,12 +250,7 @@ def gpu_kernel_us(fn, iters=5):
         for _ in range(iters):
             fn()
         torch.cuda.synchronize()
-    total = 0.0
-    for ev in prof.key_averages():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            t = getattr(ev, "self_device_time_total", None)
-            total += t if t is not None else ev.self_cuda_time_total
-    return total / iters
+    return _cuda_kernels_us(prof) / iters
 
 
 def backward_bytes(name, inputs):
@@ -306,12 +311,7 @@ def gpu_backward_us(fn, inputs, iters=4):
         for outs, grads in passes:
             torch.autograd.grad(outs, leaves, grads, allow_unused=True)
         torch.cuda.synchronize()
-    total = 0.0
-    for ev in prof.key_averages():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            t = getattr(ev, "self_device_time_total", None)
-            total += t if t is not None else ev.self_cuda_time_total
-    return total / iters
+    return _cuda_kernels_us(prof) / iters
 
 
 def host_us(fn, calls=30):

@@ -126,17 +126,22 @@ def row_stride(v) -> int:
 _THP_BYTES = 1 << 21
 
 
+def _torch_dtype(like, dtype):
+    """The torch dtype empty()/allocator() give for `dtype` (None: like's; 'acc': the
+    accumulation type; else a name)."""
+    if dtype is None:
+        return like.dtype
+    if dtype == "acc":
+        return torch.float64 if like.dtype is torch.float64 else torch.float32
+    return getattr(torch, dtype)
+
+
 def empty(like, shape, dtype=None):
     """A new array of `shape` in the same library and on the same device as `like`;
     dtype None keeps like's, 'acc' gives the accumulation type (fp32 or fp64)."""
     if isinstance(like, _TORCH_TENSOR):
         # The hot path of every op's host code: few calls (new_empty keeps the device).
-        if dtype is None:
-            dt = like.dtype
-        elif dtype == "acc":
-            dt = torch.float64 if like.dtype is torch.float64 else torch.float32
-        else:
-            dt = getattr(torch, dtype)
+        dt = _torch_dtype(like, dtype)
         if like.is_cuda or math.prod(shape) * like.element_size() < _THP_BYTES:
             # Sizes as separate arguments: torch parses a tuple of sizes ~0.5 us slower
             # (new_empty((8, 64)) 1.42 us, new_empty(8, 64) 0.87 us on the CPU), and a
@@ -159,12 +164,7 @@ def allocator(like, shape, dtype=None):
     keyed by like's layout (its type, dtype and device fix the choice)."""
     shape = tuple(int(s) for s in shape)
     if isinstance(like, _TORCH_TENSOR):
-        if dtype is None:
-            dt = like.dtype
-        elif dtype == "acc":
-            dt = torch.float64 if like.dtype is torch.float64 else torch.float32
-        else:
-            dt = getattr(torch, dtype)
+        dt = _torch_dtype(like, dtype)
         if like.is_cuda or math.prod(shape) * like.element_size() < _THP_BYTES:
             # Sizes as separate arguments (see empty); () is a 0-d tensor.
             return functools.partial(torch.empty, *(shape or ((),)), dtype=dt, device=like.device)
