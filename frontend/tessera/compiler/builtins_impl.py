@@ -8,8 +8,6 @@ SemanticError for user mistakes, and call the Semantic layer.
 """
 from __future__ import annotations
 
-import inspect
-
 import builtins as py
 
 from ..language import core
@@ -258,10 +256,7 @@ def _user_combine(cg, combine_fn, what):
         raise SemanticError(f"{what} combine_fn must be a function, got {describe(combine_fn)}")
 
     def combine(lhs, rhs):
-        # A @tessera.kernel combine function (Triton's are @triton.jit) is its function.
-        inner = getattr(combine_fn, "fn", None)
-        fn = inner if inner is not None and inspect.isfunction(inner) else combine_fn
-        out = cg.call_function(fn, list(lhs) + list(rhs), {})
+        out = cg.call_function(combine_fn, list(lhs) + list(rhs), {})  # a function or a @tessera.kernel
         return list(out) if isinstance(out, tuple) else [out]
     return combine
 

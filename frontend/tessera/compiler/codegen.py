@@ -64,6 +64,13 @@ def unwrap(x):
     return x
 
 
+def _kernel_function(fn):
+    """The Python function of a @tessera.kernel (or of Triton-style wrappers with .fn),
+    None for anything else."""
+    inner = getattr(fn, "fn", None)
+    return inner if inner is not None and inspect.isfunction(inner) and not isinstance(fn, type) else None
+
+
 class Frame:
     """One function being compiled: the kernel, or a helper inlined into it."""
 
@@ -501,9 +508,8 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
             return special(self, node, args, kwargs)
         if isinstance(fn, type) and issubclass(fn, core.range):
             return self._python(node, lambda: fn(*args, **kwargs), what=f"{fn.__name__}(...)")
-        inner = getattr(fn, "fn", None)
-        if inner is not None and inspect.isfunction(inner) and not isinstance(fn, type):
-            return self.call_function(inner, args, kwargs, node)  # another @tessera.kernel
+        if _kernel_function(fn) is not None:
+            return self.call_function(fn, args, kwargs, node)  # another @tessera.kernel
         runtime_args = any(is_runtime(a) for a in list(args) + list(kwargs.values()))
         if inspect.isfunction(fn):
             if runtime_args or core._interpreter_impl is not None:
@@ -546,8 +552,10 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
         return impl(self, *bound.args, **bound.kwargs)
 
     def call_function(self, fn, args, kwargs, call_node=None):
-        """Inline a Python function: bind its parameters in a new scope, compile its body
-        at the current insertion point and return what it returns."""
+        """Inline a Python function (or a @tessera.kernel's function): bind its parameters
+        in a new scope, compile its body at the current insertion point and return what
+        it returns."""
+        fn = _kernel_function(fn) or fn
         call_node = call_node if call_node is not None else self._current_call_node
         if any(f.src.fn.__code__ is fn.__code__ for f in self.frames):
             raise self.error(call_node, f"recursive call of {fn.__name__}() is not supported")
