@@ -117,7 +117,9 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
     if gpu and tma is not None:  # sm_90a wgmma rings: cp.async (0) or the TMA (1; 2: CTA-barrier variant)
         options = {**options, "tma": 2 if tma == "2" else int(tma not in ("0", "", "false", "False"))}
     fusion = os.environ.get("TESSERA_GPU_FP_FUSION")
-    if gpu and fusion is not None:  # float a * b + c contracted to one FMA on the GPU (1, the default) or not (0)
+    if gpu and fusion is not None and "fp_fusion" not in options:
+        # float a * b + c contracted to one FMA on the GPU (1, the default) or not (0); a
+        # launch's enable_fp_fusion= comes first
         options = {**options, "fp_fusion": int(fusion not in ("0", "", "false", "False"))}
     kinds = "".join(S.launch_kind(arg_types[n]) for n in runtime_names)
     spec = tuple((n, arg_types[n].ir, tuple(sorted(arg_attrs.get(n, {}).items()))) for n in runtime_names)
@@ -385,6 +387,9 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         return g + (1,) * (3 - len(g))
 
     def run(self, *args, grid, num_warps=4, num_stages=3, debug=None, stream=None, **kwargs):
+        # Triton's enable_fp_fusion launch option: whether the kernel's float a * b + c may
+        # become one FMA on the GPU (the default, also TESSERA_GPU_FP_FUSION); no effect on the CPU
+        fusion = kwargs.pop("enable_fp_fusion", None) if "enable_fp_fusion" not in self._name_index else None
         for opt in _LAUNCH_OPTIONS:
             if opt in kwargs and opt not in self._name_index:
                 kwargs.pop(opt)  # accepted for Triton compatibility; no effect on the CPU
@@ -394,14 +399,16 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         if debug is None:
             debug = self.debug if self.debug is not None else _DEBUG
         try:
-            key = tuple([(v.value if isinstance(v, constexpr) else v) if ce else S.spec_of(v)
-                         for ce, v in zip(self.constexpr_mask, values)]) + (num_warps, num_stages, debug)
-            ck = self._compiled.get(key)
+            spec = tuple([(v.value if isinstance(v, constexpr) else v) if ce else S.spec_of(v)
+                          for ce, v in zip(self.constexpr_mask, values)])
+            opt_key = (num_warps, num_stages, bool(debug)) + (() if fusion is None else (bool(fusion),))
+            # the generated launcher looks up spec + (num_warps, num_stages, debug): same key
+            ck = self._compiled.get(spec + (num_warps, num_stages, debug) + opt_key[3:])
         except (TypeError, OverflowError) as e:
             raise self._argument_error(values, e) from None
         if ck is None:
-            ck = self._compile_for(values, key[:-3], (num_warps, num_stages, bool(debug)))
-            self._compiled[key] = ck
+            ck = self._compile_for(values, spec, opt_key)
+            self._compiled[spec + (num_warps, num_stages, debug) + opt_key[3:]] = ck
         for i in ck.written_indices:
             if not getattr(getattr(values[i], "flags", None), "writeable", True):  # numpy's read-only arrays
                 raise ValueError(f"kernel {self.__name__}: argument '{self.arg_names[i]}' (position {i}) is a "
@@ -474,6 +481,8 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
                                  f"a launch takes arrays in host memory (cpu) or on an NVIDIA GPU (cuda)")
             target = _gpu_target(self.__name__, device)
         options = {"num_warps": opt_key[0], "num_stages": opt_key[1], "debug": opt_key[2]}
+        if len(opt_key) > 3 and target != "cpu":  # enable_fp_fusion=; the CPU never contracts
+            options["fp_fusion"] = int(opt_key[3])
         runtime_names = [self.arg_names[i] for i in runtime]
         ck = compile_specialization(self, arg_types, constexprs, attrs, options, target, runtime_names)
         ck.kinds = "".join(kinds)

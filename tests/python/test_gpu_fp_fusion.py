@@ -143,3 +143,46 @@ def test_half_precision_ops_keep_their_rounding_with_fusion(monkeypatch, dtype, 
     ptx = tessera.compile(tessera.jit(axpy), sig, {"BLOCK": 128}, target=target).asm["ptx"]
     assert "fma.rn" not in ptx
     assert not any(f"\t{op}.{t}\t" in ptx or f"\t{op}.{t} " in ptx for op in ("add", "sub", "mul") for t in ("f16", "bf16", "f32"))
+
+
+# --- Triton's enable_fp_fusion launch option: per launch (and per tessera.compile), before the
+# environment variable; a separate specialization, so both settings coexist in one process.
+
+@pytest.mark.parametrize("env", [None, "1", "0"])
+@pytest.mark.parametrize("option,fused", [(True, True), (False, False)])
+def test_enable_fp_fusion_option_wins_over_the_environment(monkeypatch, env, option, fused):
+    if env is None:
+        monkeypatch.delenv("TESSERA_GPU_FP_FUSION", raising=False)
+    else:
+        monkeypatch.setenv("TESSERA_GPU_FP_FUSION", env)
+    sig = {n: "*fp32:16" for n in ("a_ptr", "b_ptr", "c_ptr", "y_ptr")} | {"n": "i32"}
+    ptx = tessera.compile(tessera.jit(axpy), sig, {"BLOCK": 128}, target="cuda:90a",
+                          enable_fp_fusion=option).asm["ptx"]
+    assert ("fma.rn.f32" in ptx) == fused and ("mul.rn.f32" in ptx) == (not fused)
+
+
+def test_enable_fp_fusion_is_accepted_and_changes_nothing_on_the_cpu():
+    k = tessera.jit(axpy)
+    a, b, c = (np.full(256, v, np.float32) for v in ABC)
+    for option in (True, False, None):
+        y = np.full(256, np.nan, np.float32)
+        kw = {} if option is None else {"enable_fp_fusion": option}
+        k[(2,)](a, b, c, y, 256, BLOCK=128, **kw)
+        assert (y == 0).all()                               # never contracted on the CPU
+    assert len(k._compiled) == 3                            # the option is part of the launch's key
+
+
+@pytest.mark.gpu
+def test_enable_fp_fusion_launch_option_on_the_gpu(monkeypatch):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    monkeypatch.delenv("TESSERA_GPU_FP_FUSION", raising=False)
+    k = tessera.jit(axpy)
+    a, b, c = (torch.full((256,), v, device="cuda") for v in ABC)
+    for option, want in ((False, 0.0), (True, 2.0 ** -24), (None, 2.0 ** -24), (False, 0.0)):
+        y = torch.full((256,), float("nan"), device="cuda")
+        kw = {} if option is None else {"enable_fp_fusion": option}
+        k[(2,)](a, b, c, y, 256, BLOCK=128, **kw)
+        torch.cuda.synchronize()
+        assert (y == want).all(), (option, y[:4])
