@@ -297,6 +297,15 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("device"), py::arg("image"), py::arg("name"), py::arg("shared"), py::arg("tensor_maps") = "");
   m.def("cuda_launch", &launch_cuda);
+  m.def("cuda_kernel_attributes", [](uintptr_t kernel) {
+    runtime::cuda::KernelAttributes a = runtime::cuda::kernel_attributes(kernel);
+    py::dict d;
+    d["num_regs"] = a.num_regs;
+    d["local_bytes"] = a.local_bytes;
+    d["max_threads"] = a.max_threads;
+    d["static_shared_bytes"] = a.static_shared_bytes;
+    return d;
+  });
   m.def("cuda_synchronize", [](int device) {
     py::gil_scoped_release release;
     runtime::cuda::synchronize_checked(device);

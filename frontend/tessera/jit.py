@@ -80,6 +80,29 @@ class CompiledKernel:
             self._entry = _C.load_cpu(self.binary, self.entry_symbol)
         return self._entry
 
+    # What the CUDA driver reports of the loaded GPU kernel (Triton's names; n_spills, as
+    # Triton's, is the local memory per thread in 4-byte words: spilled registers plus
+    # local arrays). None for a CPU kernel and for one not launched yet (tessera.compile).
+    def _gpu_attributes(self):
+        if self._fast_target is None or self._fast_target[0] != "cuda":
+            return None
+        return _C.cuda_kernel_attributes(self._fast_target[2])
+
+    @property
+    def n_regs(self):
+        a = self._gpu_attributes()
+        return None if a is None else a["num_regs"]
+
+    @property
+    def n_spills(self):
+        a = self._gpu_attributes()
+        return None if a is None else a["local_bytes"] // 4
+
+    @property
+    def n_max_threads(self):
+        a = self._gpu_attributes()
+        return None if a is None else a["max_threads"]
+
     def __repr__(self):
         return f"<CompiledKernel {self.name} stages={self.stage_order}>"
 

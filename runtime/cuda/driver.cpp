@@ -351,6 +351,8 @@ namespace {
 
 constexpr int kAttrMaxSharedPerBlockOptin = 97;     // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 constexpr int kFuncAttrMaxThreads = 0;              // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+constexpr int kFuncAttrSharedBytes = 1;             // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES (static)
+constexpr int kFuncAttrLocalBytes = 3;              // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
 constexpr int kFuncAttrNumRegs = 4;                 // CU_FUNC_ATTRIBUTE_NUM_REGS
 constexpr int kPointerAttrDeviceOrdinal = 9;        // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 constexpr CUresult kErrorInvalidValue = 1;          // CUDA_ERROR_INVALID_VALUE
@@ -367,6 +369,8 @@ struct LoadedKernel {
   std::atomic<CUfunction> function{nullptr};
   int max_threads = 1024;  // what the kernel's register use allows per block
   int num_regs = 0;
+  int local_bytes = 0;          // per thread: spills and local arrays
+  int static_shared_bytes = 0;
   KernelTensorMaps tensor_maps;  // built at each launch, passed after the kernel's parameters
 };
 
@@ -456,6 +460,8 @@ void load_into_context(LoadedKernel& k) {
     int v = 0;
     if (d.cuFuncGetAttribute(&v, kFuncAttrMaxThreads, fn) == 0 && v > 0) k.max_threads = v;
     if (d.cuFuncGetAttribute(&v, kFuncAttrNumRegs, fn) == 0) k.num_regs = v;
+    if (d.cuFuncGetAttribute(&v, kFuncAttrLocalBytes, fn) == 0) k.local_bytes = v;
+    if (d.cuFuncGetAttribute(&v, kFuncAttrSharedBytes, fn) == 0) k.static_shared_bytes = v;
   }
   k.function.store(fn, std::memory_order_release);
   k.generation.store(gen, std::memory_order_release);
@@ -533,6 +539,13 @@ uintptr_t load_kernel(int device, const std::string& image, const std::string& k
 }
 
 std::string kernel_name(uintptr_t kernel) { return reinterpret_cast<LoadedKernel*>(kernel)->name; }
+
+KernelAttributes kernel_attributes(uintptr_t kernel) {
+  auto& k = *reinterpret_cast<LoadedKernel*>(kernel);
+  current_function(k);  // reloaded after a reset: the attributes below are its own again
+  std::lock_guard<std::mutex> lock(k.mutex);
+  return KernelAttributes{k.num_regs, k.local_bytes, k.max_threads, k.static_shared_bytes};
+}
 
 namespace {
 

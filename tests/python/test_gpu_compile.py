@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 import tessera
@@ -478,3 +479,17 @@ def test_debug_barrier_orders_an_exchange_through_global_memory_on_the_gpu():
         exchange_through_global_kernel[(1,)](buf, out, BLOCK=4096, num_warps=16)
         torch.cuda.synchronize()
         assert torch.equal(out.cpu(), torch.arange(4095, -1, -1, dtype=torch.float32))
+
+
+# CompiledKernel.n_regs / n_spills / n_max_threads come from the driver after a GPU load
+# (test_gpu_launch.py); without one they are None.
+def test_register_counts_are_none_for_cpu_kernels_and_unlaunched_ptx():
+    @tessera.jit
+    def fill(y_ptr, BLOCK: tl.constexpr):
+        tl.store(y_ptr + tl.arange(0, BLOCK), tl.full([BLOCK], 1.0, tl.float32))
+
+    y = np.zeros(64, np.float32)
+    ck = fill[(1,)](y, BLOCK=64)
+    assert (ck.n_regs, ck.n_spills, ck.n_max_threads) == (None, None, None)
+    ptx = tessera.compile(fill, {"y_ptr": "*fp32:16"}, {"BLOCK": 64}, target="cuda:90a")
+    assert ptx.n_regs is None

@@ -268,3 +268,26 @@ def test_expanded_1d_mask_on_rows(n):
     rows_copy_expanded_mask_kernel[(1,)](x, y, n, BLOCK=1024)
     torch.testing.assert_close(y[:, :n], x[:, :n], rtol=0, atol=0)
     assert torch.isnan(y[:, n:]).all()
+
+
+# --- What the driver reports of a launched kernel (CompiledKernel.n_regs, n_spills,
+# n_max_threads, Triton's names); None where nothing was loaded on a GPU.
+
+@pytest.mark.gpu
+def test_register_counts_of_a_launched_gpu_kernel():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+    @tessera.jit
+    def spill(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2.0)
+
+    x = torch.arange(256, device="cuda", dtype=torch.float32)
+    y = torch.full_like(x, float("nan"))
+    ck = spill[(1,)](x, y, BLOCK=256, num_warps=4)
+    torch.cuda.synchronize()
+    assert torch.equal(y, x * 2)
+    assert 0 < ck.n_regs <= 255
+    assert ck.n_spills == 0
+    assert ck.n_max_threads >= 128

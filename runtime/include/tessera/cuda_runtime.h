@@ -74,6 +74,18 @@ void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int sh
 // Name of a load_kernel handle.
 std::string kernel_name(uintptr_t kernel);
 
+// What the driver reports of a load_kernel handle's function (loading it into the
+// device's context first if a reset unloaded it): registers per thread, local memory
+// per thread (register spills and local arrays), the most threads per block its
+// registers allow, and its static shared memory.
+struct KernelAttributes {
+  int num_regs = 0;
+  int local_bytes = 0;
+  int max_threads = 0;
+  int static_shared_bytes = 0;
+};
+KernelAttributes kernel_attributes(uintptr_t kernel);
+
 // synchronize(), but an error names the last kernel launched on the device and a
 // sticky error resets the context (see above).
 void synchronize_checked(int device);
