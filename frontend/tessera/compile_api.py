@@ -1,18 +1,19 @@
 """tessera.compile: compile a kernel for a signature without launching it."""
 from __future__ import annotations
 
-from .jit import Kernel, compile_specialization
+from .jit import Kernel, _check_maxnreg, compile_specialization
 from .language import dtypes as D
 
 
 def compile(kernel, signature, constexprs=None, target="cpu", num_warps=4, num_stages=3, debug=False,
-            enable_fp_fusion=None):
+            enable_fp_fusion=None, maxnreg=None):
     """Compile `kernel` for `signature` and return a CompiledKernel whose `.asm`
     maps each stage ('tir', 'tir-opt', 'llir', 'llir-opt', 'asm' / 'ptx') to text.
 
     signature: {'x': '*fp32', 'n': 'i32'} or '*fp32,*fp32,i32' (runtime parameters
     in order); 'i32:16' marks a value divisible by 16 (as a launch would specialize it); constexprs: {'BLOCK': 1024}; target: 'cpu' or 'cuda:90a'; enable_fp_fusion: on a GPU target, whether float
-    a * b + c may become one FMA (None: TESSERA_GPU_FP_FUSION, else on), as the launch option.
+    a * b + c may become one FMA (None: TESSERA_GPU_FP_FUSION, else on); maxnreg: at most that
+    many registers per thread on a GPU target (PTX .maxnreg); both as the launch options.
     """
     if not isinstance(kernel, Kernel):
         raise TypeError("tessera.compile expects a @tessera.kernel function")
@@ -45,4 +46,8 @@ def compile(kernel, signature, constexprs=None, target="cpu", num_warps=4, num_s
     options = {"num_warps": num_warps, "num_stages": num_stages, "debug": debug}
     if enable_fp_fusion is not None and target != "cpu":
         options["fp_fusion"] = int(bool(enable_fp_fusion))
+    if maxnreg is not None:
+        maxnreg = _check_maxnreg(kernel.__name__, maxnreg)
+        if target != "cpu":
+            options["maxnreg"] = maxnreg
     return compile_specialization(kernel, arg_types, constexprs, attrs, options, target, names, use_cache=False)

@@ -23,7 +23,7 @@ from .errors import CompilationError, InternalCompilerError
 from .language import dtypes as D
 from .language.core import constexpr
 
-_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "stream", "debug", "maxnreg")
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "stream", "debug")
 # Names the generated launcher binds itself (see Kernel._make_launcher).
 _LAUNCHER_NAMES = frozenset({"grid", "num_warps", "num_stages", "debug", "options"})
 
@@ -235,6 +235,33 @@ def _cuda_launcher(ck, device, num_warps, kernel_name):
     return launch
 
 
+def _gpu_launch_options(kernel, kwargs):
+    """Takes Triton's GPU launch options out of a launch's keyword arguments (where the
+    kernel has no parameter of that name) as sorted (compile option, value) pairs, part of
+    the launch's key; they change nothing on the CPU.
+      enable_fp_fusion=bool: whether float a * b + c may become one FMA (default on; also
+        TESSERA_GPU_FP_FUSION, which the launch option overrides).
+      maxnreg=int: at most that many registers per thread (PTX .maxnreg; ptxas spills
+        beyond it)."""
+    out = []
+    if "enable_fp_fusion" in kwargs and "enable_fp_fusion" not in kernel._name_index:
+        fusion = kwargs.pop("enable_fp_fusion")
+        if fusion is not None:
+            out.append(("fp_fusion", int(bool(fusion))))
+    if "maxnreg" in kwargs and "maxnreg" not in kernel._name_index:
+        n = kwargs.pop("maxnreg")
+        if n is not None:
+            out.append(("maxnreg", _check_maxnreg(kernel.__name__, n)))
+    return tuple(out)
+
+
+def _check_maxnreg(kernel_name, n):
+    if isinstance(n, bool) or not isinstance(n, int) or not 16 <= n <= 255:
+        raise ValueError(f"kernel {kernel_name}: maxnreg must be an integer from 16 to 255 (registers per "
+                         f"thread), got {n!r}")
+    return n
+
+
 def _writes_read_only(ck, values):
     """True when an argument the kernel stores through is a read-only (numpy) array:
     `run` then raises the error."""
@@ -410,9 +437,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         return g + (1,) * (3 - len(g))
 
     def run(self, *args, grid, num_warps=4, num_stages=3, debug=None, stream=None, **kwargs):
-        # Triton's enable_fp_fusion launch option: whether the kernel's float a * b + c may
-        # become one FMA on the GPU (the default, also TESSERA_GPU_FP_FUSION); no effect on the CPU
-        fusion = kwargs.pop("enable_fp_fusion", None) if "enable_fp_fusion" not in self._name_index else None
+        gpu_options = _gpu_launch_options(self, kwargs)
         for opt in _LAUNCH_OPTIONS:
             if opt in kwargs and opt not in self._name_index:
                 kwargs.pop(opt)  # accepted for Triton compatibility; no effect on the CPU
@@ -424,7 +449,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         try:
             spec = tuple([(v.value if isinstance(v, constexpr) else v) if ce else S.spec_of(v)
                           for ce, v in zip(self.constexpr_mask, values)])
-            opt_key = (num_warps, num_stages, bool(debug)) + (() if fusion is None else (bool(fusion),))
+            opt_key = (num_warps, num_stages, bool(debug)) + gpu_options
             # the generated launcher looks up spec + (num_warps, num_stages, debug): same key
             ck = self._compiled.get(spec + (num_warps, num_stages, debug) + opt_key[3:])
         except (TypeError, OverflowError) as e:
@@ -504,8 +529,8 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
                                  f"a launch takes arrays in host memory (cpu) or on an NVIDIA GPU (cuda)")
             target = _gpu_target(self.__name__, device)
         options = {"num_warps": opt_key[0], "num_stages": opt_key[1], "debug": opt_key[2]}
-        if len(opt_key) > 3 and target != "cpu":  # enable_fp_fusion=; the CPU never contracts
-            options["fp_fusion"] = int(opt_key[3])
+        if target != "cpu":  # _gpu_launch_options: no effect on the CPU
+            options.update(opt_key[3:])
         runtime_names = [self.arg_names[i] for i in runtime]
         ck = compile_specialization(self, arg_types, constexprs, attrs, options, target, runtime_names)
         ck.kinds = "".join(kinds)

@@ -3,6 +3,7 @@ gives PTX that ptxas (from the CUDA toolkit, when installed) assembles."""
 import importlib
 import os
 import shutil
+import re
 import subprocess
 
 import numpy as np
@@ -493,3 +494,57 @@ def test_register_counts_are_none_for_cpu_kernels_and_unlaunched_ptx():
     assert (ck.n_regs, ck.n_spills, ck.n_max_threads) == (None, None, None)
     ptx = tessera.compile(fill, {"y_ptr": "*fp32:16"}, {"BLOCK": 64}, target="cuda:90a")
     assert ptx.n_regs is None
+
+
+# --- Triton's maxnreg launch option: PTX .maxnreg, which ptxas keeps to (spilling beyond).
+
+@tessera.jit
+def _double_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2.0)
+
+
+_DOUBLE_SIG = {"x_ptr": "*fp32:16", "y_ptr": "*fp32:16"}
+
+
+def test_maxnreg_becomes_the_ptx_directive_and_is_part_of_the_key():
+    with_cap = tessera.compile(_double_kernel, _DOUBLE_SIG, {"BLOCK": 128}, target="cuda:90a", maxnreg=40)
+    without = tessera.compile(_double_kernel, _DOUBLE_SIG, {"BLOCK": 128}, target="cuda:90a")
+    assert ".maxnreg 40" in with_cap.asm["ptx"] and ".maxnreg" not in without.asm["ptx"]
+    assert with_cap.cache_key != without.cache_key
+    if shutil.which("ptxas") or os.path.exists("/usr/local/cuda/bin/ptxas"):
+        ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"maxnreg_{os.getpid()}.ptx")
+        with open(path, "w") as f:
+            f.write(with_cap.asm["ptx"])
+        out = subprocess.run([ptxas, "-arch=sm_90a", "-v", path, "-o", os.devnull], capture_output=True, text=True)
+        os.remove(path)
+        assert out.returncode == 0, out.stderr
+        assert int(re.search(r"Used (\d+) registers", out.stderr).group(1)) <= 40
+
+
+@pytest.mark.parametrize("bad", [0, 8, 256, 40.0, "40", True])
+def test_maxnreg_out_of_range_or_not_an_integer_is_a_clear_error(bad):
+    with pytest.raises(ValueError, match=r"kernel _double_kernel: maxnreg must be an integer from 16 to 255"):
+        tessera.compile(_double_kernel, _DOUBLE_SIG, {"BLOCK": 128}, target="cuda:90a", maxnreg=bad)
+    x, y = np.ones(128, np.float32), np.zeros(128, np.float32)
+    with pytest.raises(ValueError, match=r"kernel _double_kernel: maxnreg must be"):
+        _double_kernel[(1,)](x, y, BLOCK=128, maxnreg=bad)
+
+
+def test_maxnreg_changes_nothing_on_the_cpu():
+    x, y = np.arange(128, dtype=np.float32), np.zeros(128, np.float32)
+    _double_kernel[(1,)](x, y, BLOCK=128, maxnreg=32)
+    np.testing.assert_array_equal(y, 2 * x)
+
+
+@pytest.mark.gpu
+def test_maxnreg_caps_the_loaded_kernels_registers():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = torch.arange(128, device="cuda", dtype=torch.float32)
+    y = torch.full_like(x, float("nan"))
+    ck = _double_kernel[(1,)](x, y, BLOCK=128, maxnreg=24)
+    torch.cuda.synchronize()
+    assert torch.equal(y, 2 * x) and 0 < ck.n_regs <= 24

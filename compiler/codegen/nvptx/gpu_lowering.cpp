@@ -203,6 +203,10 @@ llvm::Function* GpuLowering::run() {
   };
   md("kernel", 1);
   md("maxntidx", num_threads_);
+  // The maxnreg launch option (.maxnreg: ptxas keeps to it, spilling beyond).
+  auto maxnreg = k_.attrs.find("maxnreg");
+  if (maxnreg != k_.attrs.end() && std::holds_alternative<int64_t>(maxnreg->second))
+    md("maxnreg", static_cast<int>(std::get<int64_t>(maxnreg->second)));
   if (!tma_maps_.empty()) {
     // The CUtensorMaps: 128-byte .param arrays, 64-byte aligned, whose addresses
     // (cvta.param) the TMA copies read in place -- __grid_constant__.

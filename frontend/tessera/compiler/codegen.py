@@ -127,6 +127,8 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
             attrs["tma"] = int(self.options["tma"])
         if self.options.get("fp_fusion") is not None:  # GPU: a * b + c as one FMA (TESSERA_GPU_FP_FUSION)
             attrs["fp_fusion"] = int(self.options["fp_fusion"])
+        if self.options.get("maxnreg") is not None:  # GPU: registers per thread at most (launch option)
+            attrs["maxnreg"] = int(self.options["maxnreg"])
         self.module = Module(src.name, [], attrs)
         self.builder = IRBuilder(self.module)
         self.sem = Semantic(self.builder)
