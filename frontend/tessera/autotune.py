@@ -20,21 +20,27 @@ __all__ = ["Config", "autotune", "Autotuner", "AutotuneError", "AutotuneConfigSk
 class Config:
     """One candidate: constexpr values (`kwargs`) plus launch options. pre_hook, if given,
     is called with the full argument dict (config values included) before every launch
-    with this config (benchmark runs and real launches)."""
+    with this config (benchmark runs and real launches). maxnreg (GPU): registers per
+    thread at most (the launch option); num_ctas is accepted for Triton's signature and,
+    as at a launch, ignored."""
 
-    def __init__(self, kwargs, num_warps=4, num_stages=3, pre_hook=None):
+    def __init__(self, kwargs, num_warps=4, num_stages=3, num_ctas=1, maxnreg=None, pre_hook=None):
         if not isinstance(kwargs, dict):
             raise TypeError(f"tessera.Config: kwargs must be a dict of constexpr values, got {kwargs!r}")
         self.kwargs = dict(kwargs)
         self.num_warps = num_warps
         self.num_stages = num_stages
+        self.num_ctas = num_ctas
+        self.maxnreg = maxnreg
         self.pre_hook = pre_hook
 
     def all_kwargs(self):
-        return {**self.kwargs, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        extra = {} if self.maxnreg is None else {"maxnreg": self.maxnreg}
+        return {**self.kwargs, "num_warps": self.num_warps, "num_stages": self.num_stages, **extra}
 
     def _identity(self):
-        return (tuple(sorted((k, repr(v)) for k, v in self.kwargs.items())), self.num_warps, self.num_stages)
+        return (tuple(sorted((k, repr(v)) for k, v in self.kwargs.items())), self.num_warps, self.num_stages,
+                self.maxnreg)
 
     def __eq__(self, other):
         return isinstance(other, Config) and self._identity() == other._identity()
@@ -218,8 +224,9 @@ class Autotuner:
     def _launch(self, config, args, kwargs, named, grid):
         if config.pre_hook is not None:
             config.pre_hook({**named, **config.kwargs})
+        extra = {} if config.maxnreg is None else {"maxnreg": config.maxnreg}
         return self.fn.run(*args, grid=grid, num_warps=config.num_warps, num_stages=config.num_stages,
-                           **kwargs, **config.kwargs)
+                           **kwargs, **config.kwargs, **extra)
 
     # ------------------------------------------------------------------ tuning
     def prune_configs(self, named):
@@ -306,7 +313,8 @@ class Autotuner:
             want = json.loads(blobs["autotune"].decode())
             for c in self.configs:
                 if [list(x) for x in c._identity()[0]] == want["kwargs"] and \
-                        c.num_warps == want["num_warps"] and c.num_stages == want["num_stages"]:
+                        c.num_warps == want["num_warps"] and c.num_stages == want["num_stages"] and \
+                        c.maxnreg == want.get("maxnreg"):
                     return c
         except (ValueError, KeyError, TypeError):
             pass
@@ -315,7 +323,7 @@ class Autotuner:
     def _store(self, disk_key, key, config):
         record = {"kernel": self.__name__, "key": repr(key),
                   "kwargs": [list(x) for x in config._identity()[0]],
-                  "num_warps": config.num_warps, "num_stages": config.num_stages,
+                  "num_warps": config.num_warps, "num_stages": config.num_stages, "maxnreg": config.maxnreg,
                   "timings_ms": {repr(c): t for c, t in self.configs_timings.items()}}
         _C.cache_put(_cache_dir(), disk_key, {"name": f"autotune:{self.__name__}".encode(),
                                               "autotune": json.dumps(record).encode()})

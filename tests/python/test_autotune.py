@@ -263,3 +263,20 @@ def test_numpy_scalar_key_is_its_value(data):
     tuned[_grid](x[:10], y[:10], out[:10], np.int32(10))
     assert len(calls) == 2
     assert set(tuned.cache) == {(n, "cpu"), (10, "cpu")}
+
+
+def test_config_takes_tritons_num_ctas_and_maxnreg(data):
+    """Config(kwargs, num_warps, num_stages, num_ctas, maxnreg) as in Triton: maxnreg tells
+    configs apart and reaches the launch (a GPU option: on the CPU it changes nothing)."""
+    x, y, out, n = data
+    capped = tessera.Config({"BLOCK": 1024, "SLOW": 0}, num_warps=4, num_stages=3, num_ctas=1, maxnreg=64)
+    plain = tessera.Config({"BLOCK": 1024, "SLOW": 0})
+    assert capped != plain and "maxnreg: 64" in repr(capped) and "maxnreg" not in repr(plain)
+    tuned = tessera.autotune([capped, plain], key=["n"], use_disk_cache=False, warmup=1, rep=3)(_add_kernel())
+    tuned[_grid](x, y, out, n)
+    np.testing.assert_allclose(out, x + y, rtol=1e-6)
+    assert set(tuned.configs_timings) == {capped, plain}
+    bad = tessera.autotune([tessera.Config({"BLOCK": 1024, "SLOW": 0}, maxnreg=4)], key=["n"],
+                           use_disk_cache=False, warmup=1, rep=3)(_add_kernel())
+    with pytest.raises(ValueError, match="kernel add: maxnreg must be an integer from 16 to 255"):
+        bad[_grid](x, y, out, n)
