@@ -140,9 +140,9 @@ def rows_table(rows, same_size, copy_bw):
     return lines
 
 
-def write_rows_only(args, dev, rows, same_size, copy_bw):
+def write_rows_only(args, dev, versions, rows, same_size, copy_bw):
     fusion = os.environ.get("TESSERA_GPU_FP_FUSION")
-    lines = [f"# GPU benchmark, bandwidth rows — {dev}", "",
+    lines = [f"# GPU benchmark, bandwidth rows — {dev}", "", f"{versions}.", "",
              f"GB/s (bytes that must be read + written); device copy {copy_bw:.0f} GB/s; "
              f"TESSERA_GPU_FP_FUSION={fusion if fusion is not None else '(unset)'}. Tessera and Triton run the "
              "same kernel source (bench/gpu_kernels.py); torch is eager.", ""] + rows_table(rows, same_size, copy_bw)
@@ -168,6 +168,8 @@ def main():
     only = [o for o in args.only.split(",") if o]
     wanted = lambda name: not only or any(o in name for o in only)
     dev = torch.cuda.get_device_name()
+    versions = f"torch {torch.__version__} (CUDA {torch.version.cuda})" + (
+        f", Triton {triton.__version__}" if triton is not None else ", no Triton")
     TR = load_triton_kernels()
     rows = []
 
@@ -351,7 +353,7 @@ def main():
         mm_rows.append((label, tflops(t_ms) if t_ms else None, tflops(to_ms), tflops(tr_ms) if tr_ms else None, note))
 
     if args.rows_only:
-        return write_rows_only(args, dev, rows, same_size, copy_bw)
+        return write_rows_only(args, dev, versions, rows, same_size, copy_bw)
     for dname, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         for size in (1024, 2048, 4096, 8192):
             # Below 4096 a 128x256 tile leaves SMs idle (1024^3: 32 tiles on 132 SMs): smaller
@@ -396,7 +398,7 @@ def main():
         # The row above must measure the C++ launch path (frontend/csrc/launch_fastpath.cpp).
         assert TK.tiny_kernel._fast_path_size() == 1, "the cached tiny launch did not run from the C++ launch path"
 
-    lines = [f"# GPU benchmark — {dev}", "",
+    lines = [f"# GPU benchmark — {dev}", "", f"{versions}.", "",
              f"GB/s (bytes that must be read + written); device copy {copy_bw:.0f} GB/s. "
              "Tessera and Triton run the same kernel source (bench/gpu_kernels.py); torch is eager.", "",
              "'same-size copy' is a torch copy moving the kernel's byte count (half read, half written).", "",
