@@ -548,3 +548,38 @@ def test_maxnreg_caps_the_loaded_kernels_registers():
     ck = _double_kernel[(1,)](x, y, BLOCK=128, maxnreg=24)
     torch.cuda.synchronize()
     assert torch.equal(y, 2 * x) and 0 < ck.n_regs <= 24
+
+
+# --- A tile beyond 1024 elements per thread is refused on the GPU (tile_budget_nvptx.cpp):
+# registers cannot hold it and ptxas would take minutes (2048 per thread: 29 s, 4096: 237 s).
+
+def _wide_softmax(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(y_ptr + tl.arange(0, BLOCK), tl.exp(x) / tl.sum(tl.exp(x), axis=0))
+
+
+def test_a_tile_beyond_the_per_thread_budget_is_a_clear_error_on_the_gpu():
+    k = tessera.jit(_wide_softmax)
+    with pytest.raises(tessera.CompilationError) as info:
+        tessera.compile(k, _DOUBLE_SIG, {"BLOCK": 1 << 18}, target="cuda:90a", num_warps=4)
+    e = info.value
+    assert "the tile tile<262144xi32> is 2048 elements per thread with num_warps=4 (128 threads)" in e.message
+    assert "refuses more than 1024 elements per thread" in e.message and "num_warps=8 or more" in e.message
+    assert e.kernel_name == "_wide_softmax" and "tl.arange(0, BLOCK)" in e.source_line
+    assert e.lineno == _wide_softmax.__code__.co_firstlineno + 1
+
+
+def test_the_same_tile_compiles_with_enough_warps_and_on_the_cpu():
+    k = tessera.jit(_wide_softmax)
+    assert ".entry _wide_softmax" in tessera.compile(k, _DOUBLE_SIG, {"BLOCK": 1 << 18}, target="cuda:90a",
+                                                     num_warps=8).asm["ptx"]
+    x = np.random.default_rng(0).standard_normal(1 << 18).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    k[(1,)](x, y, BLOCK=1 << 18)
+    np.testing.assert_allclose(y, np.exp(x) / np.exp(x).sum(), rtol=1e-5, atol=1e-12)
+
+
+def test_beyond_32_warps_the_message_only_says_to_loop():
+    with pytest.raises(tessera.CompilationError) as info:
+        tessera.compile(tessera.jit(_wide_softmax), _DOUBLE_SIG, {"BLOCK": 1 << 22}, target="cuda:90a", num_warps=4)
+    assert "loop over it (in kernel" in str(info.value) and "num_warps=" not in info.value.message.split("threads)")[1]

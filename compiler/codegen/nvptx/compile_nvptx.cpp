@@ -20,6 +20,7 @@
 
 #include "codegen/nvptx/gpu_lowering.h"
 #include "codegen/nvptx/pin_fp_rounding_nvptx.h"
+#include "codegen/nvptx/tile_budget_nvptx.h"
 
 namespace tessera::codegen::nvptx {
 
@@ -81,6 +82,8 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
                       : opts.num_warps;
   if (out.num_warps < 1 || out.num_warps > 32 || (out.num_warps & (out.num_warps - 1)))
     throw CompileError("num_warps must be a power of two from 1 to 32, got " + std::to_string(out.num_warps), true);
+
+  check_tile_budget(k, out.num_warps);
 
   std::string err;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, err);
