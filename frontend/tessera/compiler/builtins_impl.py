@@ -25,7 +25,7 @@ TENSOR_METHODS = {name: name for name in (
     "associative_scan", "exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt", "sin", "cos",
     "abs", "floor", "ceil", "erf", "tanh", "sigmoid", "softmax", "trans", "permute", "reshape",
     "view", "broadcast_to", "expand_dims", "split", "join", "ravel", "fma", "umulhi", "cdiv",
-    "cast", "clamp")}
+    "cast", "clamp", "interleave", "flip", "sort", "histogram")}
 TENSOR_METHODS["to"] = "cast"
 
 
@@ -541,6 +541,9 @@ def _debug_barrier(cg):
     # shared memory accesses); nothing on the CPU, where a program is one thread.
     cg.sem.builder.create("barrier", [])
     return None
+
+
+from . import stdlib_shapes  # noqa: E402,F401  (registers interleave, cat, flip, sort, histogram, swizzle2d)
 
 
 def check_complete():

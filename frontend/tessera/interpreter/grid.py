@@ -21,10 +21,11 @@ from .memory import Memory, MemoryOps
 from .random import RandomOps
 from .reductions import ReductionOps
 from .shapes import ShapeOps
+from .standard import StandardOps
 from .values import Tensor, convert, dtype_of_numpy, to_tensor, unwrap
 
 
-class Builtins(MemoryOps, ElementwiseOps, ReductionOps, ShapeOps, RandomOps, DebugOps):
+class Builtins(MemoryOps, ElementwiseOps, ReductionOps, ShapeOps, StandardOps, RandomOps, DebugOps):
     """The object installed as core._interpreter_impl: one method per builtin name."""
 
     def __init__(self, memory: Memory, grid: tuple, kernel_name: str):
