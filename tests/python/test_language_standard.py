@@ -1,4 +1,4 @@
-"""tl.interleave, cat, flip, sort, histogram and swizzle2d (triton.language.standard's):
+"""tl.interleave, cat, flip, sort, topk, histogram and swizzle2d (triton.language.standard's):
 compiled on the CPU and run by the interpreter against numpy, on every dtype with NaN,
 infinities and ties; assembled by ptxas for sm_90a and sm_80; run on a GPU when there is
 one (outputs poisoned); and the errors for wrong arguments."""
@@ -28,6 +28,12 @@ def sort_kernel(x_ptr, y_ptr, R: tl.constexpr, C: tl.constexpr, DIM: tl.constexp
 def sort_1d_kernel(x_ptr, y_ptr, N: tl.constexpr):
     offs = tl.arange(0, N)
     tl.store(y_ptr + offs, tl.load(x_ptr + offs).sort())
+
+
+@tessera.kernel
+def topk_kernel(x_ptr, y_ptr, R: tl.constexpr, C: tl.constexpr, K: tl.constexpr):
+    offs = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
+    tl.store(y_ptr + tl.arange(0, R)[:, None] * K + tl.arange(0, K)[None, :], tl.load(x_ptr + offs).topk(K))
 
 
 @tessera.kernel
@@ -103,6 +109,15 @@ def test_sort_as_a_method_and_one_element_and_long_rows(mode):
         np.testing.assert_array_equal(y, np.sort(x))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+@pytest.mark.parametrize("k", [1, 4, 32])
+def test_topk_is_the_largest_k_largest_first(mode, dtype, k):
+    x = _values(dtype, (4, 32), seed=k)
+    y = np.zeros((4, k), dtype)
+    _run(topk_kernel, x, y, R=4, C=32, K=k)
+    np.testing.assert_array_equal(y, np.flip(np.sort(x, axis=1), 1)[:, :k])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.int64])
 @pytest.mark.parametrize("dim", [0, 1, -1, None])
 def test_flip_matches_numpy(mode, dtype, dim):
@@ -174,6 +189,7 @@ _PTX_CASES = [
     (sort_kernel, {"x_ptr": "*fp16:16", "y_ptr": "*fp16:16"}, {"R": 16, "C": 16, "DIM": 0, "DESCENDING": False}),
     (flip_kernel, {"x_ptr": "*bf16:16", "y_ptr": "*bf16:16"}, {"R": 4, "C": 64, "DIM": 1}),
     (interleave_cat_kernel, {n: "*i32:16" for n in ("a_ptr", "b_ptr", "inter_ptr", "cat_ptr")}, {"R": 8, "C": 32}),
+    (topk_kernel, {"x_ptr": "*fp32:16", "y_ptr": "*fp32:16"}, {"R": 4, "C": 64, "K": 8}),
     (histogram_kernel, {"x_ptr": "*i32:16", "h_ptr": "*i32:16", "n": "i32"}, {"N": 256, "BINS": 32}),
     (swizzle_kernel, {"out_ptr": "*i32:16", "size_i": "i32", "size_j": "i32", "size_g": "i32"}, {"BLOCK": 128}),
 ]
@@ -208,6 +224,10 @@ def test_on_the_gpu():
         flip_kernel[(1,)](x, y, R=8, C=128, DIM=1)
         assert torch.equal(y.cpu(), torch.flip(x.cpu(), [1])) or torch.allclose(
             y.cpu().double(), torch.flip(x.cpu(), [1]).double(), equal_nan=True, rtol=0, atol=0)
+    x = torch.from_numpy(_values(np.float32, (4, 64), seed=9)).cuda()
+    y = torch.full((4, 8), -5.0, device="cuda")
+    topk_kernel[(1,)](x, y, R=4, C=64, K=8)
+    assert torch.allclose(y.cpu(), torch.sort(x.cpu(), 1, descending=True).values[:, :8], equal_nan=True, rtol=0, atol=0)
     a = torch.arange(256, device="cuda", dtype=torch.int32).reshape(8, 32)
     b = -a
     inter = torch.full((8, 64), 99, device="cuda", dtype=torch.int32)
@@ -251,7 +271,13 @@ def test_errors_name_the_builtin_and_the_argument():
     def histogram_float(x_ptr, h_ptr):
         tl.store(h_ptr + tl.arange(0, 8), tl.histogram(tl.load(x_ptr + tl.arange(0, 16)), 8))
 
+    @tessera.kernel
+    def topk_three(x_ptr):
+        offs = tl.arange(0, 16)
+        tl.store(x_ptr + tl.arange(0, 4), tl.topk(tl.load(x_ptr + offs), 3))
+
     f32 = {"x_ptr": "*fp32"}
+    assert "tl.topk: k must be a power of two from 1 to 16" in _compile_error(topk_three, f32, {}).message
     assert "tl.sort needs a tile" in _compile_error(sort_scalar, f32, {}).message
     e = _compile_error(flip_bad_dim, f32, {})
     assert "tl.flip: dim 2 is out of range" in e.message and "tl.flip(" in e.source_line

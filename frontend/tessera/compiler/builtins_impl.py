@@ -25,7 +25,7 @@ TENSOR_METHODS = {name: name for name in (
     "associative_scan", "exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt", "sin", "cos",
     "abs", "floor", "ceil", "erf", "tanh", "sigmoid", "softmax", "trans", "permute", "reshape",
     "view", "broadcast_to", "expand_dims", "split", "join", "ravel", "fma", "umulhi", "cdiv",
-    "cast", "clamp", "interleave", "flip", "sort", "histogram")}
+    "cast", "clamp", "interleave", "flip", "sort", "topk", "histogram")}
 TENSOR_METHODS["to"] = "cast"
 
 
@@ -543,7 +543,7 @@ def _debug_barrier(cg):
     return None
 
 
-from . import stdlib_shapes  # noqa: E402,F401  (registers interleave, cat, flip, sort, histogram, swizzle2d)
+from . import stdlib_shapes  # noqa: E402,F401  (registers interleave, cat, flip, sort, topk, histogram, swizzle2d)
 
 
 def check_complete():

@@ -1,4 +1,4 @@
-"""tl.interleave, cat, flip, sort, histogram and swizzle2d (triton.language.standard's),
+"""tl.interleave, cat, flip, sort, topk, histogram and swizzle2d (triton.language.standard's),
 built at compile time from the shape ops (reshape, permute, join, split) and compares.
 
 Every one moves elements without arithmetic on them (no multiply-by-0/1 masks), so they
@@ -133,6 +133,27 @@ def _sort(cg, x, dim=None, descending=False):
             else:
                 swap = _greater(sem, hi, lo) if descending else _greater(sem, lo, hi)
             y = sem.reshape(join_back(sem.where(swap, hi, lo), sem.where(swap, lo, hi)), lead + (n,))
+    return sem.permute(y, back)
+
+
+@builtin_impl("topk")
+def _topk(cg, x, k, dim=None):
+    """The k largest of x along `dim` (default the last), largest first: a descending
+    sort, then the leading half kept log2(n / k) times."""
+    sem = cg.sem
+    x = _tensor(cg, x, "tl.topk")
+    if not x.shape:
+        raise SemanticError(f"tl.topk needs a tile, got {describe(x)}")
+    axis = _axis(x, dim, "tl.topk")
+    k = _const_int(k, "tl.topk k")
+    n = x.shape[axis]
+    if k < 1 or k > n or k & (k - 1):
+        raise SemanticError(f"tl.topk: k must be a power of two from 1 to {n} (the size of dim {axis}), got {k}")
+    y, back = _move_last(sem, _sort(cg, x, axis, True), axis)
+    while y.shape[-1] > k:
+        m = y.shape[-1] // 2
+        halves = sem.reshape(y, y.shape[:-1] + (2, m))
+        y = _halves(sem, halves, len(halves.shape) - 2)[0]        # the leading (larger) half
     return sem.permute(y, back)
 
 

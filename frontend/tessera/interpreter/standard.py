@@ -1,4 +1,4 @@
-"""tl.interleave, cat, flip, sort, histogram and swizzle2d in numpy (the compiler builds
+"""tl.interleave, cat, flip, sort, topk, histogram and swizzle2d in numpy (the compiler builds
 them from shape ops: compiler/stdlib_shapes.py; these are the reference)."""
 from __future__ import annotations
 
@@ -47,6 +47,18 @@ class StandardOps:
         axis = _axis(x, dim, "tl.sort")
         out = np.sort(x.data, axis=axis, kind="stable")      # NaN last, as torch.sort
         return Tensor(np.flip(out, axis).copy() if unwrap(descending) else out, x.dtype)
+
+    def topk(self, x, k, dim=None):
+        x = to_tensor(x, "tl.topk")
+        if not x.shape:
+            raise SemanticError("tl.topk needs a tile, got a scalar")
+        axis = _axis(x, dim, "tl.topk")
+        k = int(unwrap(k))
+        n = x.shape[axis]
+        if k < 1 or k > n or k & (k - 1):
+            raise SemanticError(f"tl.topk: k must be a power of two from 1 to {n} (the size of dim {axis}), got {k}")
+        out = np.flip(np.sort(x.data, axis=axis), axis)          # NaN first, as a descending torch.sort
+        return Tensor(np.take(out, np.arange(k), axis=axis).copy(), x.dtype)
 
     def histogram(self, input, num_bins, mask=None):
         x = to_tensor(input, "tl.histogram")
