@@ -43,27 +43,48 @@ def candidates(rows, cols, dev="cuda"):
     out = {}
 
     # cross_entropy forward: the row kernel alone (reduction 'none': a program per row),
-    # then with the loss reduction fused (the mean), programs walking runs of rows, as
-    # many per SM as given, the last to finish summing their partials.
-    loss = torch.empty(rows, device=dev)
-    lse = torch.empty(rows, device=dev)
-    red_out, red_scale = torch.empty((), device=dev, dtype=f16), torch.empty(1, device=dev)
-    arrived = torch.zeros(1, device=dev, dtype=torch.int32)
+    # then with the loss reduction fused (the mean): programs walking runs of rows, as
+    # many per SM as given, with or without the next row's loads issued before this
+    # row's reductions (PREFETCH), the last to finish summing the groups' partials; on
+    # the 16384x4096 input and on a 4096x32000 vocabulary (walked in 2048-wide chunks).
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 2
+    vocab_rows = max(1, rows // 4)
+    x_vocab = torch.randn(vocab_rows, 32000, generator=g).to(dev, f16)
+    t_vocab = torch.randint(0, 32000, (vocab_rows,), generator=g).to(dev)
+    arrived = torch.zeros(1, device=dev, dtype=torch.int32)
 
-    def xent(w, per_sm):
+    def xent(logits, tgt, w, per_sm=None, prefetch=False):
+        n_rows, n = logits.shape
+        block = S._ce_block(n)
         reduce = per_sm is not None
-        rpp = tessera.cdiv(rows, min(rows, per_sm * sms)) if reduce else 1
-        progs = tessera.cdiv(rows, rpp)
-        part = torch.empty(2 * progs, device=dev)
+        if reduce:
+            group_rows, n_groups, rpp, progs = S._row_groups(n_rows, per_sm * sms)
+        else:
+            group_rows, n_groups, rpp, progs = 1, n_rows, 1, n_rows
+        loss, lse = torch.empty(n_rows, device=dev), torch.empty(n_rows, device=dev)
+        part = torch.empty(n_groups + progs, device=dev)
+        red_out, red_scale = torch.empty((), device=dev, dtype=f16), torch.empty(1, device=dev)
         return lambda: S._xent_fwd_kernel[(progs,)](
-            x, tgt, loss, lse, part, red_out, red_scale, arrived, cols, rows, rpp, cols, -100, 0.0, SMOOTH=False,
-            ONE_CHUNK=True, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=cols, GROUP=256 * w, num_warps=w)
-    for w in (2, 4, 8):
-        out[f"cross_entropy fwd kernel, num_warps={w}"] = (xent(w, None), mat)
-    for per_sm in (4, 6, 8):
-        out[f"cross_entropy fwd kernel + fused mean, num_warps=4, {per_sm} programs per SM"] = (xent(4, per_sm), mat)
-    out["tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), mat)
+            logits, tgt, loss, lse, part, red_out, red_scale, arrived, n, n_rows, rpp, n, -100, 0.0, group_rows,
+            n_groups, SMOOTH=False, ONE_CHUNK=block >= n, REDUCE=reduce, MEAN=True, PREFETCH=prefetch,
+            ACC=tl.float32, BLOCK=block, FINAL=min(S.CE_LOSS_GROUP, 256 * w), num_warps=w)
+    shape = f"{rows}x{cols}"
+    for w, pre in ((4, False), (8, False), (4, True)):
+        out[f"cross_entropy {shape} fwd kernel, num_warps={w}{', prefetch' if pre else ''}"] = (
+            xent(x, tgt, w, prefetch=pre), mat)
+    for w, per_sm, pre in ((4, 8, False), (4, 9, False), (4, 6, True), (4, 7, True), (8, 6, False),
+                           (8, 4, True), (8, 5, True)):
+        out[f"cross_entropy {shape} fwd kernel + fused mean, num_warps={w}, {per_sm} programs per SM"
+            f"{', prefetch' if pre else ''}"] = (xent(x, tgt, w, per_sm, pre), mat)
+    out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), mat)
+    vshape, vmat = f"{vocab_rows}x32000", x_vocab.numel() * 2
+    for pre in (False, True):
+        out[f"cross_entropy {vshape} fwd kernel, num_warps=4{', prefetch' if pre else ''}"] = (
+            xent(x_vocab, t_vocab, 4, prefetch=pre), vmat)
+    for per_sm, pre in ((8, False), (6, True), (4, True)):
+        out[f"cross_entropy {vshape} fwd kernel + fused mean, num_warps=4, {per_sm} programs per SM"
+            f"{', prefetch' if pre else ''}"] = (xent(x_vocab, t_vocab, 4, per_sm, pre), vmat)
+    out[f"cross_entropy {vshape} tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x_vocab, t_vocab), vmat)
 
     # gelu_dropout forward: column block and warps.
     y = torch.empty_like(x)

@@ -38,8 +38,13 @@ CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one til
 # reduction's atomic and partial are per program: one per row cost 13 us of 60 on an
 # H100 (16384x4096 fp16: bench/results/memory_bound_configs_h100_cefuse_run1.md).
 CE_WARPS_PER_SM = 32
-# Partials the last program adds per step (_sum_partials_when_last).
+CE_FWD_PREFETCH = False
+# Partials the last program adds per tile (_sum_partials_when_last).
 CE_LOSS_GROUP = 1024
+# At most this many row groups, each summed into one partial by the program holding it
+# (_row_groups): 16384 rows at 8192 take 2 rows a group, and the last program adds
+# the 8192 partials in four steps of two 1024-wide tiles.
+CE_MAX_GROUPS = 8192
 # Warps of a forward row on a GPU. The kernel issues ~6 instructions per element plus
 # ~100 per thread (two block reductions, the log), so fewer threads per row issue fewer
 # in all; with the short ex2 (see _exp_of_difference) 4 and 8 both run at copy speed on
@@ -123,9 +128,10 @@ def _exp_of_difference(x, m):
 
 @tessera.kernel
 def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr,
-              ACC: tl.constexpr, BLOCK: tl.constexpr):
+              PREFETCH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     """(log-sum-exp, loss) of one row from its target's logit x_t: with ONE_CHUNK the
-    row is the tile x (ACC, -inf past n_cols), else it is walked here from `base`."""
+    row is the tile x (ACC, -inf past n_cols), else it is walked here from `base`
+    (with PREFETCH the next chunk's load is issued before this one's arithmetic)."""
     if ONE_CHUNK:
         # The whole row in one tile (BLOCK >= n_cols): one exp per element, as softmax.
         m = tl.max(x, axis=0)
@@ -136,10 +142,15 @@ def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_C
         m_lane = tl.full([BLOCK], -float("inf"), ACC)
         s_lane = tl.zeros([BLOCK], ACC)
         x_sum = tl.zeros([BLOCK], ACC)
+        xc_next = tl.load(base + cols, mask=cols < n_cols, other=-float("inf"))  # used with PREFETCH
         for start in range(0, n_cols, BLOCK):
             c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector loads
             mask = c < n_cols
-            xc = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
+            if PREFETCH:
+                xc = xc_next.to(ACC)
+                xc_next = tl.load(base + BLOCK + c, mask=c + BLOCK < n_cols, other=-float("inf"))
+            else:
+                xc = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
             # A NaN logit makes its lane's max and sum NaN, so the row's loss is NaN (as
             # torch's); a lane still at -inf (nothing seen but masked columns) sums 0.
             m_new = tl.maximum(m_lane, xc, propagate_nan=tl.PropagateNan.ALL)
@@ -158,59 +169,100 @@ def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_C
 
 
 @tessera.kernel
+def _target_logit(base, t, ignore_index, n_cols, ACC: tl.constexpr):
+    """The row's logit at its target t; a target outside [0, n_cols) (or ignore_index)
+    reads column 0 instead of another row's memory (its loss is then masked: NaN or 0)."""
+    return tl.load(base + tl.where((t != ignore_index) & (t >= 0) & (t < n_cols), t, 0)).to(ACC)
+
+
+@tessera.kernel
 def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_rows, rows_per_program, n_cols,
-                     ignore_index, smoothing, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr, REDUCE: tl.constexpr,
-                     MEAN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, GROUP: tl.constexpr):
+                     ignore_index, smoothing, group_rows, n_groups, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr,
+                     REDUCE: tl.constexpr, MEAN: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr,
+                     BLOCK: tl.constexpr, FINAL: tl.constexpr):
     # Program p: rows p * rows_per_program .. (p + 1) * rows_per_program - 1 (a few
-    # programs per SM or CPU thread, so the loss reduction's atomic and its partial
-    # are per program, not per row). Without REDUCE, LOSS gets each row's loss; with
-    # it the program sums its rows' losses and counts its non-ignored rows (in row
-    # order) into PART[p] and PART[num_programs + p], and the last program to finish
-    # sums those (_sum_partials_when_last) into OUT and SCALE. (Loading the next row
-    # during this one's reductions took 71 registers instead of 52 at 4096 classes, 7
-    # resident blocks per H100 SM instead of 9, and is left out.)
+    # programs per SM or CPU thread, so the loss reduction's atomic is per program, not
+    # per row). Without REDUCE, LOSS gets each row's loss. With it the rows form groups
+    # of group_rows (a program holds whole groups): the program stores each group's loss
+    # sum (in row order) into PART[group] and its count of non-ignored rows into
+    # PART[n_groups + p], and the last program to finish adds those (_sum_partials_when_last).
+    # The groups depend on the shape alone, so the loss's bits do not depend on how many
+    # programs there are (the GPU's SM count, CPU threads).
+    #
+    # PREFETCH (rows in one tile): the next row's logits, and its target's logit, are
+    # loaded before this row's reductions, so a program always has a row's loads in
+    # flight; the target two rows ahead is loaded as well, so no load waits on another:
+    #     iteration r:  x_next = X[r + 1, :];  xt_next = X[r + 1, t1];  t2 = T[r + 2]
+    #                   (reductions of row r; t1 = T[r + 1] arrived during row r - 1)
     first = tl.program_id(0) * rows_per_program
     end = tl.minimum(first + rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK)
-    total = tl.zeros([], ACC)
-    counted = tl.zeros([], ACC)
+    in_row = cols < n_cols
+    total = tl.zeros([], ACC)  # the current group's loss sum
+    counted = tl.zeros([], ACC)  # the program's non-ignored rows
+    group = first // group_rows
+    left = group_rows  # rows of the current group still to add
+    # The pipeline's registers (with PREFETCH; rows of every program < n_rows, and the
+    # row after the last is clamped to it and not loaded).
+    row0 = first.to(tl.int64)
+    t_next = tl.load(T + row0)
+    t_after = t_next
+    xt_next = tl.zeros([], ACC)
+    x_next = xt_next  # a tile with PREFETCH
+    if PREFETCH:
+        x_next = tl.load(X + row0 * stride_x + cols, mask=in_row, other=-float("inf"))
+        t_after = tl.load(T + tl.minimum(first + 1, end - 1).to(tl.int64))
+        xt_next = _target_logit(X + row0 * stride_x, t_next, ignore_index, n_cols, ACC)
     for r in range(first, end):
         row = r.to(tl.int64)
         base = X + row * stride_x
-        # The target's logit first: its load then overlaps the row's instead of
-        # waiting for the reductions.
-        t = tl.load(T + row)
+        if PREFETCH:
+            x = x_next.to(ACC)
+            t = t_next
+            x_t = xt_next
+            nxt = tl.minimum(r + 1, end - 1).to(tl.int64)
+            x_next = tl.load(X + nxt * stride_x + cols, mask=in_row & (r + 1 < end), other=-float("inf"))
+            xt_next = _target_logit(X + nxt * stride_x, t_after, ignore_index, n_cols, ACC)
+            t_next = t_after
+            t_after = tl.load(T + tl.minimum(r + 2, end - 1).to(tl.int64))
+        else:
+            # The row's loads first, then the target's (its logit's address waits for it).
+            x = xt_next  # unused: _xent_row walks the row itself
+            if ONE_CHUNK:
+                x = tl.load(base + cols, mask=in_row, other=-float("inf")).to(ACC)
+            t = tl.load(T + row)
+            x_t = _target_logit(base, t, ignore_index, n_cols, ACC)
+        lse, loss = _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH, ONE_CHUNK, PREFETCH, ACC, BLOCK)
+        # A target outside [0, n_cols) (and not ignore_index) gets a NaN loss (the host
+        # checks CPU targets and raises; device targets are not copied back for a
+        # check, as torch's device-side assert would stop the context).
         valid = t != ignore_index
-        # A target outside [0, n_cols) (and not ignore_index) must not read another
-        # column's logit: its loss is NaN (the host checks CPU targets and raises;
-        # device targets are not copied back for a check, as torch's device-side
-        # assert would stop the context).
-        in_range = (t >= 0) & (t < n_cols)
-        x_t = tl.load(base + tl.where(valid & in_range, t, 0)).to(ACC)
-        x = x_t  # unused: _xent_row walks the row itself
-        if ONE_CHUNK:
-            x = tl.load(base + cols, mask=cols < n_cols, other=-float("inf")).to(ACC)
-        lse, loss = _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH, ONE_CHUNK, ACC, BLOCK)
-        loss = tl.where(valid, tl.where(in_range, loss, float("nan")), 0.0)
+        loss = tl.where(valid, tl.where((t >= 0) & (t < n_cols), loss, float("nan")), 0.0)
         tl.store(LSE + row, lse)
         if REDUCE:
             total += loss
             counted += tl.where(valid, 1.0, 0.0)
+            left -= 1
+            done = (left == 0) | (r + 1 == end)
+            tl.store(PART + group, total, mask=done)
+            total = tl.where(done, 0.0, total)
+            group += tl.where(done, 1, 0)
+            left = tl.where(done, group_rows, left)
         else:
             tl.store(LOSS + row, loss)
     if REDUCE:
-        _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, total, counted, MEAN, ACC, GROUP)
+        _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN, ACC, FINAL)
 
 
 @tessera.kernel
-def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, total, counted, MEAN: tl.constexpr, ACC: tl.constexpr,
-                            GROUP: tl.constexpr):
-    """This program's loss sum and count into PART[p] and PART[P + p] (P programs);
-    the last program to finish sums PART[0:P] and PART[P:2P] in index order (GROUP at a
-    time; the order does not depend on which program is last) into OUT[0] (the sum,
-    over the count for MEAN: 0 counted gives 0/0 = nan, as torch) and SCALE[0] (the
-    factor each row's loss carries in OUT: 1/count or 1). So the reduction costs no
-    launch of its own.
+def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN: tl.constexpr, ACC: tl.constexpr,
+                            FINAL: tl.constexpr):
+    """This program's count of non-ignored rows into PART[n_groups + p] (P programs);
+    the last program to finish adds the groups' loss sums PART[0:n_groups] in index
+    order (FINAL at a time, two tiles a step: half the round trips), and for MEAN the
+    counts (whole numbers: exact in any order), into OUT[0] (the sum, over the count for
+    MEAN: 0 counted gives 0/0 = nan, as torch) and SCALE[0] (the factor each row's loss
+    carries in OUT: 1/count or 1). So the reduction costs no launch of its own.
 
     ARRIVED[0] counts the programs done (int32, zero before the launch; the last one
     resets it, so the next launch in stream order needs no memset). Its atomic is
@@ -218,18 +270,19 @@ def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, total, counted, MEAN: tl.
     program reads the partials after it."""
     p = tl.program_id(0)
     n = tl.num_programs(0)
-    tl.store(PART + p, total)
-    tl.store(PART + n + p, counted)
+    tl.store(PART + n_groups + p, counted)
     if tl.atomic_add(ARRIVED, 1, sem="acq_rel") == n - 1:
-        g = tl.arange(0, GROUP)
-        sums = tl.zeros([GROUP], ACC)
-        counts = tl.zeros([GROUP], ACC)
-        for start in range(0, n, GROUP):
-            m = start + g < n
-            sums += tl.load(PART + start + g, mask=m, other=0.0)
-            counts += tl.load(PART + n + start + g, mask=m, other=0.0)
+        g = tl.arange(0, FINAL)
+        sums = tl.zeros([FINAL], ACC)
+        for start in range(0, n_groups, 2 * FINAL):
+            a = tl.load(PART + start + g, mask=start + g < n_groups, other=0.0)
+            b = tl.load(PART + start + FINAL + g, mask=start + FINAL + g < n_groups, other=0.0)
+            sums += a + b
         scale = 1.0
         if MEAN:
+            counts = tl.zeros([FINAL], ACC)
+            for start in range(0, n, FINAL):
+                counts += tl.load(PART + n_groups + start + g, mask=start + g < n, other=0.0)
             scale = 1.0 / tl.sum(counts, axis=0)
         tl.store(OUT, tl.sum(sums, axis=0) * scale)
         tl.store(SCALE, scale)
@@ -411,7 +464,14 @@ def _check_targets(logits, target, ignore_index):
     return target
 
 
-def _fwd_programs_per_sm(warps, block, smooth, one_chunk, dtype):
+def _fwd_prefetch(on_gpu, one_chunk):
+    """Whether the reducing forward loads the next row (the next chunk of a long row)
+    before this one's reductions: on a GPU, CE_FWD_PREFETCH (the CPU back end
+    prefetches rows itself)."""
+    return on_gpu and CE_FWD_PREFETCH
+
+
+def _fwd_programs_per_sm(warps, block, smooth, one_chunk, dtype, prefetch=False):
     """Programs per SM of the reducing forward: CE_WARPS_PER_SM warps, fewer where the
     kernel's registers keep fewer blocks resident (an H100 SM has 65536 registers: at 4
     warps, 56 registers per thread fit 9 blocks, a chunked row's 64 8, smoothing's ~80
@@ -431,13 +491,28 @@ def _fwd_programs_per_sm(warps, block, smooth, one_chunk, dtype):
     return max(1, per_sm)
 
 
-def _loss_group(logits, block):
-    """Partials the last program adds per step: CE_LOSS_GROUP, on a GPU at most 8 per
-    thread (1024 for 4 warps; a 1024-wide tile on one warp took 142 registers)."""
+def _final_block(logits, block):
+    """Partials the last program adds per tile (two tiles a step): CE_LOSS_GROUP, on a
+    GPU at most 8 per thread (1024 for 4 warps; a 1024-wide tile on one warp took 142
+    registers)."""
     if not H.on_gpu(logits):
         return CE_LOSS_GROUP
     warps = H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS)["num_warps"]
     return min(CE_LOSS_GROUP, 256 * warps)
+
+
+def _row_groups(rows, programs):
+    """How the reducing forward splits `rows` over about `programs` programs:
+    (group_rows, n_groups, rows_per_program, programs). Groups of group_rows rows
+    (the last one shorter) are what the losses are summed over first, one partial
+    each: their size depends on `rows` alone (at most CE_MAX_GROUPS groups, so the
+    last program's sum stays short), so the loss's bits do not depend on `programs`.
+    A program holds whole groups."""
+    group_rows = -(-rows // CE_MAX_GROUPS)
+    n_groups = -(-rows // group_rows)
+    per_program = -(-n_groups // max(1, min(programs, n_groups)))
+    rows_per_program = per_program * group_rows
+    return group_rows, n_groups, rows_per_program, -(-rows // rows_per_program)
 
 
 def _ce_block(n):
@@ -449,7 +524,7 @@ def _ce_block(n):
 class _CePlan:
     """cross_entropy's launches for one layout of (logits, target) and options."""
     __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "reduce", "mean",
-                 "programs", "rows_per_program", "fwd_kw", "bwd_kw", "new_dx")
+                 "programs", "rows_per_program", "group_rows", "n_groups", "fwd_kw", "bwd_kw", "new_dx")
 
 
 def _ce_plan(logits, target, smoothing, reduction):
@@ -470,7 +545,7 @@ def _ce_plan(logits, target, smoothing, reduction):
     plan.stride = H.row_stride(xv) if rows and n else 0
     plan.smoothing = H.scalar(logits, smoothing)
     plan.reduce, plan.mean = reduction != "none", reduction == "mean"
-    plan.programs, plan.rows_per_program = rows, 1
+    plan.programs, plan.rows_per_program, plan.group_rows, plan.n_groups = rows, 1, 1, rows
     plan.new_dx = H.allocator(logits, (rows, n))
     plan.fwd_kw = plan.bwd_kw = None
     if rows and n:
@@ -478,17 +553,17 @@ def _ce_plan(logits, target, smoothing, reduction):
         # longer ones are walked in CE_BLOCK chunks with the online log-sum-exp.
         block = _ce_block(n)
         plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, REDUCE=plan.reduce, MEAN=plan.mean,
-                           ACC=H.acc_dtype(logits), BLOCK=block, GROUP=_loss_group(logits, block),
+                           PREFETCH=False, ACC=H.acc_dtype(logits), BLOCK=block, FINAL=_final_block(logits, block),
                            **H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS))
         plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
                            **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
         if plan.reduce:
             # Runs of rows per program (one per row without a reduction, as before): on
             # a GPU as many programs as stay resident at once, a few per CPU thread.
+            prefetch = plan.fwd_kw["PREFETCH"] = _fwd_prefetch(H.on_gpu(logits), block >= n)
             progs = H.num_programs_for_partials(logits, rows, per_sm=_fwd_programs_per_sm(
-                plan.fwd_kw.get("num_warps", 4), block, smoothing > 0, block >= n, H.dtype_name(logits)))
-            plan.rows_per_program = -(-rows // progs)
-            plan.programs = -(-rows // plan.rows_per_program)
+                plan.fwd_kw.get("num_warps", 4), block, smoothing > 0, block >= n, H.dtype_name(logits), prefetch))
+            plan.group_rows, plan.n_groups, plan.rows_per_program, plan.programs = _row_groups(rows, progs)
     return plan
 
 
@@ -515,8 +590,9 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing, reduction="no
     t = target if plan.t_direct else H.contiguous(target)
     lse = H.empty(logits, (plan.rows,), "acc")
     if plan.reduce:
-        # The programs' loss sums and counts (_sum_partials_when_last); no row losses.
-        loss = part = H.empty(logits, (2 * plan.programs,), "acc")
+        # The groups' loss sums and the programs' counts (_sum_partials_when_last); no
+        # row losses.
+        loss = part = H.empty(logits, (plan.n_groups + plan.programs,), "acc")
         out = H.empty(logits, ())
         scale = H.empty(logits, (1,), "acc")
         arrived = H.arrival_counters(logits, 1)
@@ -526,7 +602,7 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing, reduction="no
     if plan.fwd_kw is not None:
         _xent_fwd_kernel[(plan.programs,)](xv, t, loss, lse, part, out, scale, arrived, plan.stride, plan.rows,
                                            plan.rows_per_program, plan.n, int(ignore_index), plan.smoothing,
-                                           **plan.fwd_kw)
+                                           plan.group_rows, plan.n_groups, **plan.fwd_kw)
     elif plan.reduce:  # no rows: the sum is 0, the mean 0/0
         out[...] = float("nan") if plan.mean else 0.0
         scale[...] = float("inf") if plan.mean else 1.0
