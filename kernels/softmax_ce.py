@@ -30,7 +30,11 @@ import tessera.language as tl
 from . import _host as H
 from .activation import _dropout_keep, _keep_from
 
-CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
+CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy backward
+# The forward's chunk per step of a row longer than CE_ONE_CHUNK, as CE_FWD_CHUNK_ROWS
+# rows of contiguous columns (_xent_row: 1 + 1/CE_FWD_CHUNK_ROWS exps per logit).
+CE_FWD_CHUNK = 2048
+CE_FWD_CHUNK_ROWS = 2
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
 # The forward with a reduced loss ('mean', 'sum') runs this many warps per SM as
 # programs that each walk a run of rows (32 warps: 8 programs of 4 warps, which
@@ -42,9 +46,11 @@ CE_FWD_PREFETCH = False
 # Partials the last program adds per tile (_sum_partials_when_last).
 CE_LOSS_GROUP = 1024
 # At most this many row groups, each summed into one partial by the program holding it
-# (_row_groups): 16384 rows at 8192 take 2 rows a group, and the last program adds
-# the 8192 partials in four steps of two 1024-wide tiles.
-CE_MAX_GROUPS = 8192
+# (_row_groups): 16384 rows take 8 a group, and the last program adds the 2048 partials
+# in one step of two 1024-wide tiles (8192 groups in four steps made the launch ~3 us
+# longer on an H100: 16384x4096 fp16, 52.2 us against 46.6 us for the row kernel alone;
+# bench/results/memory_bound_configs_h100_cefwd_run1.md).
+CE_MAX_GROUPS = 2048
 # Warps of a forward row on a GPU. The kernel issues ~6 instructions per element plus
 # ~100 per thread (two block reductions, the log), so fewer threads per row issue fewer
 # in all; with the short ex2 (see _exp_of_difference) 4 and 8 both run at copy speed on
@@ -128,7 +134,7 @@ def _exp_of_difference(x, m):
 
 @tessera.kernel
 def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr,
-              PREFETCH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+              PREFETCH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, K: tl.constexpr):
     """(log-sum-exp, loss) of one row from its target's logit x_t: with ONE_CHUNK the
     row is the tile x (ACC, -inf past n_cols), else it is walked here from `base`
     (with PREFETCH the next chunk's load is issued before this one's arithmetic)."""
@@ -139,12 +145,20 @@ def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_C
         if SMOOTH:
             x_sum = tl.where(cols < n_cols, x, 0.0)
     else:
-        m_lane = tl.full([BLOCK], -float("inf"), ACC)
-        s_lane = tl.zeros([BLOCK], ACC)
-        x_sum = tl.zeros([BLOCK], ACC)
-        xc_next = tl.load(base + cols, mask=cols < n_cols, other=-float("inf"))  # used with PREFETCH
+        # Each step loads a [K, L] tile (K * L = BLOCK columns, rows of the tile
+        # contiguous) and updates the per-lane max and sum once per K columns:
+        #     m' = max(m, max_k x[k, :]);  s = s * exp(m - m') + sum_k exp(x[k, :] - m')
+        # 1 + 1/K exps per logit instead of 2 (the exps, not the bytes, bound a 32000-class
+        # row at K = 1 on an H100: 4096x32000 fp16 ran at 0.90 of copy).
+        L: tl.constexpr = BLOCK // K
+        lanes = tl.arange(0, L)
+        tile = tl.arange(0, K)[:, None] * L + lanes[None, :]
+        m_lane = tl.full([L], -float("inf"), ACC)
+        s_lane = tl.zeros([L], ACC)
+        x_sum = tl.zeros([L], ACC)
+        xc_next = tl.load(base + tile, mask=tile < n_cols, other=-float("inf"))  # used with PREFETCH
         for start in range(0, n_cols, BLOCK):
-            c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector loads
+            c = tl.multiple_of(start + tile, [L, L])  # runs start at multiples of L: vector loads
             mask = c < n_cols
             if PREFETCH:
                 xc = xc_next.to(ACC)
@@ -153,12 +167,14 @@ def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_C
                 xc = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
             # A NaN logit makes its lane's max and sum NaN, so the row's loss is NaN (as
             # torch's); a lane still at -inf (nothing seen but masked columns) sums 0.
-            m_new = tl.maximum(m_lane, xc, propagate_nan=tl.PropagateNan.ALL)
+            # (tl.max skips a NaN; the exp of it below makes the sum NaN.)
+            m_new = tl.maximum(m_lane, tl.max(xc, axis=0), propagate_nan=tl.PropagateNan.ALL)
             s_lane = tl.where(m_new == -float("inf"), 0.0,
-                              s_lane * _exp_of_difference(m_lane, m_new) + _exp_of_difference(xc, m_new))
+                              s_lane * _exp_of_difference(m_lane, m_new)
+                              + tl.sum(_exp_of_difference(xc, m_new[None, :]), axis=0))
             m_lane = m_new
             if SMOOTH:
-                x_sum += tl.where(mask, xc, 0.0)
+                x_sum += tl.sum(tl.where(mask, xc, 0.0), axis=0)
         m = tl.max(m_lane, axis=0)
         lse = m + tl.log(tl.sum(s_lane * tl.exp(m_lane - m), axis=0))
     loss = lse - x_t
@@ -179,13 +195,13 @@ def _target_logit(base, t, ignore_index, n_cols, ACC: tl.constexpr):
 def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_rows, rows_per_program, n_cols,
                      ignore_index, smoothing, group_rows, n_groups, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr,
                      REDUCE: tl.constexpr, MEAN: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr,
-                     BLOCK: tl.constexpr, FINAL: tl.constexpr):
+                     BLOCK: tl.constexpr, K: tl.constexpr, FINAL: tl.constexpr):
     # Program p: rows p * rows_per_program .. (p + 1) * rows_per_program - 1 (a few
     # programs per SM or CPU thread, so the loss reduction's atomic is per program, not
     # per row). Without REDUCE, LOSS gets each row's loss. With it the rows form groups
     # of group_rows (a program holds whole groups): the program stores each group's loss
-    # sum (in row order) into PART[group] and its count of non-ignored rows into
-    # PART[n_groups + p], and the last program to finish adds those (_sum_partials_when_last).
+    # sum (in row order) into PART[group] and its count of non-ignored rows to the
+    # arrival counter, and the last program to finish adds those (_sum_partials_when_last).
     # The groups depend on the shape alone, so the loss's bits do not depend on how many
     # programs there are (the GPU's SM count, CPU threads).
     #
@@ -199,7 +215,7 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
     cols = tl.arange(0, BLOCK)
     in_row = cols < n_cols
     total = tl.zeros([], ACC)  # the current group's loss sum
-    counted = tl.zeros([], ACC)  # the program's non-ignored rows
+    counted = tl.zeros([], tl.int32)  # the program's non-ignored rows
     group = first // group_rows
     left = group_rows  # rows of the current group still to add
     # The pipeline's registers (with PREFETCH; rows of every program < n_rows, and the
@@ -232,7 +248,7 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
                 x = tl.load(base + cols, mask=in_row, other=-float("inf")).to(ACC)
             t = tl.load(T + row)
             x_t = _target_logit(base, t, ignore_index, n_cols, ACC)
-        lse, loss = _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH, ONE_CHUNK, PREFETCH, ACC, BLOCK)
+        lse, loss = _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH, ONE_CHUNK, PREFETCH, ACC, BLOCK, K)
         # A target outside [0, n_cols) (and not ignore_index) gets a NaN loss (the host
         # checks CPU targets and raises; device targets are not copied back for a
         # check, as torch's device-side assert would stop the context).
@@ -241,7 +257,7 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
         tl.store(LSE + row, lse)
         if REDUCE:
             total += loss
-            counted += tl.where(valid, 1.0, 0.0)
+            counted += tl.where(valid, 1, 0)
             left -= 1
             done = (left == 0) | (r + 1 == end)
             tl.store(PART + group, total, mask=done)
@@ -257,21 +273,22 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
 @tessera.kernel
 def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN: tl.constexpr, ACC: tl.constexpr,
                             FINAL: tl.constexpr):
-    """This program's count of non-ignored rows into PART[n_groups + p] (P programs);
-    the last program to finish adds the groups' loss sums PART[0:n_groups] in index
-    order (FINAL at a time, two tiles a step: half the round trips), and for MEAN the
-    counts (whole numbers: exact in any order), into OUT[0] (the sum, over the count for
-    MEAN: 0 counted gives 0/0 = nan, as torch) and SCALE[0] (the factor each row's loss
-    carries in OUT: 1/count or 1). So the reduction costs no launch of its own.
+    """The last program to finish adds the groups' loss sums PART[0:n_groups] in index
+    order (two FINAL-wide tiles a step) into OUT[0]: the sum, for MEAN over the count
+    of non-ignored rows (0 counted gives 0/0 = nan, as torch), and stores SCALE[0], the
+    factor each row's loss carries in OUT (1/count or 1). So the reduction costs no
+    launch of its own.
 
-    ARRIVED[0] counts the programs done (int32, zero before the launch; the last one
-    resets it, so the next launch in stream order needs no memset). Its atomic is
-    acq_rel (on a GPU after a barrier: every thread's stores come first), and the last
-    program reads the partials after it."""
-    p = tl.program_id(0)
+    ARRIVED[0] (int64, zero before the launch) counts the programs done in its low 32
+    bits and their non-ignored rows in the high ones: one atomic per program gives the
+    last one both (the count is a whole number: its sum does not depend on the order;
+    a second atomic for it made each program wait for two round trips). The last
+    program resets it, so the next launch in stream order needs no memset. The atomic
+    is acq_rel (on a GPU after a barrier: every thread's stores come first), and the
+    last program reads the partials after it."""
     n = tl.num_programs(0)
-    tl.store(PART + n_groups + p, counted)
-    if tl.atomic_add(ARRIVED, 1, sem="acq_rel") == n - 1:
+    ticket = tl.atomic_add(ARRIVED, (counted.to(tl.int64) << 32) + 1, sem="acq_rel")
+    if (ticket & 0xFFFFFFFF) == n - 1:
         g = tl.arange(0, FINAL)
         sums = tl.zeros([FINAL], ACC)
         for start in range(0, n_groups, 2 * FINAL):
@@ -280,10 +297,7 @@ def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN: 
             sums += a + b
         scale = 1.0
         if MEAN:
-            counts = tl.zeros([FINAL], ACC)
-            for start in range(0, n, FINAL):
-                counts += tl.load(PART + n_groups + start + g, mask=start + g < n, other=0.0)
-            scale = 1.0 / tl.sum(counts, axis=0)
+            scale = 1.0 / ((ticket >> 32) + counted).to(ACC)
         tl.store(OUT, tl.sum(sums, axis=0) * scale)
         tl.store(SCALE, scale)
         tl.store(ARRIVED, 0)
@@ -484,8 +498,6 @@ def _fwd_programs_per_sm(warps, block, smooth, one_chunk, dtype, prefetch=False)
         per_sm = per_sm // 4 if smooth else per_sm // 2
     elif smooth:
         per_sm = per_sm * 5 // 8
-    elif not one_chunk:
-        per_sm = per_sm * 7 // 8
     if dtype == "float64":  # fp64 rows: 2 to 4x the registers (96 to 255 at 4 warps)
         per_sm //= 4
     return max(1, per_sm)
@@ -501,14 +513,14 @@ def _final_block(logits, block):
     return min(CE_LOSS_GROUP, 256 * warps)
 
 
-def _row_groups(rows, programs):
+def _row_groups(rows, programs, max_groups=None):
     """How the reducing forward splits `rows` over about `programs` programs:
     (group_rows, n_groups, rows_per_program, programs). Groups of group_rows rows
     (the last one shorter) are what the losses are summed over first, one partial
     each: their size depends on `rows` alone (at most CE_MAX_GROUPS groups, so the
     last program's sum stays short), so the loss's bits do not depend on `programs`.
     A program holds whole groups."""
-    group_rows = -(-rows // CE_MAX_GROUPS)
+    group_rows = -(-rows // (max_groups or CE_MAX_GROUPS))
     n_groups = -(-rows // group_rows)
     per_program = -(-n_groups // max(1, min(programs, n_groups)))
     rows_per_program = per_program * group_rows
@@ -519,6 +531,13 @@ def _ce_block(n):
     """The whole row up to CE_ONE_CHUNK classes, else CE_BLOCK-wide chunks."""
     b = H.block_for(n, 1 << 30)
     return b if b <= CE_ONE_CHUNK else CE_BLOCK
+
+
+def _ce_fwd_block(n):
+    """The forward's (BLOCK, K): the whole row up to CE_ONE_CHUNK classes, else
+    CE_FWD_CHUNK-wide steps of CE_FWD_CHUNK_ROWS rows."""
+    b = H.block_for(n, 1 << 30)
+    return (b, 1) if b <= CE_ONE_CHUNK else (CE_FWD_CHUNK, CE_FWD_CHUNK_ROWS)
 
 
 class _CePlan:
@@ -552,17 +571,20 @@ def _ce_plan(logits, target, smoothing, reduction):
         # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
         # longer ones are walked in CE_BLOCK chunks with the online log-sum-exp.
         block = _ce_block(n)
-        plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, REDUCE=plan.reduce, MEAN=plan.mean,
-                           PREFETCH=False, ACC=H.acc_dtype(logits), BLOCK=block, FINAL=_final_block(logits, block),
-                           **H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS))
+        fwd_block, k = _ce_fwd_block(n)
+        plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=fwd_block >= n, REDUCE=plan.reduce, MEAN=plan.mean,
+                           PREFETCH=False, ACC=H.acc_dtype(logits), BLOCK=fwd_block, K=k,
+                           FINAL=_final_block(logits, fwd_block),
+                           **H.row_launch_options(logits, fwd_block, max_warps=CE_FWD_MAX_WARPS))
         plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
                            **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
         if plan.reduce:
             # Runs of rows per program (one per row without a reduction, as before): on
             # a GPU as many programs as stay resident at once, a few per CPU thread.
-            prefetch = plan.fwd_kw["PREFETCH"] = _fwd_prefetch(H.on_gpu(logits), block >= n)
+            prefetch = plan.fwd_kw["PREFETCH"] = _fwd_prefetch(H.on_gpu(logits), fwd_block >= n)
             progs = H.num_programs_for_partials(logits, rows, per_sm=_fwd_programs_per_sm(
-                plan.fwd_kw.get("num_warps", 4), block, smoothing > 0, block >= n, H.dtype_name(logits), prefetch))
+                plan.fwd_kw.get("num_warps", 4), fwd_block, smoothing > 0, fwd_block >= n, H.dtype_name(logits),
+                prefetch))
             plan.group_rows, plan.n_groups, plan.rows_per_program, plan.programs = _row_groups(rows, progs)
     return plan
 
@@ -590,12 +612,11 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing, reduction="no
     t = target if plan.t_direct else H.contiguous(target)
     lse = H.empty(logits, (plan.rows,), "acc")
     if plan.reduce:
-        # The groups' loss sums and the programs' counts (_sum_partials_when_last); no
-        # row losses.
-        loss = part = H.empty(logits, (plan.n_groups + plan.programs,), "acc")
+        # The groups' loss sums (_sum_partials_when_last); no row losses.
+        loss = part = H.empty(logits, (plan.n_groups,), "acc")
         out = H.empty(logits, ())
         scale = H.empty(logits, (1,), "acc")
-        arrived = H.arrival_counters(logits, 1)
+        arrived = H.arrival_counters(logits, 1, "int64")
     else:
         out = loss = part = H.empty(logits, (plan.rows,), "acc")
         scale, arrived = lse, t  # not touched without REDUCE

@@ -96,9 +96,10 @@ def test_cross_entropy_forward_designs_on_the_gpu(monkeypatch, rows, n):
                         bits.setdefault(key, got)
                         assert torch.equal(got, bits[key]) or (got.isnan() and bits[key].isnan()), \
                             (prefetch, per_sm, key, got.item(), bits[key].item())
+                        # (an fp16 sum of 16384 losses overflows to inf, as torch's)
                         h = tk.cross_entropy(x.half(), t, reduction=reduction, label_smoothing=smoothing)
-                        torch.testing.assert_close(h.double(), F.cross_entropy(x.half().double(), t,
-                                                   reduction=reduction, label_smoothing=smoothing),
+                        torch.testing.assert_close(h, F.cross_entropy(x.half().double(), t, reduction=reduction,
+                                                                      label_smoothing=smoothing).half(),
                                                    rtol=2e-3, atol=2e-3, equal_nan=True)
         torch.cuda.synchronize()
         assert _counters_are_zero()
@@ -269,17 +270,17 @@ def test_reducing_forward_programs_are_all_resident(dtype, n, smooth, tmp_path):
     # cross_entropy's reducing forward splits the rows evenly over the programs it
     # expects an SM to hold at once; each configuration's register use (ptxas, sm_90a)
     # must leave room for that many blocks, or part of the launch runs as a second wave.
-    block = S._ce_block(n)
+    block, k = S._ce_fwd_block(n)
     warps = max(1, min(S.CE_FWD_MAX_WARPS, block // 256))
     one = block >= n
     name = {"fp16": "float16", "fp32": "float32", "fp64": "float64"}[dtype]
     acc = tl.float64 if dtype == "fp64" else tl.float32
     sig = (f"*{dtype}:16,*i64:16,*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*{'fp64' if dtype == 'fp64' else 'fp32'}:16,"
-           f"*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*{dtype}:16,*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*i32:16,"
+           f"*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*{dtype}:16,*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*i64:16,"
            f"i32:16,i32,i32,i32:16,i32,{'fp64' if dtype == 'fp64' else 'fp32'},i32,i32")
     ptx = tessera.compile(S._xent_fwd_kernel, sig, dict(SMOOTH=smooth, ONE_CHUNK=one, REDUCE=True, MEAN=True,
                                                          PREFETCH=S._fwd_prefetch(True, one), ACC=acc, BLOCK=block,
-                                                         FINAL=min(S.CE_LOSS_GROUP, 256 * warps)),
+                                                         K=k, FINAL=min(S.CE_LOSS_GROUP, 256 * warps)),
                           target="cuda:90a", num_warps=warps).asm["ptx"]
     (tmp_path / "k.ptx").write_text(ptx)
     r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
