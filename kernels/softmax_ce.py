@@ -22,6 +22,8 @@ does not depend on timing. The backward kernel walks the chunks again: dlogits =
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import tessera
@@ -455,18 +457,25 @@ def _aminmax(t):
     return int(lo), int(hi)
 
 
-def _check_targets(logits, target, ignore_index):
+def _check_cpu_target_values(target, n, ignore_index):
+    """A CPU torch target's values: in [0, n) or ignore_index, else IndexError. One
+    reduction for the common case (every target in range); the exact check
+    (ignore_index may be out of range) only when the extremes are out of range."""
+    lo, hi = _aminmax(target)
+    if (lo < 0 or hi >= n) and bool((((target < 0) | (target >= n)) & (target != ignore_index)).any()):
+        raise IndexError(f"tessera.kernels.cross_entropy: target values must be in [0, {n}) "
+                         f"or ignore_index={ignore_index}")
+
+
+def _check_targets(logits, target, ignore_index, deferred=False):
+    """target's type and values (on the CPU: every call). deferred: the caller checks a
+    CPU torch target's values itself (cross_entropy_forward, after a reducing launch)."""
     n = logits.shape[-1]
     if H.is_torch(target):
         if target.dtype not in (H.torch.int64, H.torch.int32):
             raise TypeError(f"tessera.kernels.cross_entropy: target has dtype {target.dtype}; pass int64 or int32")
-        if not target.is_cuda and target.numel():
-            # One reduction for the common case (every target in range); the exact check
-            # (ignore_index may be out of range) only when the extremes are out of range.
-            lo, hi = _aminmax(target)
-            if (lo < 0 or hi >= n) and bool((((target < 0) | (target >= n)) & (target != ignore_index)).any()):
-                raise IndexError(f"tessera.kernels.cross_entropy: target values must be in [0, {n}) "
-                                 f"or ignore_index={ignore_index}")
+        if not deferred and not target.is_cuda and target.numel():
+            _check_cpu_target_values(target, n, ignore_index)
     elif not H.is_cupy(target):
         target = np.asarray(target)
         if target.dtype not in (np.int64, np.int32):
@@ -543,7 +552,8 @@ def _ce_fwd_block(n):
 class _CePlan:
     """cross_entropy's launches for one layout of (logits, target) and options."""
     __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "reduce", "mean",
-                 "programs", "rows_per_program", "group_rows", "n_groups", "fwd_kw", "bwd_kw", "new_dx")
+                 "programs", "rows_per_program", "group_rows", "n_groups", "fwd_kw", "bwd_kw", "new_dx", "new_lse",
+                 "new_out", "new_part", "new_scale")
 
 
 def _ce_plan(logits, target, smoothing, reduction):
@@ -566,6 +576,10 @@ def _ce_plan(logits, target, smoothing, reduction):
     plan.reduce, plan.mean = reduction != "none", reduction == "mean"
     plan.programs, plan.rows_per_program, plan.group_rows, plan.n_groups = rows, 1, 1, rows
     plan.new_dx = H.allocator(logits, (rows, n))
+    plan.new_lse = H.allocator(logits, (rows,), "acc")
+    plan.new_out = H.allocator(logits, ()) if plan.reduce else H.allocator(logits, (rows,), "acc")
+    plan.new_scale = H.allocator(logits, (1,), "acc")
+    plan.new_part = H.allocator(logits, (0,), "acc")  # (no rows)
     plan.fwd_kw = plan.bwd_kw = None
     if rows and n:
         # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
@@ -586,6 +600,7 @@ def _ce_plan(logits, target, smoothing, reduction):
                 plan.fwd_kw.get("num_warps", 4), fwd_block, smoothing > 0, fwd_block >= n, H.dtype_name(logits),
                 prefetch))
             plan.group_rows, plan.n_groups, plan.rows_per_program, plan.programs = _row_groups(rows, progs)
+            plan.new_part = H.allocator(logits, (plan.n_groups,), "acc")
     return plan
 
 
@@ -606,24 +621,30 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing, reduction="no
     scale the 1-element factor each row's loss carries in it (1/count or 1; the
     backward's), or for 'none' out holds the row losses and scale is None; lse the rows'
     log-sum-exps. out's rows, scale and lse are in the accumulation type."""
-    target = _check_targets(logits, target, ignore_index)  # the values, on the CPU: every call
+    # A CPU torch target's values are checked every call: with a reduction, after the
+    # launch and only when the loss is NaN (the kernel gives an out-of-range target a NaN
+    # loss and reads nothing for it): 0.2 us per call instead of the 2 us of a min/max.
+    deferred = reduction != "none" and H.is_torch(target) and not target.is_cuda
+    target = _check_targets(logits, target, ignore_index, deferred)
     plan = _ce_plan_for(logits, target, smoothing, reduction)
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
-    lse = H.empty(logits, (plan.rows,), "acc")
+    lse = plan.new_lse()
     if plan.reduce:
         # The groups' loss sums (_sum_partials_when_last); no row losses.
-        loss = part = H.empty(logits, (plan.n_groups,), "acc")
-        out = H.empty(logits, ())
-        scale = H.empty(logits, (1,), "acc")
+        loss = part = plan.new_part()
+        out = plan.new_out()
+        scale = plan.new_scale()
         arrived = H.arrival_counters(logits, 1, "int64")
     else:
-        out = loss = part = H.empty(logits, (plan.rows,), "acc")
+        out = loss = part = plan.new_out()
         scale, arrived = lse, t  # not touched without REDUCE
     if plan.fwd_kw is not None:
         _xent_fwd_kernel[(plan.programs,)](xv, t, loss, lse, part, out, scale, arrived, plan.stride, plan.rows,
                                            plan.rows_per_program, plan.n, int(ignore_index), plan.smoothing,
                                            plan.group_rows, plan.n_groups, **plan.fwd_kw)
+        if deferred and math.isnan(out.item()):
+            _check_cpu_target_values(target, plan.n, ignore_index)
     elif plan.reduce:  # no rows: the sum is 0, the mean 0/0
         out[...] = float("nan") if plan.mean else 0.0
         scale[...] = float("inf") if plan.mean else 1.0
