@@ -15,10 +15,11 @@ target's logit. Per lane, for a chunk x with running max m and sum s:
     at the end:  M = max over lanes of m,  lse = M + log(sum(s * exp(m - M)))
 
 The loss reduction ('mean' over the non-ignored rows, 'sum') is in the same launch:
-each program walks a run of rows, adds their losses into one partial, and the last
-program to finish (an atomic counter) adds the partials in index order, so the result
-does not depend on timing. The backward kernel walks the chunks again: dlogits =
-(exp(x - lse) - onehot) * dloss.
+each program walks a run of rows, whole groups of them (the groups fixed by the row
+count), one partial per group, and the last program to finish (an atomic counter)
+adds the partials in index order, so the result depends neither on timing nor on how
+many programs ran (SMs, CPU threads). The backward kernel walks the chunks again:
+dlogits = (exp(x - lse) - onehot) * dloss.
 """
 from __future__ import annotations
 
@@ -32,11 +33,7 @@ import tessera.language as tl
 from . import _host as H
 from .activation import _dropout_keep, _keep_from
 
-CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy backward
-# The forward's chunk per step of a row longer than CE_ONE_CHUNK, as CE_FWD_CHUNK_ROWS
-# rows of contiguous columns (_xent_row: 1 + 1/CE_FWD_CHUNK_ROWS exps per logit).
-CE_FWD_CHUNK = 2048
-CE_FWD_CHUNK_ROWS = 2
+CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
 # The forward with a reduced loss ('mean', 'sum') runs this many warps per SM as
 # programs that each walk a run of rows (32 warps: 8 programs of 4 warps, which
@@ -44,7 +41,6 @@ CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one til
 # reduction's atomic and partial are per program: one per row cost 13 us of 60 on an
 # H100 (16384x4096 fp16: bench/results/memory_bound_configs_h100_cefuse_run1.md).
 CE_WARPS_PER_SM = 32
-CE_FWD_PREFETCH = False
 # Partials the last program adds per tile (_sum_partials_when_last).
 CE_LOSS_GROUP = 1024
 # At most this many row groups, each summed into one partial by the program holding it
@@ -136,10 +132,9 @@ def _exp_of_difference(x, m):
 
 @tessera.kernel
 def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr,
-              PREFETCH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr, K: tl.constexpr):
+              ACC: tl.constexpr, BLOCK: tl.constexpr):
     """(log-sum-exp, loss) of one row from its target's logit x_t: with ONE_CHUNK the
-    row is the tile x (ACC, -inf past n_cols), else it is walked here from `base`
-    (with PREFETCH the next chunk's load is issued before this one's arithmetic)."""
+    row is the tile x (ACC, -inf past n_cols), else it is walked here from `base`."""
     if ONE_CHUNK:
         # The whole row in one tile (BLOCK >= n_cols): one exp per element, as softmax.
         m = tl.max(x, axis=0)
@@ -147,36 +142,21 @@ def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_C
         if SMOOTH:
             x_sum = tl.where(cols < n_cols, x, 0.0)
     else:
-        # Each step loads a [K, L] tile (K * L = BLOCK columns, rows of the tile
-        # contiguous) and updates the per-lane max and sum once per K columns:
-        #     m' = max(m, max_k x[k, :]);  s = s * exp(m - m') + sum_k exp(x[k, :] - m')
-        # 1 + 1/K exps per logit instead of 2 (the exps, not the bytes, bound a 32000-class
-        # row at K = 1 on an H100: 4096x32000 fp16 ran at 0.90 of copy).
-        L: tl.constexpr = BLOCK // K
-        lanes = tl.arange(0, L)
-        tile = tl.arange(0, K)[:, None] * L + lanes[None, :]
-        m_lane = tl.full([L], -float("inf"), ACC)
-        s_lane = tl.zeros([L], ACC)
-        x_sum = tl.zeros([L], ACC)
-        xc_next = tl.load(base + tile, mask=tile < n_cols, other=-float("inf"))  # used with PREFETCH
+        m_lane = tl.full([BLOCK], -float("inf"), ACC)
+        s_lane = tl.zeros([BLOCK], ACC)
+        x_sum = tl.zeros([BLOCK], ACC)
         for start in range(0, n_cols, BLOCK):
-            c = tl.multiple_of(start + tile, [L, L])  # runs start at multiples of L: vector loads
+            c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector loads
             mask = c < n_cols
-            if PREFETCH:
-                xc = xc_next.to(ACC)
-                xc_next = tl.load(base + BLOCK + c, mask=c + BLOCK < n_cols, other=-float("inf"))
-            else:
-                xc = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
+            xc = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
             # A NaN logit makes its lane's max and sum NaN, so the row's loss is NaN (as
             # torch's); a lane still at -inf (nothing seen but masked columns) sums 0.
-            # (tl.max skips a NaN; the exp of it below makes the sum NaN.)
-            m_new = tl.maximum(m_lane, tl.max(xc, axis=0), propagate_nan=tl.PropagateNan.ALL)
+            m_new = tl.maximum(m_lane, xc, propagate_nan=tl.PropagateNan.ALL)
             s_lane = tl.where(m_new == -float("inf"), 0.0,
-                              s_lane * _exp_of_difference(m_lane, m_new)
-                              + tl.sum(_exp_of_difference(xc, m_new[None, :]), axis=0))
+                              s_lane * _exp_of_difference(m_lane, m_new) + _exp_of_difference(xc, m_new))
             m_lane = m_new
             if SMOOTH:
-                x_sum += tl.sum(tl.where(mask, xc, 0.0), axis=0)
+                x_sum += tl.where(mask, xc, 0.0)
         m = tl.max(m_lane, axis=0)
         lse = m + tl.log(tl.sum(s_lane * tl.exp(m_lane - m), axis=0))
     loss = lse - x_t
@@ -187,75 +167,44 @@ def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_C
 
 
 @tessera.kernel
-def _target_logit(base, t, ignore_index, n_cols, ACC: tl.constexpr):
-    """The row's logit at its target t; a target outside [0, n_cols) (or ignore_index)
-    reads column 0 instead of another row's memory (its loss is then masked: NaN or 0)."""
-    return tl.load(base + tl.where((t != ignore_index) & (t >= 0) & (t < n_cols), t, 0)).to(ACC)
-
-
-@tessera.kernel
 def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_rows, rows_per_program, n_cols,
                      ignore_index, smoothing, group_rows, n_groups, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr,
-                     REDUCE: tl.constexpr, MEAN: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr,
-                     BLOCK: tl.constexpr, K: tl.constexpr, FINAL: tl.constexpr):
+                     REDUCE: tl.constexpr, MEAN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
+                     FINAL: tl.constexpr):
     # Program p: rows p * rows_per_program .. (p + 1) * rows_per_program - 1 (a few
     # programs per SM or CPU thread, so the loss reduction's atomic is per program, not
     # per row). Without REDUCE, LOSS gets each row's loss. With it the rows form groups
     # of group_rows (a program holds whole groups): the program stores each group's loss
-    # sum (in row order) into PART[group] and its count of non-ignored rows to the
+    # sum (in row order) into PART[group] and adds its count of non-ignored rows to the
     # arrival counter, and the last program to finish adds those (_sum_partials_when_last).
     # The groups depend on the shape alone, so the loss's bits do not depend on how many
-    # programs there are (the GPU's SM count, CPU threads).
-    #
-    # PREFETCH (rows in one tile): the next row's logits, and its target's logit, are
-    # loaded before this row's reductions, so a program always has a row's loads in
-    # flight; the target two rows ahead is loaded as well, so no load waits on another:
-    #     iteration r:  x_next = X[r + 1, :];  xt_next = X[r + 1, t1];  t2 = T[r + 2]
-    #                   (reductions of row r; t1 = T[r + 1] arrived during row r - 1)
+    # programs there are (the GPU's SM count, CPU threads). (Loading the next row during
+    # this one's reductions took 72 registers instead of 48 at 4096 classes and gained
+    # nothing on an H100: bench/results/kernels_cuda_float16_cefwd.md.)
     first = tl.program_id(0) * rows_per_program
     end = tl.minimum(first + rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK)
-    in_row = cols < n_cols
     total = tl.zeros([], ACC)  # the current group's loss sum
     counted = tl.zeros([], tl.int32)  # the program's non-ignored rows
     group = first // group_rows
     left = group_rows  # rows of the current group still to add
-    # The pipeline's registers (with PREFETCH; rows of every program < n_rows, and the
-    # row after the last is clamped to it and not loaded).
-    row0 = first.to(tl.int64)
-    t_next = tl.load(T + row0)
-    t_after = t_next
-    xt_next = tl.zeros([], ACC)
-    x_next = xt_next  # a tile with PREFETCH
-    if PREFETCH:
-        x_next = tl.load(X + row0 * stride_x + cols, mask=in_row, other=-float("inf"))
-        t_after = tl.load(T + tl.minimum(first + 1, end - 1).to(tl.int64))
-        xt_next = _target_logit(X + row0 * stride_x, t_next, ignore_index, n_cols, ACC)
     for r in range(first, end):
         row = r.to(tl.int64)
         base = X + row * stride_x
-        if PREFETCH:
-            x = x_next.to(ACC)
-            t = t_next
-            x_t = xt_next
-            nxt = tl.minimum(r + 1, end - 1).to(tl.int64)
-            x_next = tl.load(X + nxt * stride_x + cols, mask=in_row & (r + 1 < end), other=-float("inf"))
-            xt_next = _target_logit(X + nxt * stride_x, t_after, ignore_index, n_cols, ACC)
-            t_next = t_after
-            t_after = tl.load(T + tl.minimum(r + 2, end - 1).to(tl.int64))
-        else:
-            # The row's loads first, then the target's (its logit's address waits for it).
-            x = xt_next  # unused: _xent_row walks the row itself
-            if ONE_CHUNK:
-                x = tl.load(base + cols, mask=in_row, other=-float("inf")).to(ACC)
-            t = tl.load(T + row)
-            x_t = _target_logit(base, t, ignore_index, n_cols, ACC)
-        lse, loss = _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH, ONE_CHUNK, PREFETCH, ACC, BLOCK, K)
-        # A target outside [0, n_cols) (and not ignore_index) gets a NaN loss (the host
-        # checks CPU targets and raises; device targets are not copied back for a
-        # check, as torch's device-side assert would stop the context).
+        # The row's loads first, then the target's (its logit's address waits for it).
+        x = total  # unused: _xent_row walks the row itself
+        if ONE_CHUNK:
+            x = tl.load(base + cols, mask=cols < n_cols, other=-float("inf")).to(ACC)
+        t = tl.load(T + row)
         valid = t != ignore_index
-        loss = tl.where(valid, tl.where((t >= 0) & (t < n_cols), loss, float("nan")), 0.0)
+        # A target outside [0, n_cols) (and not ignore_index) must not read another
+        # column's logit: its loss is NaN (the host checks CPU targets and raises;
+        # device targets are not copied back for a check, as torch's device-side
+        # assert would stop the context).
+        in_range = (t >= 0) & (t < n_cols)
+        x_t = tl.load(base + tl.where(valid & in_range, t, 0)).to(ACC)
+        lse, loss = _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH, ONE_CHUNK, ACC, BLOCK)
+        loss = tl.where(valid, tl.where(in_range, loss, float("nan")), 0.0)
         tl.store(LSE + row, lse)
         if REDUCE:
             total += loss
@@ -488,14 +437,7 @@ def _check_targets(logits, target, ignore_index, deferred=False):
     return target
 
 
-def _fwd_prefetch(on_gpu, one_chunk):
-    """Whether the reducing forward loads the next row (the next chunk of a long row)
-    before this one's reductions: on a GPU, CE_FWD_PREFETCH (the CPU back end
-    prefetches rows itself)."""
-    return on_gpu and CE_FWD_PREFETCH
-
-
-def _fwd_programs_per_sm(warps, block, smooth, one_chunk, dtype, prefetch=False):
+def _fwd_programs_per_sm(warps, block, smooth, one_chunk, dtype):
     """Programs per SM of the reducing forward: CE_WARPS_PER_SM warps, fewer where the
     kernel's registers keep fewer blocks resident (an H100 SM has 65536 registers: at 4
     warps, 56 registers per thread fit 9 blocks, a chunked row's 64 8, smoothing's ~80
@@ -543,13 +485,6 @@ def _ce_block(n):
     return b if b <= CE_ONE_CHUNK else CE_BLOCK
 
 
-def _ce_fwd_block(n):
-    """The forward's (BLOCK, K): the whole row up to CE_ONE_CHUNK classes, else
-    CE_FWD_CHUNK-wide steps of CE_FWD_CHUNK_ROWS rows."""
-    b = H.block_for(n, 1 << 30)
-    return (b, 1) if b <= CE_ONE_CHUNK else (CE_FWD_CHUNK, CE_FWD_CHUNK_ROWS)
-
-
 class _CePlan:
     """cross_entropy's launches for one layout of (logits, target) and options."""
     __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "reduce", "mean",
@@ -586,20 +521,16 @@ def _ce_plan(logits, target, smoothing, reduction):
         # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
         # longer ones are walked in CE_BLOCK chunks with the online log-sum-exp.
         block = _ce_block(n)
-        fwd_block, k = _ce_fwd_block(n)
-        plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=fwd_block >= n, REDUCE=plan.reduce, MEAN=plan.mean,
-                           PREFETCH=False, ACC=H.acc_dtype(logits), BLOCK=fwd_block, K=k,
-                           FINAL=_final_block(logits, fwd_block),
-                           **H.row_launch_options(logits, fwd_block, max_warps=CE_FWD_MAX_WARPS))
+        plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, REDUCE=plan.reduce, MEAN=plan.mean,
+                           ACC=H.acc_dtype(logits), BLOCK=block, FINAL=_final_block(logits, block),
+                           **H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS))
         plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
                            **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
         if plan.reduce:
             # Runs of rows per program (one per row without a reduction, as before): on
             # a GPU as many programs as stay resident at once, a few per CPU thread.
-            prefetch = plan.fwd_kw["PREFETCH"] = _fwd_prefetch(H.on_gpu(logits), fwd_block >= n)
             progs = H.num_programs_for_partials(logits, rows, per_sm=_fwd_programs_per_sm(
-                plan.fwd_kw.get("num_warps", 4), fwd_block, smoothing > 0, fwd_block >= n, H.dtype_name(logits),
-                prefetch))
+                plan.fwd_kw.get("num_warps", 4), block, smoothing > 0, block >= n, H.dtype_name(logits)))
             plan.group_rows, plan.n_groups, plan.rows_per_program, plan.programs = _row_groups(rows, progs)
             plan.new_part = H.allocator(logits, (plan.n_groups,), "acc")
     return plan

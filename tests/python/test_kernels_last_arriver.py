@@ -72,35 +72,32 @@ def test_cross_entropy_reduction_in_one_launch_on_the_gpu(rows, n):
 @pytest.mark.parametrize("rows,n", [(1, 17), (1025, 17), (16384, 17), (1, 4097), (1025, 4097), (16384, 4096),
                                     (1, 32000), (1025, 32000)])
 def test_cross_entropy_forward_designs_on_the_gpu(monkeypatch, rows, n):
-    # The reducing forward with and without the next row's prefetch, at 1, 3 and 8
-    # programs per SM (rows not a multiple of the programs, single rows): the same loss
-    # bits in every one (the row groups depend on the shape alone), close to torch in
-    # fp64, counters back at zero; fp16 logits as well.
+    # The reducing forward at 1, 3 and 8 programs per SM (rows not a multiple of the
+    # programs, single rows): the same loss bits in each (the row groups depend on the
+    # shape alone), close to torch in fp64, counters back at zero; fp16 logits as well.
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     x, t = _ce_case(rows, n, "cuda", seed=rows + n)
     xd = x.double()
     bits = {}
     try:
-        for prefetch in (False, True):
-            for per_sm in (1, 3, 8):
-                monkeypatch.setattr(S, "CE_FWD_PREFETCH", prefetch)
-                monkeypatch.setattr(S, "_fwd_programs_per_sm", lambda *a, per_sm=per_sm, **k: per_sm)
-                S._CE_PLANS.clear()
-                for reduction in ("mean", "sum"):
-                    for smoothing in (0.0, 0.1):
-                        got = tk.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
-                        want = F.cross_entropy(xd, t, reduction=reduction, label_smoothing=smoothing)
-                        torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=1e-5, equal_nan=True)
-                        key = (reduction, smoothing)
-                        bits.setdefault(key, got)
-                        assert torch.equal(got, bits[key]) or (got.isnan() and bits[key].isnan()), \
-                            (prefetch, per_sm, key, got.item(), bits[key].item())
-                        # (an fp16 sum of 16384 losses overflows to inf, as torch's)
-                        h = tk.cross_entropy(x.half(), t, reduction=reduction, label_smoothing=smoothing)
-                        torch.testing.assert_close(h, F.cross_entropy(x.half().double(), t, reduction=reduction,
-                                                                      label_smoothing=smoothing).half(),
-                                                   rtol=2e-3, atol=2e-3, equal_nan=True)
+        for per_sm in (1, 3, 8):
+            monkeypatch.setattr(S, "_fwd_programs_per_sm", lambda *a, per_sm=per_sm: per_sm)
+            S._CE_PLANS.clear()
+            for reduction in ("mean", "sum"):
+                for smoothing in (0.0, 0.1):
+                    got = tk.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
+                    want = F.cross_entropy(xd, t, reduction=reduction, label_smoothing=smoothing)
+                    torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=1e-5, equal_nan=True)
+                    key = (reduction, smoothing)
+                    bits.setdefault(key, got)
+                    assert torch.equal(got, bits[key]) or (got.isnan() and bits[key].isnan()), \
+                        (per_sm, key, got.item(), bits[key].item())
+                    # (an fp16 sum of 16384 losses overflows to inf, as torch's)
+                    h = tk.cross_entropy(x.half(), t, reduction=reduction, label_smoothing=smoothing)
+                    torch.testing.assert_close(h, F.cross_entropy(x.half().double(), t, reduction=reduction,
+                                                                  label_smoothing=smoothing).half(),
+                                               rtol=2e-3, atol=2e-3, equal_nan=True)
         torch.cuda.synchronize()
         assert _counters_are_zero()
     finally:
@@ -270,7 +267,7 @@ def test_reducing_forward_programs_are_all_resident(dtype, n, smooth, tmp_path):
     # cross_entropy's reducing forward splits the rows evenly over the programs it
     # expects an SM to hold at once; each configuration's register use (ptxas, sm_90a)
     # must leave room for that many blocks, or part of the launch runs as a second wave.
-    block, k = S._ce_fwd_block(n)
+    block = S._ce_block(n)
     warps = max(1, min(S.CE_FWD_MAX_WARPS, block // 256))
     one = block >= n
     name = {"fp16": "float16", "fp32": "float32", "fp64": "float64"}[dtype]
@@ -279,13 +276,12 @@ def test_reducing_forward_programs_are_all_resident(dtype, n, smooth, tmp_path):
            f"*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*{dtype}:16,*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*i64:16,"
            f"i32:16,i32,i32,i32:16,i32,{'fp64' if dtype == 'fp64' else 'fp32'},i32,i32")
     ptx = tessera.compile(S._xent_fwd_kernel, sig, dict(SMOOTH=smooth, ONE_CHUNK=one, REDUCE=True, MEAN=True,
-                                                         PREFETCH=S._fwd_prefetch(True, one), ACC=acc, BLOCK=block,
-                                                         K=k, FINAL=min(S.CE_LOSS_GROUP, 256 * warps)),
+                                                         ACC=acc, BLOCK=block, FINAL=min(S.CE_LOSS_GROUP, 256 * warps)),
                           target="cuda:90a", num_warps=warps).asm["ptx"]
     (tmp_path / "k.ptx").write_text(ptx)
     r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     registers = int(r.stderr.split("Used ")[1].split(" registers")[0])
-    per_sm = S._fwd_programs_per_sm(warps, block, smooth, one, name, S._fwd_prefetch(True, one))
+    per_sm = S._fwd_programs_per_sm(warps, block, smooth, one, name)
     assert per_sm <= _resident_blocks(registers, warps), (registers, per_sm)
