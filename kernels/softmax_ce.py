@@ -37,17 +37,17 @@ CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
 # The forward with a reduced loss ('mean', 'sum') runs this many warps per SM as
 # programs that each walk a run of rows (32 warps: 8 programs of 4 warps, which
-# their <= 64 registers per thread keep resident at once on an H100), so the loss
-# reduction's atomic and partial are per program: one per row cost 13 us of 60 on an
-# H100 (16384x4096 fp16: bench/results/memory_bound_configs_h100_cefuse_run1.md).
+# their <= 64 registers per thread keep resident at once on an H100; 9 per SM measured
+# the same), so the loss reduction's atomic and partial are per program: one per row
+# cost 13 us of 60 on an H100 (16384x4096 fp16: memory_bound_configs_h100_cefuse_run1.md).
 CE_WARPS_PER_SM = 32
 # Partials the last program adds per tile (_sum_partials_when_last).
 CE_LOSS_GROUP = 1024
 # At most this many row groups, each summed into one partial by the program holding it
 # (_row_groups): 16384 rows take 8 a group, and the last program adds the 2048 partials
-# in one step of two 1024-wide tiles (8192 groups in four steps made the launch ~3 us
-# longer on an H100: 16384x4096 fp16, 52.2 us against 46.6 us for the row kernel alone;
-# bench/results/memory_bound_configs_h100_cefwd_run1.md).
+# in one step of two 1024-wide tiles (8192 groups in four steps: +0.6 us on an H100,
+# 16384x4096 fp16, where the whole forward takes 51.1 us and the row kernel alone
+# 46.8 us; bench/results/kernels_cuda_float16_cefwd.md).
 CE_MAX_GROUPS = 2048
 # Warps of a forward row on a GPU. The kernel issues ~6 instructions per element plus
 # ~100 per thread (two block reductions, the log), so fewer threads per row issue fewer
@@ -440,8 +440,8 @@ def _check_targets(logits, target, ignore_index, deferred=False):
 def _fwd_programs_per_sm(warps, block, smooth, one_chunk, dtype):
     """Programs per SM of the reducing forward: CE_WARPS_PER_SM warps, fewer where the
     kernel's registers keep fewer blocks resident (an H100 SM has 65536 registers: at 4
-    warps, 56 registers per thread fit 9 blocks, a chunked row's 64 8, smoothing's ~80
-    6, 64 logits per thread's 95 5, with smoothing 168 3), one below that where it can.
+    warps, 4096 classes' 48 registers per thread fit 10 blocks, a chunked row's 63 8,
+    smoothing's ~80 6, 64 logits per thread's 96 5, with smoothing 168 3).
     Every program must be resident from the start: rows are split evenly, so a program
     that waits for a free SM makes the launch take up to twice as long.
     test_kernels_last_arriver.py checks these counts against ptxas's register use."""

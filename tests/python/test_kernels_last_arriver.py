@@ -68,6 +68,28 @@ def test_cross_entropy_reduction_in_one_launch_on_the_gpu(rows, n):
     _check_ce_reductions("cuda", rows, n)
 
 
+@pytest.mark.parametrize("rows", [1, 7, 5000, 20000])
+def test_cross_entropy_loss_bits_do_not_depend_on_the_program_count(monkeypatch, rows):
+    # The rows' groups depend on the row count alone (at most CE_MAX_GROUPS; 20000 rows:
+    # 10 a group, the last shorter), so 1, 3, 7, 64 or one program per group give the
+    # same sum, bit for bit (CPU: the program count otherwise follows the thread count).
+    x, t = _ce_case(rows, 33, "cpu", seed=rows)
+    bits = {}
+    try:
+        for programs in (1, 3, 7, 64, rows):
+            monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n, per_sm=4, k=programs: min(n, k))
+            S._CE_PLANS.clear()
+            for reduction in ("mean", "sum"):
+                for smoothing in (0.0, 0.1):
+                    got = tk.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
+                    key = (reduction, smoothing)
+                    bits.setdefault(key, got)
+                    assert torch.equal(got, bits[key]) or (got.isnan() and bits[key].isnan()), (programs, key)
+        assert _counters_are_zero()
+    finally:
+        S._CE_PLANS.clear()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,n", [(1, 17), (1025, 17), (16384, 17), (1, 4097), (1025, 4097), (16384, 4096),
                                     (1, 32000), (1025, 32000)])
