@@ -86,6 +86,9 @@ def cases(rows, cols, device, dtype, lib=tk):
     k_in = 1024
     xl, wl, bl = t(rows // 4, k_in), t(cols // 2, k_in, scale=k_in ** -0.5), t(cols // 2)
     q, kk = t(8, rows // 8, 64), t(8, rows // 8, 64)
+    # A language model's vocabulary: rows / 4 rows of 32000 classes (walked in chunks).
+    x_vocab = t(max(1, rows // 4), 32000)
+    t_vocab = torch.randint(0, 32000, (x_vocab.shape[0],), generator=g).to(device)
 
     def rope_ref(a, wt):
         n = F.rms_norm(a, (hd,), wt, 1e-6)
@@ -112,6 +115,8 @@ def cases(rows, cols, device, dtype, lib=tk):
                             lambda a: F.dropout(torch.softmax(a, -1), 0.1), None, 2 * mat),
         "log_softmax": ((x,), lambda a: lib.log_softmax(a), lambda a: torch.log_softmax(a, -1), None, 2 * mat),
         "cross_entropy": ((x,), lambda a: lib.cross_entropy(a, tgt), lambda a: F.cross_entropy(a, tgt), None, mat),
+        "cross_entropy(vocab=32000)": ((x_vocab,), lambda a: lib.cross_entropy(a, t_vocab),
+                                       lambda a: F.cross_entropy(a, t_vocab), None, x_vocab.numel() * e),
         "add_relu": ((x, r), lib.add_relu, lambda a, b_: F.relu(a + b_), "add_relu", 3 * mat),
         "mul_tanh": ((x, r), lib.mul_tanh, lambda a, b_: torch.tanh(a * b_), "mul_tanh", 3 * mat),
         "bias_gelu": ((x, b), lib.bias_gelu, lambda a, b_: F.gelu(a + b_), None, 2 * mat),
@@ -274,7 +279,7 @@ def backward_bytes(name, inputs):
         return 3 * mat + stat + 2 * vec + 2 * x.shape[0] * (hd // 2) * e
     if name in ("softmax", "softmax+dropout", "log_softmax", "bias_gelu", "bias_gelu_tanh", "gelu_dropout"):
         return 3 * mat + (2 * vec if name.startswith("bias_gelu") else 0)
-    if name == "cross_entropy":  # + the targets (int64) and lse
+    if name.startswith("cross_entropy"):  # + the targets (int64) and lse
         return 2 * mat + rows * (8 + 4)
     if name == "add_relu":  # read y and dy, write one gradient both inputs take (relu tests its output)
         return 3 * mat

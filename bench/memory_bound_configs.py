@@ -43,27 +43,39 @@ def candidates(rows, cols, dev="cuda"):
     out = {}
 
     # cross_entropy forward: the row kernel alone (reduction 'none': a program per row),
-    # then with the loss reduction fused (the mean), programs walking runs of rows, as
-    # many per SM as given, the last to finish summing their partials.
-    loss = torch.empty(rows, device=dev)
-    lse = torch.empty(rows, device=dev)
-    red_out, red_scale = torch.empty((), device=dev, dtype=f16), torch.empty(1, device=dev)
-    arrived = torch.zeros(1, device=dev, dtype=torch.int32)
+    # then with the loss reduction fused (the mean): programs walking runs of rows, as
+    # many per SM as given, the last to finish summing the row groups' partials (at most
+    # max_groups groups); on the 16384x4096 input and on a 4096x32000 vocabulary (walked
+    # in 2048-wide chunks). History of the candidates: kernels_cuda_float16_cefwd.md.
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 2
+    vocab_rows = max(1, rows // 4)
+    x_vocab = torch.randn(vocab_rows, 32000, generator=g).to(dev, f16)
+    t_vocab = torch.randint(0, 32000, (vocab_rows,), generator=g).to(dev)
+    arrived = torch.zeros(1, device=dev, dtype=torch.int64)
 
-    def xent(w, per_sm):
+    def xent(logits, tgt, w, per_sm=None, max_groups=None):
+        n_rows, n = logits.shape
+        block = S._ce_block(n)
         reduce = per_sm is not None
-        rpp = tessera.cdiv(rows, min(rows, per_sm * sms)) if reduce else 1
-        progs = tessera.cdiv(rows, rpp)
-        part = torch.empty(2 * progs, device=dev)
+        if reduce:
+            group_rows, n_groups, rpp, progs = S._row_groups(n_rows, per_sm * sms, max_groups)
+        else:
+            group_rows, n_groups, rpp, progs = 1, n_rows, 1, n_rows
+        loss, lse = torch.empty(n_rows, device=dev), torch.empty(n_rows, device=dev)
+        part = torch.empty(n_groups, device=dev)
+        red_out = torch.empty((), device=dev, dtype=f16)
         return lambda: S._xent_fwd_kernel[(progs,)](
-            x, tgt, loss, lse, part, red_out, red_scale, arrived, cols, rows, rpp, cols, -100, 0.0, SMOOTH=False,
-            ONE_CHUNK=True, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=cols, GROUP=256 * w, num_warps=w)
-    for w in (2, 4, 8):
-        out[f"cross_entropy fwd kernel, num_warps={w}"] = (xent(w, None), mat)
-    for per_sm in (4, 6, 8):
-        out[f"cross_entropy fwd kernel + fused mean, num_warps=4, {per_sm} programs per SM"] = (xent(4, per_sm), mat)
-    out["tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), mat)
+            logits, tgt, loss, lse, part, red_out, part, arrived, n, n_rows, rpp, n, -100, 0.0, group_rows,
+            n_groups, SMOOTH=False, ONE_CHUNK=block >= n, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=block,
+            FINAL=min(S.CE_LOSS_GROUP, 256 * w), num_warps=w)
+    for logits, tgt in ((x, tgt), (x_vocab, t_vocab)):
+        shape, nbytes = "x".join(map(str, logits.shape)), logits.numel() * 2
+        out[f"cross_entropy {shape} fwd kernel, num_warps=4"] = (xent(logits, tgt, 4), nbytes)
+        for per_sm, max_groups in ((8, None), (8, 8192)):
+            out[f"cross_entropy {shape} fwd kernel + fused mean, num_warps=4, {per_sm} programs per SM, "
+                f"<= {max_groups or S.CE_MAX_GROUPS} row groups"] = (xent(logits, tgt, 4, per_sm, max_groups), nbytes)
+        out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (
+            lambda logits=logits, tgt=tgt: tk.cross_entropy(logits, tgt), nbytes)
 
     # gelu_dropout forward: column block and warps.
     y = torch.empty_like(x)

@@ -346,14 +346,15 @@ _ARRIVAL_COUNTERS = {}
 _RAW_STREAM = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
 
 
-def arrival_counters(like, count: int):
-    """At least `count` zeroed int32 counters on like's device, for this stream or thread."""
+def arrival_counters(like, count: int, dtype: str = "int32"):
+    """At least `count` zeroed counters (int32 or int64) on like's device, for this
+    stream or thread."""
     if on_gpu(like):
         index = like.get_device() if is_torch(like) else like.device.id
-        place = ("gpu", index, _RAW_STREAM(index) if _RAW_STREAM is not None else 0, type(like))
+        place = ("gpu", index, _RAW_STREAM(index) if _RAW_STREAM is not None else 0, type(like), dtype)
     else:
-        place = ("cpu", threading.get_ident(), type(like))
+        place = ("cpu", threading.get_ident(), type(like), dtype)
     counters = _ARRIVAL_COUNTERS.get(place)
     if counters is None or counters.shape[0] < count:
-        counters = _ARRIVAL_COUNTERS[place] = zeros(like, (max(count, 1024),), "int32")
+        counters = _ARRIVAL_COUNTERS[place] = zeros(like, (max(count, 1024),), dtype)
     return counters

@@ -170,7 +170,8 @@ def _check_out_of_range_targets_give_nan(device, n):
 def test_cross_entropy_kernel_guards_out_of_range_targets(n, monkeypatch):
     # On the CPU the host check raises first (below); bypass it to test the kernel's guard.
     from tessera.kernels import softmax_ce
-    monkeypatch.setattr(softmax_ce, "_check_targets", lambda logits, target, ignore_index: target)
+    monkeypatch.setattr(softmax_ce, "_check_targets", lambda logits, target, ignore_index, deferred=False: target)
+    monkeypatch.setattr(softmax_ce, "_check_cpu_target_values", lambda target, n, ignore_index: None)
     _check_out_of_range_targets_give_nan("cpu", n)
 
 
@@ -185,6 +186,19 @@ def test_cross_entropy_out_of_range_device_targets_give_nan(n):
 def test_cross_entropy_bad_targets():
     with pytest.raises(IndexError, match="cross_entropy: target values"):
         tk.cross_entropy(torch.randn(2, 5), torch.tensor([0, 5]))
+    # With a reduction a CPU target's values are checked after the launch when the loss
+    # is NaN: every reduction and grad mode still raises; a NaN from the logits, or a
+    # mean over ignored rows only, does not.
+    for reduction in ("mean", "sum", "none"):
+        for grad in (False, True):
+            x = torch.randn(3, 5, requires_grad=grad)
+            with pytest.raises(IndexError, match="cross_entropy: target values"):
+                tk.cross_entropy(x, torch.tensor([0, -1, 2]), reduction=reduction, label_smoothing=0.1)
+    x = torch.randn(3, 5)
+    x[1, 2] = float("nan")
+    assert torch.isnan(tk.cross_entropy(x, torch.tensor([0, 1, 2])))
+    assert torch.isnan(tk.cross_entropy(x, torch.full((3,), -7), ignore_index=-7))
+    assert tk.cross_entropy(x, torch.full((3,), -7), ignore_index=-7, reduction="sum").item() == 0.0
     with pytest.raises(TypeError, match="int64 or int32"):
         tk.cross_entropy(np.zeros((2, 5), np.float32), np.zeros(2, np.float32))
     with pytest.raises(ValueError, match="reduction"):

@@ -53,9 +53,10 @@ def test_softmax_dropout_barriers_are_its_two_reductions_only(tmp_path):
 def test_cross_entropy_forward_uses_the_short_ex2_for_every_element(num_warps, tmp_path):
     # 4096 classes over 32 * num_warps threads; exp(x - max) clamped at e^-87
     # (_exp_of_difference) is one ex2.approx.ftz each, with no denormal handling.
-    ptx = _ptx(S._xent_fwd_kernel, "*fp16:16,*i64:16,*fp32:16,*fp32:16,*fp32:16,*fp16:16,*fp32:16,*i32:16,i32:16,i32,"
-               "i32,i32:16,i32,fp32", dict(SMOOTH=False, ONE_CHUNK=True, REDUCE=True, MEAN=True, ACC=tl.float32,
-                                           BLOCK=4096, GROUP=S.CE_LOSS_GROUP), num_warps, tmp_path)
+    ptx = _ptx(S._xent_fwd_kernel, "*fp16:16,*i64:16,*fp32:16,*fp32:16,*fp32:16,*fp16:16,*fp32:16,*i64:16,i32:16,i32,"
+               "i32,i32:16,i32,fp32,i32,i32", dict(SMOOTH=False, ONE_CHUNK=True, REDUCE=True, MEAN=True,
+                                                   ACC=tl.float32, BLOCK=4096, FINAL=S.CE_LOSS_GROUP),
+               num_warps, tmp_path)
     assert ptx.count("ex2.approx.ftz.f32") == 4096 // (32 * num_warps)
     assert "ex2.approx.f32" not in ptx
     assert ptx.count("max.NaN.f32") == 4096 // (32 * num_warps)  # the clamp keeps a NaN logit NaN

@@ -68,6 +68,64 @@ def test_cross_entropy_reduction_in_one_launch_on_the_gpu(rows, n):
     _check_ce_reductions("cuda", rows, n)
 
 
+@pytest.mark.parametrize("rows", [1, 7, 5000, 20000])
+def test_cross_entropy_loss_bits_do_not_depend_on_the_program_count(monkeypatch, rows):
+    # The rows' groups depend on the row count alone (at most CE_MAX_GROUPS; 20000 rows:
+    # 10 a group, the last shorter), so 1, 3, 7, 64 or one program per group give the
+    # same sum, bit for bit (CPU: the program count otherwise follows the thread count).
+    x, t = _ce_case(rows, 33, "cpu", seed=rows)
+    bits = {}
+    try:
+        for programs in (1, 3, 7, 64, rows):
+            monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n, per_sm=4, k=programs: min(n, k))
+            S._CE_PLANS.clear()
+            for reduction in ("mean", "sum"):
+                for smoothing in (0.0, 0.1):
+                    got = tk.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
+                    key = (reduction, smoothing)
+                    bits.setdefault(key, got)
+                    assert torch.equal(got, bits[key]) or (got.isnan() and bits[key].isnan()), (programs, key)
+        assert _counters_are_zero()
+    finally:
+        S._CE_PLANS.clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,n", [(1, 17), (1025, 17), (16384, 17), (1, 4097), (1025, 4097), (16384, 4096),
+                                    (1, 32000), (1025, 32000)])
+def test_cross_entropy_forward_designs_on_the_gpu(monkeypatch, rows, n):
+    # The reducing forward at 1, 3 and 8 programs per SM (rows not a multiple of the
+    # programs, single rows): the same loss bits in each (the row groups depend on the
+    # shape alone), close to torch in fp64, counters back at zero; fp16 logits as well.
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x, t = _ce_case(rows, n, "cuda", seed=rows + n)
+    xd = x.double()
+    bits = {}
+    try:
+        for per_sm in (1, 3, 8):
+            monkeypatch.setattr(S, "_fwd_programs_per_sm", lambda *a, per_sm=per_sm: per_sm)
+            S._CE_PLANS.clear()
+            for reduction in ("mean", "sum"):
+                for smoothing in (0.0, 0.1):
+                    got = tk.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
+                    want = F.cross_entropy(xd, t, reduction=reduction, label_smoothing=smoothing)
+                    torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=1e-5, equal_nan=True)
+                    key = (reduction, smoothing)
+                    bits.setdefault(key, got)
+                    assert torch.equal(got, bits[key]) or (got.isnan() and bits[key].isnan()), \
+                        (per_sm, key, got.item(), bits[key].item())
+                    # (an fp16 sum of 16384 losses overflows to inf, as torch's)
+                    h = tk.cross_entropy(x.half(), t, reduction=reduction, label_smoothing=smoothing)
+                    torch.testing.assert_close(h, F.cross_entropy(x.half().double(), t, reduction=reduction,
+                                                                  label_smoothing=smoothing).half(),
+                                               rtol=2e-3, atol=2e-3, equal_nan=True)
+        torch.cuda.synchronize()
+        assert _counters_are_zero()
+    finally:
+        S._CE_PLANS.clear()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["cross_entropy", "reduce_mean_abs_dim0"])
 def test_reductions_launch_one_gpu_kernel(op):
@@ -237,10 +295,10 @@ def test_reducing_forward_programs_are_all_resident(dtype, n, smooth, tmp_path):
     name = {"fp16": "float16", "fp32": "float32", "fp64": "float64"}[dtype]
     acc = tl.float64 if dtype == "fp64" else tl.float32
     sig = (f"*{dtype}:16,*i64:16,*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*{'fp64' if dtype == 'fp64' else 'fp32'}:16,"
-           f"*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*{dtype}:16,*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*i32:16,"
-           f"i32:16,i32,i32,i32:16,i32,{'fp64' if dtype == 'fp64' else 'fp32'}")
-    ptx = tessera.compile(S._xent_fwd_kernel, sig, dict(SMOOTH=smooth, ONE_CHUNK=one, REDUCE=True, MEAN=True, ACC=acc,
-                                                         BLOCK=block, GROUP=min(S.CE_LOSS_GROUP, 256 * warps)),
+           f"*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*{dtype}:16,*{'fp64' if dtype == 'fp64' else 'fp32'}:16,*i64:16,"
+           f"i32:16,i32,i32,i32:16,i32,{'fp64' if dtype == 'fp64' else 'fp32'},i32,i32")
+    ptx = tessera.compile(S._xent_fwd_kernel, sig, dict(SMOOTH=smooth, ONE_CHUNK=one, REDUCE=True, MEAN=True,
+                                                         ACC=acc, BLOCK=block, FINAL=min(S.CE_LOSS_GROUP, 256 * warps)),
                           target="cuda:90a", num_warps=warps).asm["ptx"]
     (tmp_path / "k.ptx").write_text(ptx)
     r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
