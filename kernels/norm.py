@@ -395,6 +395,12 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
         IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin),
         PAIR_SUM=_bwd_pair_sum(xin), TWO_ROWS=_bwd_two_rows(xin, is_rms, dh is not None),
         ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, BWD_MAX_WARPS))
+    if plan.kw is not None and "num_warps" in plan.kw:
+        # Several programs per SM: ptxas keeps each to its share of the registers, so they
+        # are resident together (8 warps at 128 registers: 0-80 bytes of spills, ptxas).
+        maxnreg = H.max_registers(BWD_PROGRAMS_PER_SM, plan.kw["num_warps"])
+        if maxnreg is not None:
+            plan.kw["maxnreg"] = maxnreg
     return plan
 
 

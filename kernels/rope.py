@@ -162,6 +162,15 @@ def _bwd_prefetch(x) -> bool:
     return BWD_PREFETCH and H.on_gpu(x)
 
 
+def _bwd_launch_options(x) -> dict:
+    """The backward's GPU warps, and a register cap when BWD_PROGRAMS_PER_SM programs
+    would not fit a multiprocessor at ptxas's own count."""
+    if not H.on_gpu(x):
+        return {}
+    maxnreg = H.max_registers(BWD_PROGRAMS_PER_SM, BWD_NUM_WARPS)
+    return {"num_warps": BWD_NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg is not None else {})}
+
+
 def _plan(x, weight, cos, sin, backward_dy=None):
     """(heads, seq, half, rows, per, block, progs, the row strides of x and dy, the
     tables' contiguity, x's contiguity, the backward's column-sum launches) for one
@@ -220,8 +229,7 @@ def rms_norm_rope_backward(x, weight, cos, sin, rstd, dy):
         w, c, s = _tables(plan, weight, cos, sin, xv)
         _rms_rope_bwd_kernel[(progs,)](xv, w, c, s, rstd, dyv, dx, dwp, sx, sdy, rows, heads, seq, half, progs,
                                        HAS_W=weight is not None, PREFETCH=_bwd_prefetch(x), ACC=H.acc_dtype(x),
-                                       ROWS=per, BLOCK=block,
-                                       **({"num_warps": BWD_NUM_WARPS} if H.on_gpu(x) else {}))
+                                       ROWS=per, BLOCK=block, **_bwd_launch_options(x))
     dw = column_sum_run(sum_steps, dwp, H.dtype_name(weight)) if weight is not None else None
     return dx, dw
 

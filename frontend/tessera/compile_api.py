@@ -5,12 +5,13 @@ from .jit import Kernel, compile_specialization
 from .language import dtypes as D
 
 
-def compile(kernel, signature, constexprs=None, target="cpu", num_warps=4, num_stages=3, debug=False):
+def compile(kernel, signature, constexprs=None, target="cpu", num_warps=4, num_stages=3, debug=False, maxnreg=None):
     """Compile `kernel` for `signature` and return a CompiledKernel whose `.asm`
     maps each stage ('tir', 'tir-opt', 'llir', 'llir-opt', 'asm' / 'ptx') to text.
 
     signature: {'x': '*fp32', 'n': 'i32'} or '*fp32,*fp32,i32' (runtime parameters
     in order); 'i32:16' marks a value divisible by 16 (as a launch would specialize it); constexprs: {'BLOCK': 1024}; target: 'cpu' or 'cuda:90a'.
+    maxnreg: a GPU kernel's registers a thread at most (PTX .maxnreg), as the launch option.
     """
     if not isinstance(kernel, Kernel):
         raise TypeError("tessera.compile expects a @tessera.kernel function")
@@ -41,4 +42,6 @@ def compile(kernel, signature, constexprs=None, target="cpu", num_warps=4, num_s
             else:
                 raise ValueError(f"constexpr parameter '{n}' needs a value in constexprs=")
     options = {"num_warps": num_warps, "num_stages": num_stages, "debug": debug}
+    if maxnreg is not None and target != "cpu":
+        options["maxnreg"] = int(maxnreg)
     return compile_specialization(kernel, arg_types, constexprs, attrs, options, target, names, use_cache=False)

@@ -385,6 +385,9 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         return g + (1,) * (3 - len(g))
 
     def run(self, *args, grid, num_warps=4, num_stages=3, debug=None, stream=None, **kwargs):
+        # maxnreg (GPU): at most this many registers a thread (PTX .maxnreg), as Triton's option;
+        # part of the specialization key. A kernel parameter of that name takes precedence.
+        maxnreg = kwargs.pop("maxnreg", None) if "maxnreg" not in self._name_index else None
         for opt in _LAUNCH_OPTIONS:
             if opt in kwargs and opt not in self._name_index:
                 kwargs.pop(opt)  # accepted for Triton compatibility; no effect on the CPU
@@ -396,11 +399,14 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         try:
             key = tuple([(v.value if isinstance(v, constexpr) else v) if ce else S.spec_of(v)
                          for ce, v in zip(self.constexpr_mask, values)]) + (num_warps, num_stages, debug)
+            if maxnreg is not None:
+                key += (("maxnreg", int(maxnreg)),)
             ck = self._compiled.get(key)
         except (TypeError, OverflowError) as e:
             raise self._argument_error(values, e) from None
         if ck is None:
-            ck = self._compile_for(values, key[:-3], (num_warps, num_stages, bool(debug)))
+            n_opts = 3 if maxnreg is None else 4
+            ck = self._compile_for(values, key[:-n_opts], (num_warps, num_stages, bool(debug), maxnreg))
             self._compiled[key] = ck
         for i in ck.written_indices:
             if not getattr(getattr(values[i], "flags", None), "writeable", True):  # numpy's read-only arrays
@@ -474,6 +480,8 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
                                  f"a launch takes arrays in host memory (cpu) or on an NVIDIA GPU (cuda)")
             target = _gpu_target(self.__name__, device)
         options = {"num_warps": opt_key[0], "num_stages": opt_key[1], "debug": opt_key[2]}
+        if len(opt_key) > 3 and opt_key[3] is not None and target != "cpu":
+            options["maxnreg"] = int(opt_key[3])
         runtime_names = [self.arg_names[i] for i in runtime]
         ck = compile_specialization(self, arg_types, constexprs, attrs, options, target, runtime_names)
         ck.kinds = "".join(kinds)

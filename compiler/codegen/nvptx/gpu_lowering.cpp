@@ -203,6 +203,11 @@ llvm::Function* GpuLowering::run() {
   };
   md("kernel", 1);
   md("maxntidx", num_threads_);
+  // The maxnreg launch option (as Triton's): ptxas keeps to that many registers a thread, so
+  // several programs fit a multiprocessor (e.g. two 8-warp programs at 128).
+  auto maxnreg = k_.attrs.find("maxnreg");
+  if (maxnreg != k_.attrs.end() && std::holds_alternative<int64_t>(maxnreg->second))
+    md("maxnreg", static_cast<int>(std::get<int64_t>(maxnreg->second)));
   if (!tma_maps_.empty()) {
     // The CUtensorMaps: 128-byte .param arrays, 64-byte aligned, whose addresses
     // (cvta.param) the TMA copies read in place -- __grid_constant__.

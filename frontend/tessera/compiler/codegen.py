@@ -125,6 +125,8 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
             attrs["num_stages"] = int(self.options["num_stages"])
         if self.options.get("tma") is not None:  # sm_90a: TMA-filled wgmma rings (TESSERA_TMA)
             attrs["tma"] = int(self.options["tma"])
+        if self.options.get("maxnreg") is not None:  # GPU: registers a thread at most (PTX .maxnreg)
+            attrs["maxnreg"] = int(self.options["maxnreg"])
         if self.options.get("fp_fusion") is not None:  # GPU: a * b + c as one FMA (TESSERA_GPU_FP_FUSION)
             attrs["fp_fusion"] = int(self.options["fp_fusion"])
         self.module = Module(src.name, [], attrs)
