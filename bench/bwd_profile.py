@@ -92,9 +92,9 @@ def norm_plans(inputs):
 
 
 # (programs per SM, warps, next step's loads ahead, layer norm's two row sums as one pair
-# reduction, two rows a step); the first is main's plan before this sweep's changes
-# (the results of the alternatives dropped from this list are in
-# bench/results/bwd_sweep_normbwd_run1.log: 2 or 3 rows ahead in rotating variables).
+# reduction, two rows a step), set for every norm form through kernels/norm.py
+# BWD_PLAN_OVERRIDE (the results of alternatives dropped from this list are in
+# bench/results/bwd_sweep_normbwd_run1.log and bwd_sweep_norm_h100.log).
 # Two programs per SM run with a register cap (kernels/_host.py max_registers: 128 at 8
 # warps, 64 at 16), so both are resident; each writes its own partial row.
 NORM_CONFIGS = [(1, 16, True, True, False), (1, 16, True, True, True), (2, 8, True, True, False),
@@ -106,7 +106,7 @@ BIAS_CONFIGS = [(64, 1024, 4, True), (64, 512, 2, True), (32, 512, 2, True), (12
 def sweep_norm(all_cases, copy_ms_per_byte):
     """The norm backward alone per plan: (programs per SM, warps, prefetch, pair sum)."""
     from tessera.kernels import _host as H
-    saved = N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS
+    saved = N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM
     for name in ("layer_norm", "rms_norm", "residual_add_layer_norm", "layer_norm+relu"):
         inputs = all_cases[name][0]
         x, w = inputs[0], inputs[-2] if name.startswith("residual") else inputs[1]
@@ -130,8 +130,7 @@ def sweep_norm(all_cases, copy_ms_per_byte):
         for per_sm, warps, prefetch, pair, two_rows in NORM_CONFIGS:
             if is_rms and not pair:
                 continue  # one row sum: the pair reduction does not apply
-            N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS = (
-                per_sm, warps, prefetch, pair, two_rows)
+            N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM = (per_sm, warps, two_rows), prefetch, pair
             N._BWD_PLANS.clear()
             run = lambda: N.norm_backward(xin, w, b, mean, rstd, dy, dh, is_rms, relu)  # noqa: E731
             dx, dw, db = run()
@@ -142,7 +141,7 @@ def sweep_norm(all_cases, copy_ms_per_byte):
                   f"maxnreg {H.max_registers(per_sm, warps)} warps {warps:2d} prefetch {int(prefetch)} pair sum {int(pair)} rows a step {1 + two_rows}: "
                   f"{t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
                   f"err {err:.2g}", flush=True)
-    N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS = saved
+    N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM = saved
     N._BWD_PLANS.clear()
 
 

@@ -285,12 +285,17 @@ DROPOUT_BWD_BLOCK = 4096
 # BIAS_BWD_PREFETCH (row i + 1's loads issued before row i's arithmetic, GPU only):
 # 0.799 -> 0.894 of copy (rows 32: 0.853, 128: 0.779; 2048 columns with 8 warps 0.895,
 # 512 with 2 warps 0.897; bench/results/bwd_sweep_normbwd_run1.log).
+# GPU: 512-column blocks of 2 warps (bench/results/bwd_sweep_normbwd2_run1.log, same run:
+# 1024 / 4 warps 0.895, 512 / 2 0.906; rows 32: 0.875, 128: 0.777); the CPU keeps 1024.
 BIAS_BWD_ROWS = 64
-BIAS_BWD_BLOCK = 1024
-BIAS_BWD_MAX_WARPS = 4
+BIAS_BWD_BLOCK = 512
+BIAS_BWD_CPU_BLOCK = 1024
+BIAS_BWD_MAX_WARPS = 2
 BIAS_BWD_PREFETCH = True
-# The tanh form's derivative through one exp (TANH_VIA_EXP) instead of tl.tanh.
-BIAS_BWD_TANH_VIA_EXP = False
+# GPU: the tanh form's derivative through one exp and one division (TANH_VIA_EXP)
+# instead of tl.tanh (an accurate polynomial and exp, ~25 instructions): bias_gelu_tanh
+# 0.884 -> 0.902 of copy at 512 columns (0.880 -> 0.898 at 1024), same run as above.
+BIAS_BWD_TANH_VIA_EXP = True
 
 
 def _bias_bwd_prefetch(a) -> bool:
@@ -325,7 +330,7 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
         if dy is not None and bias_mode == BIAS:
             # Row groups of BIAS_BWD_ROWS, column blocks of BIAS_BWD_BLOCK (8 elements a
             # thread with the GPU's warps).
-            block = min(max(H.block_for(n, 1 << 30), 8), BIAS_BWD_BLOCK)
+            block = min(max(H.block_for(n, 1 << 30), 8), BIAS_BWD_BLOCK if H.on_gpu(a) else BIAS_BWD_CPU_BLOCK)
             plan.bias_groups = tessera.cdiv(rows, BIAS_BWD_ROWS)
             plan.sum_steps = column_sum_steps(a, plan.bias_groups, n)  # a: the partials' device and precision
             plan.bias_dtype = H.dtype_name(b)
@@ -334,7 +339,8 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             plan.new_parts = H.allocator(a, (n,) if plan.sums_direct else (plan.bias_groups, n), "acc")
             plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
             plan.kw = dict(TANH=tanh, DROPOUT=p > 0, PREFETCH=_bias_bwd_prefetch(a), ACC=H.acc_dtype(a),
-                           ROWS=BIAS_BWD_ROWS, BLOCK=block, TANH_VIA_EXP=tanh and BIAS_BWD_TANH_VIA_EXP)
+                           ROWS=BIAS_BWD_ROWS, BLOCK=block,
+                           TANH_VIA_EXP=tanh and BIAS_BWD_TANH_VIA_EXP and H.on_gpu(a))
             if H.on_gpu(a):
                 plan.kw["num_warps"] = max(1, min(BIAS_BWD_MAX_WARPS, block // 256))
         elif dy is not None:

@@ -148,7 +148,9 @@ _PLANS = H.Plans()
 # The backward's GPU plan (bench/bwd_profile.py --sweep): programs per multiprocessor
 # and warps per program. H100, 65536x8x128 fp16: 4 per SM 0.720 of copy, 2 per SM
 # 0.792 (8 warps 0.780, 16 warps 0.56; bench/results/bwd_sweep_h100_tkbwd_run1.log).
-BWD_PROGRAMS_PER_SM = 2
+# 3 per SM (4 warps, 168 registers as ptxas chooses: maxnreg 168 lets three fit) 0.849,
+# 2 per SM 0.840, 4 per SM (128 registers) 0.755 (bench/results/bwd_sweep_normbwd2_run1.log).
+BWD_PROGRAMS_PER_SM = 3
 BWD_NUM_WARPS = 4
 # Loading the next row group ahead: 0.830 -> 0.818 of copy on the H100 (2 programs of 4
 # warps per SM; 8 warps 0.801; bench/results/bwd_sweep_normbwd_run1.log): off. 228
