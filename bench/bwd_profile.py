@@ -98,9 +98,10 @@ def norm_plans(inputs):
 # Two programs per SM run with a register cap (kernels/_host.py max_registers: 128 at 8
 # warps, 64 at 16), so both are resident; each writes its own partial row.
 NORM_CONFIGS = [(1, 16, True, True, False), (1, 16, True, True, True), (2, 8, True, True, False),
-                (2, 8, False, True, False), (2, 16, True, True, False), (2, 16, False, True, False)]
+                (2, 16, True, True, False)]
 # (rows per program, column block, warps, next row's loads ahead); the first is main's plan.
-BIAS_CONFIGS = [(64, 1024, 4, True), (64, 512, 2, True), (32, 512, 2, True), (128, 1024, 4, True)]
+BIAS_CONFIGS = [(64, 1024, 4, True), (64, 512, 2, True), (96, 512, 2, True), (48, 512, 2, True),
+                (64, 256, 1, True)]
 
 
 def sweep_norm(all_cases, copy_ms_per_byte):
@@ -196,7 +197,7 @@ def _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp):
 
 # (programs per SM, warps, next row group's loads ahead); the first is main's plan.
 # 3 and 4 per SM run with a register cap (168 and 128 at 4 warps).
-ROPE_CONFIGS = [(2, 4, False), (3, 4, False), (4, 4, False), (4, 4, True), (2, 8, False)]
+ROPE_CONFIGS = [(2, 4, False), (3, 4, False), (4, 4, False), (2, 8, False)]
 
 
 def sweep_rope(all_cases, copy_ms_per_byte):

@@ -116,10 +116,13 @@ def _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS: tl.constexpr, 
                    ACC: tl.constexpr):
     """A row's xhat, dy (zero where the fused ReLU was off) and g = dy * w."""
     x = x_raw.to(ACC)
+    # Past n_cols x and dy were loaded as 0, so xhat there (-mean * rstd, finite) only
+    # meets zeros: g = dy * w = 0 in the sums, dy * xhat = 0 in dweight, and dx is not
+    # stored there. No per-element select (a predicate per element and register).
     if IS_RMS:
         xhat = x * rstd
     else:
-        xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+        xhat = (x - mean) * rstd
     dy = dy_raw.to(ACC)
     if RELU:
         dy = tl.where(xhat * w + b > 0, dy, 0.0)
