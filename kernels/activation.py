@@ -286,7 +286,9 @@ DROPOUT_BWD_BLOCK = 4096
 # 0.799 -> 0.894 of copy (rows 32: 0.853, 128: 0.779; 2048 columns with 8 warps 0.895,
 # 512 with 2 warps 0.897; bench/results/bwd_sweep_normbwd_run1.log).
 # GPU: 512-column blocks of 2 warps (bench/results/bwd_sweep_normbwd2_run1.log, same run:
-# 1024 / 4 warps 0.895, 512 / 2 0.906; rows 32: 0.875, 128: 0.777); the CPU keeps 1024.
+# 1024 / 4 warps 0.895, 512 / 2 0.906; rows 32: 0.875, 128: 0.777; the run3 log has them
+# the other way round, 0.894 / 0.883: level within noise; rows 48/96 and 256 columns of one
+# warp 0.74-0.78); the CPU keeps 1024.
 BIAS_BWD_ROWS = 64
 BIAS_BWD_BLOCK = 512
 BIAS_BWD_CPU_BLOCK = 1024
@@ -294,7 +296,8 @@ BIAS_BWD_MAX_WARPS = 2
 BIAS_BWD_PREFETCH = True
 # GPU: the tanh form's derivative through one exp and one division (TANH_VIA_EXP)
 # instead of tl.tanh (an accurate polynomial and exp, ~25 instructions): bias_gelu_tanh
-# 0.884 -> 0.902 of copy at 512 columns (0.880 -> 0.898 at 1024), same run as above.
+# 0.884 -> 0.902 of copy at 512 columns (0.880 -> 0.898 at 1024), same run as above;
+# run3: 0.875 -> 0.892 (1024: 0.876 -> 0.892).
 BIAS_BWD_TANH_VIA_EXP = True
 
 

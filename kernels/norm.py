@@ -116,13 +116,18 @@ def _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS: tl.constexpr, 
                    ACC: tl.constexpr):
     """A row's xhat, dy (zero where the fused ReLU was off) and g = dy * w."""
     x = x_raw.to(ACC)
-    # Past n_cols x and dy were loaded as 0, so xhat there (-mean * rstd, finite) only
-    # meets zeros: g = dy * w = 0 in the sums, dy * xhat = 0 in dweight, and dx is not
-    # stored there. No per-element select (a predicate per element and register).
     if IS_RMS:
         xhat = x * rstd
-    else:
+    elif RELU:
+        # Past n_cols x and dy were loaded as 0, so xhat there (-mean * rstd, finite) only
+        # meets zeros (g = dy * w in the sums, dy * xhat in dweight; dx is not stored
+        # there): no per-element select. With the ReLU (2 x 8 warps) that ran 153 -> 147 us
+        # (H100, 16384x4096 fp16); without it the same change cost layer_norm (2 x 16
+        # warps) 149 -> 160 us and residual_add_layer_norm (1 x 16) 195 -> 231 us, as ptxas
+        # scheduled them (bench/results/kernels_cuda_float16_normbwd2{,_final}.md).
         xhat = (x - mean) * rstd
+    else:
+        xhat = tl.where(mask, (x - mean) * rstd, 0.0)
     dy = dy_raw.to(ACC)
     if RELU:
         dy = tl.where(xhat * w + b > 0, dy, 0.0)
@@ -298,7 +303,10 @@ _BWD_PLANS = H.Plans()
 #       residual_add_layer_norm 1 x 16 0.949, two rows 0.879 | 2 x 8 0.736, 2 x 16 0.734
 #                        (the residual's gradient: a fourth row array; 80 bytes of spills at 128)
 #     A read-2-write-1 stream (torch.add) runs at 1.031 of the copy there, read 3 write 1
-#     at 1.056: the byte mix itself is not below the copy.
+#     at 1.056: the byte mix itself is not below the copy. Two more runs of the sweep
+#     (bwd_sweep_normbwd2_run2/run3.log) kept this order within ~1.5%; with the backward's
+#     kernels alone (bench/kernels.py, kernels_cuda_float16_normbwd2{,_final}.md):
+#     layer_norm 149 us (0.913), +relu 147 us (0.927), rms_norm 148-149 us (0.91-0.92).
 # Per form: (programs per SM, warps at most, two rows a step), for rows of up to
 # BWD_PLAN_MAX_BLOCK columns; longer rows hold twice the registers a thread, so they
 # take one program per SM, one row a step.

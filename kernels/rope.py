@@ -149,7 +149,10 @@ _PLANS = H.Plans()
 # and warps per program. H100, 65536x8x128 fp16: 4 per SM 0.720 of copy, 2 per SM
 # 0.792 (8 warps 0.780, 16 warps 0.56; bench/results/bwd_sweep_h100_tkbwd_run1.log).
 # 3 per SM (4 warps, 168 registers as ptxas chooses: maxnreg 168 lets three fit) 0.849,
-# 2 per SM 0.840, 4 per SM (128 registers) 0.755 (bench/results/bwd_sweep_normbwd2_run1.log).
+# 2 per SM 0.840, 4 per SM (128 registers) 0.755 (bench/results/bwd_sweep_normbwd2_run1.log;
+# run3: 0.817 / 0.823 / 0.729, so 2 and 3 are level within noise on the plans alone); the
+# kernels alone with 3 (bench/kernels.py): 154 and 159 us, 0.94 and 0.91 of copy, where the
+# lead's round with 2 had 162 us (another run).
 BWD_PROGRAMS_PER_SM = 3
 BWD_NUM_WARPS = 4
 # Loading the next row group ahead: 0.830 -> 0.818 of copy on the H100 (2 programs of 4
