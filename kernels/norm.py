@@ -113,18 +113,20 @@ def _add_four(a1, b1, c1, d1, a2, b2, c2, d2):
 
 @tessera.kernel
 def _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS: tl.constexpr, RELU: tl.constexpr,
-                   ACC: tl.constexpr):
-    """A row's xhat, dy (zero where the fused ReLU was off) and g = dy * w."""
+                   NO_SELECT: tl.constexpr, ACC: tl.constexpr):
+    """A row's xhat, dy (zero where the fused ReLU was off) and g = dy * w. NO_SELECT:
+    xhat past n_cols left as computed (see below)."""
     x = x_raw.to(ACC)
     if IS_RMS:
         xhat = x * rstd
-    elif RELU:
+    elif NO_SELECT:
         # Past n_cols x and dy were loaded as 0, so xhat there (-mean * rstd, finite) only
         # meets zeros (g = dy * w in the sums, dy * xhat in dweight; dx is not stored
-        # there): no per-element select. With the ReLU (2 x 8 warps) that ran 153 -> 147 us
-        # (H100, 16384x4096 fp16); without it the same change cost layer_norm (2 x 16
-        # warps) 149 -> 160 us and residual_add_layer_norm (1 x 16) 195 -> 231 us, as ptxas
-        # scheduled them (bench/results/kernels_cuda_float16_normbwd2{,_final}.md).
+        # there): no per-element select. The GPU plan with the ReLU (2 x 8 warps) ran
+        # 153 -> 147 us so (H100, 16384x4096 fp16); without the ReLU the same change cost
+        # layer_norm (2 x 16 warps) 149 -> 160 us and residual_add_layer_norm (1 x 16)
+        # 195 -> 231 us, as ptxas scheduled them (bench/results/
+        # kernels_cuda_float16_normbwd2{,_final}.md). The CPU keeps the select.
         xhat = (x - mean) * rstd
     else:
         xhat = tl.where(mask, (x - mean) * rstd, 0.0)
@@ -204,11 +206,12 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
                 x2_raw, dy2_raw, dh2_raw, mean2, rstd2 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + n_progs,
                                                                              n_rows, stride_x, stride_dy, stride_dh,
                                                                              cols, mask, IS_RMS, HAS_DH)
-        xhat, dy, g = _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS, RELU, ACC)
+        xhat, dy, g = _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS, RELU, RELU and PREFETCH, ACC)
         if TWO_ROWS:
             # The second row past n_rows loaded zeros (and a zero rstd): its sums and
             # its dweight/dbias terms are 0; its store is masked off below.
-            xhat2, dy2, g2 = _norm_bwd_prep(x2_raw, dy2_raw, mean2, rstd2, w, b, mask, IS_RMS, RELU, ACC)
+            xhat2, dy2, g2 = _norm_bwd_prep(x2_raw, dy2_raw, mean2, rstd2, w, b, mask, IS_RMS, RELU,
+                                            RELU and PREFETCH, ACC)
             if IS_RMS:
                 s1, s1_2 = tl.reduce((g * xhat, g2 * xhat2), 0, _add_pair)
                 s2, s2_2 = s1, s1_2
