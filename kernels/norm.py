@@ -126,7 +126,7 @@ def _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS: tl.constexpr, 
         # 153 -> 147 us so (H100, 16384x4096 fp16); without the ReLU the same change cost
         # layer_norm (2 x 16 warps) 149 -> 160 us and residual_add_layer_norm (1 x 16)
         # 195 -> 231 us, as ptxas scheduled them (bench/results/
-        # kernels_cuda_float16_normbwd2{,_final}.md). The CPU keeps the select.
+        # kernels_cuda_float16_normbwd2_run2/_run3.md). The CPU keeps the select.
         xhat = (x - mean) * rstd
     else:
         xhat = tl.where(mask, (x - mean) * rstd, 0.0)
@@ -308,7 +308,7 @@ _BWD_PLANS = H.Plans()
 #     A read-2-write-1 stream (torch.add) runs at 1.031 of the copy there, read 3 write 1
 #     at 1.056: the byte mix itself is not below the copy. Two more runs of the sweep
 #     (bwd_sweep_normbwd2_run2/run3.log) kept this order within ~1.5%; with the backward's
-#     kernels alone (bench/kernels.py, kernels_cuda_float16_normbwd2{,_final}.md):
+#     kernels alone (bench/kernels.py, kernels_cuda_float16_normbwd2_run2/_run3.md):
 #     layer_norm 149 us (0.913), +relu 147 us (0.927), rms_norm 148-149 us (0.91-0.92).
 # Per form: (programs per SM, warps at most, two rows a step), for rows of up to
 # BWD_PLAN_MAX_BLOCK columns; longer rows hold twice the registers a thread, so they
