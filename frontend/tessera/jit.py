@@ -388,6 +388,10 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         # maxnreg (GPU): at most this many registers a thread (PTX .maxnreg), as Triton's option;
         # part of the specialization key. A kernel parameter of that name takes precedence.
         maxnreg = kwargs.pop("maxnreg", None) if "maxnreg" not in self._name_index else None
+        if maxnreg is not None and (isinstance(maxnreg, bool) or not isinstance(maxnreg, int)
+                                    or not 1 <= maxnreg <= 255):
+            raise ValueError(f"kernel {self.__name__}: maxnreg must be an integer from 1 to 255 (registers a "
+                             f"thread), got {maxnreg!r}")
         for opt in _LAUNCH_OPTIONS:
             if opt in kwargs and opt not in self._name_index:
                 kwargs.pop(opt)  # accepted for Triton compatibility; no effect on the CPU

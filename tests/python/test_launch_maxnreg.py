@@ -49,6 +49,13 @@ def test_maxnreg_on_the_cpu_runs_the_same_kernel():
         np.testing.assert_allclose(y, want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("bad", [0, 256, -8, 64.0, "64", True])
+def test_maxnreg_out_of_range_names_the_kernel(bad):
+    x = np.zeros((1, 8), np.float32)
+    with pytest.raises(ValueError, match="kernel _row_scale: maxnreg must be an integer from 1 to 255"):
+        _row_scale[(1,)](x, np.zeros_like(x), 8, BLOCK=8, maxnreg=bad)
+
+
 @pytest.mark.gpu
 def test_gpu_maxnreg_launch_and_cached_launch():
     torch = pytest.importorskip("torch")
