@@ -6,7 +6,7 @@ host. Results of H100 runs: bench/results/bwd_profile_h100.log (before the host 
 plans), bwd_profile_h100_host.log (after). bench/host_time.py measures the host side alone.
 
     python bench/bwd_profile.py [--ops layer_norm,bias_gelu] [--no-profile] [--sweep] [--once]
-                                [--sweep-parts norm,bias,rope,rows]
+                                [--sweep-parts streams,norm,bias,rope,rows]
 
 --sweep times the backward plans' alternatives alone (CUDA events, 16384x4096 fp16):
 the norm walk's programs per SM x warps x prefetch x layer norm's row sums as one pair
@@ -92,20 +92,22 @@ def norm_plans(inputs):
 
 
 # (programs per SM, warps, next step's loads ahead, layer norm's two row sums as one pair
-# reduction, two rows a step); the first is main's plan before this sweep's changes
-# (the results of the alternatives dropped from this list are in
-# bench/results/bwd_sweep_normbwd_run1.log: 2 or 3 rows ahead in rotating variables).
-NORM_CONFIGS = [(1, 16, True, False, False), (1, 16, True, True, False), (1, 16, True, True, True),
-                (1, 32, True, True, False), (1, 32, True, True, True), (1, 16, False, True, True)]
+# reduction, two rows a step), set for every norm form through kernels/norm.py
+# BWD_PLAN_OVERRIDE (the results of alternatives dropped from this list are in
+# bench/results/bwd_sweep_normbwd_run1.log and bwd_sweep_norm_h100.log).
+# Two programs per SM run with a register cap (kernels/_host.py max_registers: 128 at 8
+# warps, 64 at 16), so both are resident; each writes its own partial row.
+NORM_CONFIGS = [(1, 16, True, True, False), (1, 16, True, True, True), (2, 8, True, True, False),
+                (2, 16, True, True, False)]
 # (rows per program, column block, warps, next row's loads ahead); the first is main's plan.
-BIAS_CONFIGS = [(64, 1024, 4, False), (64, 1024, 4, True), (32, 1024, 4, True), (64, 2048, 8, True),
-                (64, 512, 2, True)]
+BIAS_CONFIGS = [(64, 1024, 4, True), (64, 512, 2, True), (96, 512, 2, True), (48, 512, 2, True),
+                (64, 256, 1, True)]
 
 
 def sweep_norm(all_cases, copy_ms_per_byte):
     """The norm backward alone per plan: (programs per SM, warps, prefetch, pair sum)."""
     from tessera.kernels import _host as H
-    saved = N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS
+    saved = N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM
     for name in ("layer_norm", "rms_norm", "residual_add_layer_norm", "layer_norm+relu"):
         inputs = all_cases[name][0]
         x, w = inputs[0], inputs[-2] if name.startswith("residual") else inputs[1]
@@ -129,8 +131,7 @@ def sweep_norm(all_cases, copy_ms_per_byte):
         for per_sm, warps, prefetch, pair, two_rows in NORM_CONFIGS:
             if is_rms and not pair:
                 continue  # one row sum: the pair reduction does not apply
-            N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS = (
-                per_sm, warps, prefetch, pair, two_rows)
+            N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM = (per_sm, warps, two_rows), prefetch, pair
             N._BWD_PLANS.clear()
             run = lambda: N.norm_backward(xin, w, b, mean, rstd, dy, dh, is_rms, relu)  # noqa: E731
             dx, dw, db = run()
@@ -138,10 +139,10 @@ def sweep_norm(all_cases, copy_ms_per_byte):
                       (dw.float() - ref[1]).abs().max().item() / ref[1].abs().max().item())
             t = gpu_ms(run)
             print(f"  {name:24s} programs/SM {per_sm} ({H.num_programs_for_partials(x, 1 << 30, per_sm)}) "
-                  f"warps {warps:2d} prefetch {int(prefetch)} pair sum {int(pair)} rows a step {1 + two_rows}: "
+                  f"maxnreg {H.max_registers(per_sm, warps)} warps {warps:2d} prefetch {int(prefetch)} pair sum {int(pair)} rows a step {1 + two_rows}: "
                   f"{t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
                   f"err {err:.2g}", flush=True)
-    N.BWD_PROGRAMS_PER_SM, N.BWD_MAX_WARPS, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_TWO_ROWS = saved
+    N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM = saved
     N._BWD_PLANS.clear()
 
 
@@ -151,40 +152,52 @@ def sweep_bias(all_cases, copy_ms_per_byte):
     column sum)."""
     from tessera.kernels import activation as A
     from tessera.kernels.reduce import column_sum
-    saved = A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH
+    for tanh in (False, True):
+        for via_exp in ((False, True) if tanh else (False,)):
+            _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp)
+
+
+def _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp):
+    from tessera.kernels import activation as A
+    from tessera.kernels.reduce import column_sum
+    saved = A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH, A.BIAS_BWD_TANH_VIA_EXP
+    A.BIAS_BWD_TANH_VIA_EXP = via_exp
     x, b = all_cases["bias_gelu"][0]
     dy = torch.randn_like(x)
     xr, br = x.float().requires_grad_(True), b.float().requires_grad_(True)
-    ref = torch.autograd.grad(F.gelu(xr + br), (xr, br), dy.float())
+    ref = torch.autograd.grad(F.gelu(xr + br, approximate="tanh" if tanh else "none"), (xr, br), dy.float())
     n_bytes = 3 * x.numel() * x.element_size()
     rows, n = x.shape
+    form = ("bias_gelu_tanh" + (" (exp form)" if via_exp else "")) if tanh else "bias_gelu"
 
     def unfused():
         da = torch.empty_like(x)
         A._ew_bwd_kernel[(rows, -(-n // 2048))](x, b, dy, da, da, n, 0, n, n, 0.0, 0, 0, OP=A.GELU, TANH=False,
                                              HAS_B=True, WRITE_DB=False, DROPOUT=False, ACC=tl.float32, BLOCK=2048)
         return da, column_sum(da, "float16")
-    plans = [("unfused (ew kernel + column sum of da)", None)] + [
-        (f"fused rows {r} block {bl} warps {wp} prefetch {int(pf)}", (r, bl, wp, pf)) for r, bl, wp, pf in BIAS_CONFIGS]
+    plans = [("unfused (ew kernel + column sum of da)", None)] if not tanh else []
+    plans += [(f"fused rows {r} block {bl} warps {wp} prefetch {int(pf)}", (r, bl, wp, pf))
+              for r, bl, wp, pf in BIAS_CONFIGS]
     for label, cfg in plans:
         if cfg is None:
             run = unfused
         else:
             A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH = cfg
             A._BWD_PLANS.clear()
-            run = lambda: A.elementwise_backward(A.GELU, x, b, dy, 0.0, 0, A.BIAS)  # noqa: E731
+            run = lambda: A.elementwise_backward(A.GELU, x, b, dy, 0.0, 0, A.BIAS, tanh)  # noqa: E731
         da, db = run()
         err = max((da.float() - ref[0]).abs().max().item() / ref[0].abs().max().item(),
                   (db.float() - ref[1]).abs().max().item() / ref[1].abs().max().item())
         t = gpu_ms(run)
-        print(f"  bias_gelu backward {label:50s}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
+        print(f"  {form} backward {label:45s}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
               f"err {err:.2g}", flush=True)
-    A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH = saved
+    A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH, A.BIAS_BWD_TANH_VIA_EXP = saved
     A._BWD_PLANS.clear()
 
 
 # (programs per SM, warps, next row group's loads ahead); the first is main's plan.
-ROPE_CONFIGS = [(2, 4, False), (2, 4, True), (2, 8, True), (1, 8, False)]
+# 3 and 4 per SM run with a register cap (168 and 128 at 4 warps).
+ROPE_CONFIGS = [(2, 4, False), (3, 4, False), (4, 4, False), (2, 8, False)]
 
 
 def sweep_rope(all_cases, copy_ms_per_byte):
@@ -211,6 +224,21 @@ def sweep_rope(all_cases, copy_ms_per_byte):
               f"{n_bytes * copy_ms_per_byte / t:.3f} of copy  diff from the first plan {err:.2g}", flush=True)
     RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS, RP.BWD_PREFETCH = saved
     RP._PLANS.clear()
+
+
+def sweep_streams(all_cases, copy_ms_per_byte):
+    """The ceiling of the backwards' byte mixes: torch's elementwise kernels reading 2 or 3
+    fp16 arrays of 16384x4096 and writing 1 (c = a + b, d = a + b * c), next to the copy
+    (read 1, write 1), each as a fraction of a copy of the same bytes."""
+    a, b, c = (torch.randn(ROWS, COLS, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = torch.empty_like(a)
+    mat = a.numel() * a.element_size()
+    for label, fn, n_bytes in (("read 1 write 1 (fp16 copy_)", lambda: out.copy_(a), 2 * mat),
+                               ("read 2 write 1 (torch.add)", lambda: torch.add(a, b, out=out), 3 * mat),
+                               ("read 3 write 1 (torch.addcmul)", lambda: torch.addcmul(a, b, c, out=out), 4 * mat)):
+        t = gpu_ms(fn)
+        print(f"  stream {label:32s}: {t:.4f} ms  {n_bytes / t / 1e6:.0f} GB/s  "
+              f"{n_bytes * copy_ms_per_byte / t:.3f} of copy", flush=True)
 
 
 def sweep_rows(all_cases, copy_ms_per_byte):
@@ -248,7 +276,7 @@ def main():
     ap.add_argument("--ops", default="layer_norm,rms_norm,log_softmax,softmax,bias_gelu,cross_entropy")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="only the backward plans' sweep (see the docstring)")
-    ap.add_argument("--sweep-parts", default="norm,bias,rope,rows", help="which plans --sweep times")
+    ap.add_argument("--sweep-parts", default="streams,norm,bias,rope,rows", help="which plans --sweep times")
     ap.add_argument("--once", action="store_true",
                     help="run the layer_norm backward (default plan) three times and exit: a target for ncu")
     args = ap.parse_args()
@@ -267,7 +295,8 @@ def main():
     print(f"copy of 2 x 128 MiB (fp16 16384x4096 read + write): {copy_ms:.4f} ms on {torch.cuda.get_device_name()}")
     if args.sweep:
         per_byte = copy_ms / (ROWS * COLS * 2 * 2)
-        parts = {"norm": sweep_norm, "bias": sweep_bias, "rope": sweep_rope, "rows": sweep_rows}
+        parts = {"streams": sweep_streams, "norm": sweep_norm, "bias": sweep_bias, "rope": sweep_rope,
+                 "rows": sweep_rows}
         for part in args.sweep_parts.split(","):
             parts[part](all_cases, per_byte)
         return

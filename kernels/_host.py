@@ -310,6 +310,14 @@ def on_gpu(x) -> bool:
     return (is_torch(x) and x.is_cuda) or is_cupy(x)
 
 
+def max_registers(per_sm: int, num_warps: int):
+    """The maxnreg launch option that lets `per_sm` programs of `num_warps` warps share a
+    multiprocessor's 64K registers (a multiple of 8, ptxas's unit), or None when ptxas's
+    own limit (255, or 64K over one program's threads) already allows them."""
+    cap = (65536 // (per_sm * num_warps * 32)) // 8 * 8
+    return None if per_sm <= 1 or cap >= 255 else cap
+
+
 def row_launch_options(like, block: int, max_warps: int = 16) -> dict:
     """Launch options of a one-row-per-program kernel: on a GPU, enough warps that each
     thread holds a few elements of the row (a warp per 256 elements, at most

@@ -166,7 +166,7 @@ def _bias_act_row_loads(A, DY, row, stride_a, stride_dy, cols, mask):
 @tessera.kernel
 def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols, p, seed, keep_from,
                          TANH: tl.constexpr, DROPOUT: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr,
-                         ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                         ROWS: tl.constexpr, BLOCK: tl.constexpr, TANH_VIA_EXP: tl.constexpr = False):
     # gelu(a + bias) (optionally then dropout) backward with the bias gradient fused:
     # program (i, j) writes da for rows [i * ROWS, (i + 1) * ROWS) of column block j and
     # the sum of those rows of da as row i of DBP (fp32 partials, one column sum away
@@ -205,7 +205,13 @@ def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols,
         if DROPOUT:
             keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
             dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
-        if TANH:
+        if TANH and TANH_VIA_EXP:
+            # With s = (1 + tanh(u)) / 2 = 1 / (1 + e^-2u): 1 - tanh(u)^2 = 4 s (1 - s), so
+            # dgelu = s + 2 x s (1 - s) u'. One exp and one division (x -> -inf: e^-2u = inf, s = 0).
+            u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+            s = 1.0 / (1.0 + tl.exp(-2.0 * u))
+            dgelu = s + 2.0 * x * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+        elif TANH:
             t = tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
             dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
         else:
@@ -279,10 +285,20 @@ DROPOUT_BWD_BLOCK = 4096
 # BIAS_BWD_PREFETCH (row i + 1's loads issued before row i's arithmetic, GPU only):
 # 0.799 -> 0.894 of copy (rows 32: 0.853, 128: 0.779; 2048 columns with 8 warps 0.895,
 # 512 with 2 warps 0.897; bench/results/bwd_sweep_normbwd_run1.log).
+# GPU: 512-column blocks of 2 warps (bench/results/bwd_sweep_normbwd2_run1.log, same run:
+# 1024 / 4 warps 0.895, 512 / 2 0.906; rows 32: 0.875, 128: 0.777; the run3 log has them
+# the other way round, 0.894 / 0.883: level within noise; rows 48/96 and 256 columns of one
+# warp 0.74-0.78); the CPU keeps 1024.
 BIAS_BWD_ROWS = 64
-BIAS_BWD_BLOCK = 1024
-BIAS_BWD_MAX_WARPS = 4
+BIAS_BWD_BLOCK = 512
+BIAS_BWD_CPU_BLOCK = 1024
+BIAS_BWD_MAX_WARPS = 2
 BIAS_BWD_PREFETCH = True
+# GPU: the tanh form's derivative through one exp and one division (TANH_VIA_EXP)
+# instead of tl.tanh (an accurate polynomial and exp, ~25 instructions): bias_gelu_tanh
+# 0.884 -> 0.902 of copy at 512 columns (0.880 -> 0.898 at 1024), same run as above;
+# run3: 0.875 -> 0.892 (1024: 0.876 -> 0.892).
+BIAS_BWD_TANH_VIA_EXP = True
 
 
 def _bias_bwd_prefetch(a) -> bool:
@@ -317,7 +333,7 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
         if dy is not None and bias_mode == BIAS:
             # Row groups of BIAS_BWD_ROWS, column blocks of BIAS_BWD_BLOCK (8 elements a
             # thread with the GPU's warps).
-            block = min(max(H.block_for(n, 1 << 30), 8), BIAS_BWD_BLOCK)
+            block = min(max(H.block_for(n, 1 << 30), 8), BIAS_BWD_BLOCK if H.on_gpu(a) else BIAS_BWD_CPU_BLOCK)
             plan.bias_groups = tessera.cdiv(rows, BIAS_BWD_ROWS)
             plan.sum_steps = column_sum_steps(a, plan.bias_groups, n)  # a: the partials' device and precision
             plan.bias_dtype = H.dtype_name(b)
@@ -326,7 +342,8 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             plan.new_parts = H.allocator(a, (n,) if plan.sums_direct else (plan.bias_groups, n), "acc")
             plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
             plan.kw = dict(TANH=tanh, DROPOUT=p > 0, PREFETCH=_bias_bwd_prefetch(a), ACC=H.acc_dtype(a),
-                           ROWS=BIAS_BWD_ROWS, BLOCK=block)
+                           ROWS=BIAS_BWD_ROWS, BLOCK=block,
+                           TANH_VIA_EXP=tanh and BIAS_BWD_TANH_VIA_EXP and H.on_gpu(a))
             if H.on_gpu(a):
                 plan.kw["num_warps"] = max(1, min(BIAS_BWD_MAX_WARPS, block // 256))
         elif dy is not None:

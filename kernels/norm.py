@@ -19,9 +19,10 @@ On an H100 (fp16 16384x4096 layer norm) this walk takes 0.238 ms with its column
 sum, torch's two backward kernels 0.333 ms; a split plan (dx one row per program, as
 the forward, plus a dweight/dbias column kernel) took 0.255 ms in the same run
 (bench/results/bwd_profile_h100.log), so the walk stays. The GPU walk now loads its next
-row while it reduces the current one (PREFETCH) with one program per SM, and layer
-norm's two row sums are one reduction of a pair: 0.168 ms there, 0.825 of a copy of its
-bytes (bench/results/bwd_sweep_normbwd_run1.log).
+row while it reduces the current one (PREFETCH), layer norm's two row sums are one
+reduction of a pair, and two programs share each SM (registers capped to fit both):
+0.154 ms there, 0.913 of a copy of its bytes (bench/results/bwd_sweep_normbwd2_run1.log;
+BWD_GPU_PLANS below).
 """
 from __future__ import annotations
 
@@ -112,11 +113,21 @@ def _add_four(a1, b1, c1, d1, a2, b2, c2, d2):
 
 @tessera.kernel
 def _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS: tl.constexpr, RELU: tl.constexpr,
-                   ACC: tl.constexpr):
-    """A row's xhat, dy (zero where the fused ReLU was off) and g = dy * w."""
+                   NO_SELECT: tl.constexpr, ACC: tl.constexpr):
+    """A row's xhat, dy (zero where the fused ReLU was off) and g = dy * w. NO_SELECT:
+    xhat past n_cols left as computed (see below)."""
     x = x_raw.to(ACC)
     if IS_RMS:
         xhat = x * rstd
+    elif NO_SELECT:
+        # Past n_cols x and dy were loaded as 0, so xhat there (-mean * rstd, finite) only
+        # meets zeros (g = dy * w in the sums, dy * xhat in dweight; dx is not stored
+        # there): no per-element select. The GPU plan with the ReLU (2 x 8 warps) ran
+        # 153 -> 147 us so (H100, 16384x4096 fp16); without the ReLU the same change cost
+        # layer_norm (2 x 16 warps) 149 -> 160 us and residual_add_layer_norm (1 x 16)
+        # 195 -> 231 us, as ptxas scheduled them (bench/results/
+        # kernels_cuda_float16_normbwd2_run2/_run3.md). The CPU keeps the select.
+        xhat = (x - mean) * rstd
     else:
         xhat = tl.where(mask, (x - mean) * rstd, 0.0)
     dy = dy_raw.to(ACC)
@@ -150,10 +161,11 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
     # their dbias sum, as row pid of DWB (row stride stride_p).
     #
     # PREFETCH (the GPU plan) keeps the loads of the program's next step in flight while
-    # it computes this one: a 16-warp program of a 4096-column fp16 row needs ~90
-    # registers a thread (its dweight/dbias sums, weight, bias, the row), so one program
-    # fits a multiprocessor, and without prefetching its loads wait for its block
-    # reductions and its stores, DRAM idle in between. The rows ahead are carried as
+    # it computes this one: without it a program's loads wait for its block reductions
+    # and its stores, DRAM idle in between. A 16-warp program of a 4096-column fp16 row
+    # holds its dweight/dbias sums, weight and the rows (~90 registers a thread as ptxas
+    # chooses; 64 fit with at most 48 bytes of spills, so two such programs share an SM
+    # under the maxnreg launch option: BWD_GPU_PLANS). The rows ahead are carried as
     # stored (fp16 rows cost half the registers of fp32 ones). Carrying more than one
     # step ahead in rotating variables (next = after-next) did not help: the copy of a
     # register waits for its load, so the loop stalls there anyway (0.74 of copy where
@@ -194,11 +206,12 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
                 x2_raw, dy2_raw, dh2_raw, mean2, rstd2 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + n_progs,
                                                                              n_rows, stride_x, stride_dy, stride_dh,
                                                                              cols, mask, IS_RMS, HAS_DH)
-        xhat, dy, g = _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS, RELU, ACC)
+        xhat, dy, g = _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS, RELU, RELU and PREFETCH, ACC)
         if TWO_ROWS:
             # The second row past n_rows loaded zeros (and a zero rstd): its sums and
             # its dweight/dbias terms are 0; its store is masked off below.
-            xhat2, dy2, g2 = _norm_bwd_prep(x2_raw, dy2_raw, mean2, rstd2, w, b, mask, IS_RMS, RELU, ACC)
+            xhat2, dy2, g2 = _norm_bwd_prep(x2_raw, dy2_raw, mean2, rstd2, w, b, mask, IS_RMS, RELU,
+                                            RELU and PREFETCH, ACC)
             if IS_RMS:
                 s1, s1_2 = tl.reduce((g * xhat, g2 * xhat2), 0, _add_pair)
                 s2, s2_2 = s1, s1_2
@@ -279,22 +292,37 @@ _BWD_PLANS = H.Plans()
 # reduction, and two rows a step. On an H100, 16384x4096 fp16, backward with its column
 # sum, fraction of a copy of 3 (4 with the residual) row arrays:
 #   bench/results/bwd_sweep_h100_tkbwd_run1.log: 512 programs without prefetch (the
-#     older plan) 0.586; 132 programs, one row ahead 0.820 (264 programs: 0.769).
+#     older plan) 0.586; 132 programs, one row ahead 0.820 (264 programs: 0.769, as
+#     ptxas's ~90 registers left room for one 16-warp program per SM: a second wave).
 #   bench/results/bwd_sweep_normbwd_run1.log (one row a step, 16 warps): the pair sum
-#     0.812 -> 0.825 (layer_norm), 0.692 -> 0.816 (+relu, which had 3 rows ahead: 0.738);
-#     rms_norm 0.844, residual_add_layer_norm 0.927; 32 warps within 0.005 of 16.
-# ptxas gives the 16-warp walk 78-102 registers a thread, so one program fits an SM
-# and one program per SM is the whole grid: more programs queue in waves.
-# TWO_ROWS (2 barriers per 2 rows, two rows in flight; 117-128 registers at 16 warps,
-# 64 at 32), H100 sweep of the lead's round (bench/results/bwd_sweep_norm_h100.log, 16
-# warps, of copy, one row a step -> two): rms_norm 0.847 -> 0.917, layer_norm 0.830 ->
-# 0.811, +relu 0.816 -> 0.793, residual_add_layer_norm 0.930 -> 0.867: RMS norm only
-# (without a residual's gradient, the case measured).
-BWD_PROGRAMS_PER_SM = 1
-BWD_MAX_WARPS = 16
+#     0.812 -> 0.825 (layer_norm), 0.692 -> 0.816 (+relu); 32 warps within 0.005 of 16.
+#   bench/results/bwd_sweep_normbwd2_run1.log: two programs per SM, each held to half
+#     the registers (the maxnreg launch option: 64 at 16 warps, 128 at 8) so both are
+#     resident and one's block reductions overlap the other's loads:
+#       layer_norm       1 x 16 warps 0.840, two rows 0.822 | 2 x 16 0.913, 2 x 8 0.863
+#       layer_norm+relu  1 x 16 0.834, two rows 0.806       | 2 x 8 0.895, 2 x 16 0.822
+#                        (48 bytes of spills at 64 registers)
+#       rms_norm         1 x 16 0.862, two rows 0.930       | 2 x 8 0.921, 2 x 16 0.903
+#       residual_add_layer_norm 1 x 16 0.949, two rows 0.879 | 2 x 8 0.736, 2 x 16 0.734
+#                        (the residual's gradient: a fourth row array; 80 bytes of spills at 128)
+#     A read-2-write-1 stream (torch.add) runs at 1.031 of the copy there, read 3 write 1
+#     at 1.056: the byte mix itself is not below the copy. Two more runs of the sweep
+#     (bwd_sweep_normbwd2_run2/run3.log) kept this order within ~1.5%; with the backward's
+#     kernels alone (bench/kernels.py, kernels_cuda_float16_normbwd2_run2/_run3.md):
+#     layer_norm 149 us (0.913), +relu 147 us (0.927), rms_norm 148-149 us (0.91-0.92).
+# Per form: (programs per SM, warps at most, two rows a step), for rows of up to
+# BWD_PLAN_MAX_BLOCK columns; longer rows hold twice the registers a thread, so they
+# take one program per SM, one row a step.
+BWD_GPU_PLANS = {
+    "layer_norm": (2, 16, False),
+    "layer_norm+relu": (2, 8, False),
+    "rms_norm": (1, 16, True),
+    "residual": (1, 16, False),  # with the residual's gradient dh (layer or RMS norm)
+}
+BWD_PLAN_MAX_BLOCK = 4096
+BWD_PLAN_OVERRIDE = None  # (programs per SM, warps, two rows) for every form: the sweep's
 BWD_PREFETCH = True
 BWD_PAIR_SUM = True
-BWD_TWO_ROWS = "rms"  # True: every norm (bench/bwd_profile.py's sweep sets True/False)
 
 # On the CPU a small backward runs as one program: its one partial row is dweight and
 # dbias themselves (when they are kept in the accumulation type, fp32 or fp64), so the
@@ -328,12 +356,20 @@ def _bwd_pair_sum(x) -> bool:
     return BWD_PAIR_SUM and H.on_gpu(x)
 
 
-def _bwd_two_rows(x, is_rms=False, has_dh=False) -> bool:
-    """Two rows a step (BWD_TWO_ROWS) on a GPU for RMS norm without a residual gradient
-    (the one it speeds up); one row otherwise and on the CPU. Tests patch it."""
-    if not (BWD_TWO_ROWS and H.on_gpu(x)):
-        return False
-    return BWD_TWO_ROWS is True or (is_rms and not has_dh)
+def _bwd_gpu_plan(is_rms, relu, has_dh, block):
+    """(programs per SM, warps at most, two rows a step) of the GPU walk (BWD_GPU_PLANS)."""
+    if BWD_PLAN_OVERRIDE is not None:
+        return BWD_PLAN_OVERRIDE
+    if block > BWD_PLAN_MAX_BLOCK:
+        return 1, 16, False
+    form = "residual" if has_dh else "rms_norm" if is_rms else "layer_norm+relu" if relu else "layer_norm"
+    return BWD_GPU_PLANS[form]
+
+
+def _bwd_two_rows(x, is_rms=False, has_dh=False, relu=False, block=0) -> bool:
+    """Two rows a step on a GPU where the form's plan says so (RMS norm without a
+    residual gradient); one row otherwise and on the CPU. Tests patch it."""
+    return H.on_gpu(x) and _bwd_gpu_plan(is_rms, relu, has_dh, block)[2]
 
 
 def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu, keep_stats=True):
@@ -384,17 +420,24 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     plan.grad_dtype = H.dtype_name(xin)
     # One program's partial row is the sums when they need no cast to the gradients' type.
     plan.sums_direct = _one_program_backward(xin, plan.rows * n)
-    plan.progs = 1 if plan.sums_direct else H.num_programs_for_partials(xin, plan.rows, BWD_PROGRAMS_PER_SM)
+    block = H.block_for(n)
+    per_sm, max_warps, _ = _bwd_gpu_plan(is_rms, relu, dh is not None, block) if H.on_gpu(xin) else (1, 16, False)
+    plan.progs = 1 if plan.sums_direct else H.num_programs_for_partials(xin, plan.rows, per_sm)
     # The partials' column sum: its launches kept here (xin has the partials' device
     # and precision class), so a call does no column_sum plan lookup.
     plan.sum_steps = column_sum_steps(xin, plan.progs, plan.width)
     plan.new_dx = H.allocator(xin, plan.shape)  # contiguous: the (rows, n) rows the kernel writes
     plan.new_partials = H.allocator(xin, (plan.width,) if plan.sums_direct else (plan.progs, plan.width), "acc")
-    block = H.block_for(n)
     plan.kw = None if not (plan.rows and n) else dict(
         IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin),
-        PAIR_SUM=_bwd_pair_sum(xin), TWO_ROWS=_bwd_two_rows(xin, is_rms, dh is not None),
-        ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, BWD_MAX_WARPS))
+        PAIR_SUM=_bwd_pair_sum(xin), TWO_ROWS=_bwd_two_rows(xin, is_rms, dh is not None, relu, block),
+        ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, max_warps))
+    if plan.kw is not None and "num_warps" in plan.kw:
+        # Several programs per SM: ptxas keeps each to its share of the registers, so they
+        # are resident together (see BWD_GPU_PLANS for the spills it costs).
+        maxnreg = H.max_registers(per_sm, plan.kw["num_warps"])
+        if maxnreg is not None:
+            plan.kw["maxnreg"] = maxnreg
     return plan
 
 

@@ -148,7 +148,12 @@ _PLANS = H.Plans()
 # The backward's GPU plan (bench/bwd_profile.py --sweep): programs per multiprocessor
 # and warps per program. H100, 65536x8x128 fp16: 4 per SM 0.720 of copy, 2 per SM
 # 0.792 (8 warps 0.780, 16 warps 0.56; bench/results/bwd_sweep_h100_tkbwd_run1.log).
-BWD_PROGRAMS_PER_SM = 2
+# 3 per SM (4 warps, 168 registers as ptxas chooses: maxnreg 168 lets three fit) 0.849,
+# 2 per SM 0.840, 4 per SM (128 registers) 0.755 (bench/results/bwd_sweep_normbwd2_run1.log;
+# run3: 0.817 / 0.823 / 0.729, so 2 and 3 are level within noise on the plans alone); the
+# kernels alone with 3 (bench/kernels.py): 154 and 159 us, 0.94 and 0.91 of copy, where the
+# lead's round with 2 had 162 us (another run).
+BWD_PROGRAMS_PER_SM = 3
 BWD_NUM_WARPS = 4
 # Loading the next row group ahead: 0.830 -> 0.818 of copy on the H100 (2 programs of 4
 # warps per SM; 8 warps 0.801; bench/results/bwd_sweep_normbwd_run1.log): off. 228
@@ -160,6 +165,15 @@ def _bwd_prefetch(x) -> bool:
     """The backward walk loads its next row group during this one on a GPU
     (BWD_PREFETCH); the CPU's does not. Tests patch it."""
     return BWD_PREFETCH and H.on_gpu(x)
+
+
+def _bwd_launch_options(x) -> dict:
+    """The backward's GPU warps, and a register cap when BWD_PROGRAMS_PER_SM programs
+    would not fit a multiprocessor at ptxas's own count."""
+    if not H.on_gpu(x):
+        return {}
+    maxnreg = H.max_registers(BWD_PROGRAMS_PER_SM, BWD_NUM_WARPS)
+    return {"num_warps": BWD_NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg is not None else {})}
 
 
 def _plan(x, weight, cos, sin, backward_dy=None):
@@ -220,8 +234,7 @@ def rms_norm_rope_backward(x, weight, cos, sin, rstd, dy):
         w, c, s = _tables(plan, weight, cos, sin, xv)
         _rms_rope_bwd_kernel[(progs,)](xv, w, c, s, rstd, dyv, dx, dwp, sx, sdy, rows, heads, seq, half, progs,
                                        HAS_W=weight is not None, PREFETCH=_bwd_prefetch(x), ACC=H.acc_dtype(x),
-                                       ROWS=per, BLOCK=block,
-                                       **({"num_warps": BWD_NUM_WARPS} if H.on_gpu(x) else {}))
+                                       ROWS=per, BLOCK=block, **_bwd_launch_options(x))
     dw = column_sum_run(sum_steps, dwp, H.dtype_name(weight)) if weight is not None else None
     return dx, dw
 

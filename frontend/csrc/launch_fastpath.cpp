@@ -13,7 +13,7 @@
 //   array -> dtype identity (per array family), device, and on a GPU whether the
 //   address is 16-byte aligned.
 // Per constexpr argument: the value (same object, or same exact type and equal).
-// Plus num_warps, num_stages and the resolved debug flag.
+// Plus num_warps, num_stages, maxnreg (0: not given) and the resolved debug flag.
 #include "launch_fastpath.h"
 
 #include <cstring>
@@ -55,7 +55,7 @@ struct Specialization {
   std::vector<ArgKey> keys;          // one per runtime parameter
   std::vector<PyObject*> constexprs; // one per constexpr parameter (owned)
   std::vector<PyObject*> owned;      // dtype objects whose addresses are in `keys`
-  long num_warps = 4, num_stages = 3;
+  long num_warps = 4, num_stages = 3, maxnreg = 0;
   bool debug = false;
   std::string kinds;                 // one per runtime parameter (see module.cpp)
   bool cuda = false;
@@ -114,6 +114,7 @@ struct BoundLaunchObject {
 struct Interned {
   PyObject* num_warps = PyUnicode_InternFromString("num_warps");
   PyObject* num_stages = PyUnicode_InternFromString("num_stages");
+  PyObject* maxnreg = PyUnicode_InternFromString("maxnreg");
   PyObject* debug = PyUnicode_InternFromString("debug");
   PyObject* stream = PyUnicode_InternFromString("stream");
   PyObject* grid = PyUnicode_InternFromString("grid");
@@ -215,14 +216,15 @@ struct CallKey {
   ArgValue values[kMaxParams];
   PyObject* constexprs[kMaxParams];  // new references (unwrapped tl.constexpr values)
   size_t n_runtime = 0, n_constexpr = 0;
-  long num_warps = 4, num_stages = 3;
+  long num_warps = 4, num_stages = 3, maxnreg = 0;
   bool debug = false;
 
   ~CallKey() {
     for (size_t i = 0; i < n_constexpr; ++i) Py_DECREF(constexprs[i]);
   }
   bool matches(const Specialization& s) const {
-    if (s.num_warps != num_warps || s.num_stages != num_stages || s.debug != debug) return false;
+    if (s.num_warps != num_warps || s.num_stages != num_stages || s.maxnreg != maxnreg || s.debug != debug)
+      return false;
     for (size_t i = 0; i < n_runtime; ++i)
       if (s.keys[i].tag != keys[i].tag || s.keys[i].value != keys[i].value) return false;
     for (size_t i = 0; i < n_constexpr; ++i)
@@ -453,6 +455,7 @@ void register_specialization(FastPath& fp, const CallKey& key, PyObject* compile
   }
   s->num_warps = key.num_warps;
   s->num_stages = key.num_stages;
+  s->maxnreg = key.maxnreg;
   s->debug = key.debug;
   Py_INCREF(compiled);
   s->compiled = compiled;
@@ -514,12 +517,14 @@ bool bind_and_key(const FastPath& fp, PyObject* const* args, Py_ssize_t nargs, P
       if (!exact_long(v, &key->num_warps)) return false;
     } else if (same_name(s.num_stages, name)) {
       if (!exact_long(v, &key->num_stages)) return false;
+    } else if (same_name(s.maxnreg, name)) {
+      if (v != Py_None && (!exact_long(v, &key->maxnreg) || key->maxnreg <= 0)) return false;
     } else if (same_name(s.debug, name)) {
       debug = v;
     } else if (same_name(s.stream, name)) {
       *stream = v;
     } else {
-      return false;  // num_ctas, maxnreg, unknown names: the Python path
+      return false;  // num_ctas, unknown names: the Python path
     }
   }
   for (size_t i = 0; i < n; ++i) {

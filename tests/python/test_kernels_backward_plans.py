@@ -204,7 +204,7 @@ def test_gpu_norm_backward_two_rows_a_step(monkeypatch, shape, dtype):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     from test_kernels_ops import ALL_CASES, check_case
-    monkeypatch.setattr(N, "BWD_TWO_ROWS", True)
+    monkeypatch.setattr(N, "BWD_PLAN_OVERRIDE", (1, 16, True))
     N._BWD_PLANS.clear()
     try:
         for name in ("layer_norm", "layer_norm_relu", "rms_norm", "residual_add_layer_norm", "residual_add_rms_norm"):
@@ -237,3 +237,79 @@ def test_gpu_rms_norm_rope_backward_tall():
                               dy.float().cuda())
     for a, e in zip(got, want):
         torch.testing.assert_close(a.double().cpu(), e, rtol=1e-4, atol=1e-4 * e.abs().max().item())
+
+
+NORM_FORMS = ("layer_norm", "layer_norm_relu", "layer_norm_noaffine", "rms_norm", "residual_add_layer_norm",
+              "residual_add_rms_norm")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 4096), (301, 4096), (1000, 17), (300, 4097), (531, 2048)],
+                         ids=["1x4096", "301x4096", "1000x17", "300x4097", "531x2048"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["float16", "float32"])
+def test_gpu_norm_backward_default_plans_on_odd_shapes(shape, dtype):
+    # The per-form GPU plans (BWD_GPU_PLANS: two register-capped programs per SM for
+    # layer norm, two rows a step for RMS norm): one row, a ragged last step (rows not a
+    # multiple of the programs), a short row, a row one past a power of two (the long-row
+    # fallback), and a shorter block (fewer warps, so no register cap).
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from test_kernels_ops import ALL_CASES, check_case
+    N._BWD_PLANS.clear()
+    for name in NORM_FORMS:
+        check_case(next(c for c in ALL_CASES if c.name == name), shape, dtype, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", [(2, 16, False), (2, 8, False), (1, 16, True), (2, 8, True)],
+                         ids=["2x16", "2x8", "1x16-two-rows", "2x8-two-rows"])
+def test_gpu_norm_backward_every_plan_on_every_form(monkeypatch, plan):
+    # Each plan on each form, including those the defaults do not pick (spilling under
+    # the register cap: the ReLU and the residual's gradient at 2 x 16 warps, two rows
+    # at 2 x 8).
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from test_kernels_ops import ALL_CASES, check_case
+    monkeypatch.setattr(N, "BWD_PLAN_OVERRIDE", plan)
+    N._BWD_PLANS.clear()
+    try:
+        for shape in ((301, 4096), (7, 1000)):
+            for name in NORM_FORMS:
+                check_case(next(c for c in ALL_CASES if c.name == name), shape, torch.float16, device="cuda")
+    finally:
+        N._BWD_PLANS.clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("per_sm", [2, 3, 4])
+def test_gpu_rms_norm_rope_backward_programs_per_sm(monkeypatch, per_sm):
+    # 3 and 4 programs per SM run under a register cap (168, 128 at 4 warps).
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from tessera.kernels import rope as RP
+    monkeypatch.setattr(RP, "BWD_PROGRAMS_PER_SM", per_sm)
+    RP._PLANS.clear()
+    try:
+        test_gpu_rms_norm_rope_backward_tall()
+    finally:
+        RP._PLANS.clear()
+
+
+def test_max_registers_for_programs_per_sm():
+    assert H.max_registers(1, 16) is None  # one program: ptxas's own limit
+    assert H.max_registers(2, 16) == 64
+    assert H.max_registers(2, 8) == 128
+    assert H.max_registers(3, 4) == 168
+    assert H.max_registers(2, 4) is None  # 256 a thread would fit: no cap
+    assert H.max_registers(3, 8) == 80  # 85 rounded down to ptxas's unit of 8
+
+
+def test_norm_backward_gpu_plan_per_form(monkeypatch):
+    monkeypatch.setattr(N, "BWD_PLAN_OVERRIDE", None)
+    assert N._bwd_gpu_plan(False, False, False, 4096) == N.BWD_GPU_PLANS["layer_norm"]
+    assert N._bwd_gpu_plan(False, True, False, 4096) == N.BWD_GPU_PLANS["layer_norm+relu"]
+    assert N._bwd_gpu_plan(True, False, False, 4096) == N.BWD_GPU_PLANS["rms_norm"]
+    assert N._bwd_gpu_plan(True, False, True, 4096) == N.BWD_GPU_PLANS["residual"]
+    assert N._bwd_gpu_plan(False, False, False, 8192) == (1, 16, False)  # long rows: one program per SM
+    cpu_x = torch.zeros(2, 4096)
+    assert N._bwd_two_rows(cpu_x, True, False, False, 4096) is False  # the CPU walks one row a step

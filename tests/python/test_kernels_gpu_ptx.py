@@ -2,6 +2,7 @@
 (bench/kernels.py --device cuda, 16384x4096) specializes them, checked for the
 instruction-level choices their speed depends on (kernels/*.py say why); no GPU needed."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -68,3 +69,27 @@ def test_rms_norm_rope_positions_use_32_bit_division(tmp_path):
     assert "div.s64" not in ptx and "rem.s64" not in ptx
     assert "div.s32" in ptx and "rem.s32" in ptx
 
+
+
+@pytest.mark.parametrize("form", ["layer_norm", "layer_norm+relu"])
+def test_norm_backward_two_programs_per_sm_fit_their_registers(form, tmp_path):
+    # The layer norm walks' GPU plans (kernels/norm.py BWD_GPU_PLANS) put two programs on
+    # each SM: the register cap (maxnreg) must be in the PTX and ptxas must keep to it.
+    from tessera.kernels import _host as H
+    from tessera.kernels import norm as N
+    relu = form.endswith("relu")
+    per_sm, warps, two_rows = N.BWD_GPU_PLANS[form]
+    assert per_sm == 2
+    cap = H.max_registers(per_sm, warps)
+    ptx = tessera.compile(N._norm_bwd_kernel, "*fp16:16," * 6 + "*fp32:16," * 3 + "i32:16," * 6 + "i32",
+                          dict(IS_RMS=False, HAS_W=True, HAS_B=True, RELU=relu, HAS_DH=False, PREFETCH=True,
+                               PAIR_SUM=True, TWO_ROWS=two_rows, ACC=tl.float32, BLOCK=4096),
+                          target="cuda:90a", num_warps=warps, maxnreg=cap).asm["ptx"]
+    assert f".maxnreg {cap}" in ptx
+    assert ptx.count("bar.sync") == 2  # one pair reduction a row: two barriers
+    if PTXAS is not None:
+        (tmp_path / "k.ptx").write_text(ptx)
+        r = subprocess.run([PTXAS, "-v", "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert int(re.search(r"Used (\d+) registers", r.stderr).group(1)) <= cap
