@@ -277,3 +277,20 @@ def test_warm_first_launch_in_a_new_process(workdir, tmp_path):
     best = min(w["first_ms"] for w in warm)
     print(f"\ncold first launch {cold['first_ms']:.1f} ms, warm first launch {best:.1f} ms")
     assert best < 200
+
+
+def test_closure_kernels_of_one_factory_launch_with_their_own_values(tmp_path, monkeypatch):
+    """One code object, different cells: different kernels, in memory and in the disk cache."""
+    import tessera.language as tl
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+
+    def make(value):
+        @tessera.kernel
+        def k(o_ptr):
+            tl.store(o_ptr, value)
+        return k
+
+    for value in (10, 20, 10, 30):
+        o = np.zeros(1, np.int32)
+        make(value)[(1,)](o)
+        assert o[0] == value

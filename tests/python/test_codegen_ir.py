@@ -970,3 +970,21 @@ def test_gather_with_64bit_offsets():
     assert re.search(r"cast %\d+ : tile<16xi64>", text)
     assert re.search(r"addptr %\d+, %\d+ : tile<16x8xptr<f32>>", text)
     assert re.search(r"broadcast %\d+ : tile<16x8xi1>", text)
+
+
+# --- closures made by one factory share a code object (and so the parsed source): each
+# must still be compiled with its own cells (a cached source once carried the first's).
+
+def _make_closure_kernel(kind, scale):
+    def k(o_ptr):
+        if kind == 0:
+            tl.store(o_ptr, 10 * scale)
+        else:
+            tl.store(o_ptr, 20 * scale)
+    return k
+
+
+def test_closures_of_one_factory_are_compiled_with_their_own_cells():
+    texts = [ir(_make_closure_kernel(kind, scale), o_ptr=P(tl.int32)) for kind, scale in ((0, 1), (1, 1), (1, 3))]
+    consts = [re.findall(r"const \{value = (\d+)\}", t) for t in texts]
+    assert consts == [["10"], ["20"], ["60"]]

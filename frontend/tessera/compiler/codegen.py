@@ -74,14 +74,16 @@ def _kernel_function(fn):
 class Frame:
     """One function being compiled: the kernel, or a helper inlined into it."""
 
-    def __init__(self, src, scope, call_node, same_file):
-        self.src = src
+    def __init__(self, src, fn, scope, call_node, same_file):
+        self.src = src                  # parsed source, shared by functions with one code object
+        self.fn = fn                    # this function: its globals and closure cells
         self.scope = scope
         self.call_node = call_node      # the Call in the previous frame, None for the kernel
         self.same_file = same_file      # ops get locations in the kernel's file only
         self.partial = {}               # name -> why it is undefined here (see lookup)
         self.loop_depth = 0
-        fn = src.fn
+        # From `fn`, not src.fn: closures made by one factory share a code object and so a
+        # cached FunctionSource, but each has its own cells (and maybe globals).
         self.globals = fn.__globals__
         self.closure = {}
         if fn.__closure__:
@@ -132,7 +134,7 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
         self.module = Module(src.name, [], attrs)
         self.builder = IRBuilder(self.module)
         self.sem = Semantic(self.builder)
-        self.frames = [Frame(src, {}, None, True)]
+        self.frames = [Frame(src, fn, {}, None, True)]
         self.current_node = None
         self._bind_kernel_params(fn, src, arg_types or {}, constexprs or {}, arg_attrs or {})
 
@@ -559,7 +561,7 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
         it returns."""
         fn = _kernel_function(fn) or fn
         call_node = call_node if call_node is not None else self._current_call_node
-        if any(f.src.fn.__code__ is fn.__code__ for f in self.frames):
+        if any(f.fn.__code__ is fn.__code__ for f in self.frames):
             raise self.error(call_node, f"recursive call of {fn.__name__}() is not supported")
         try:
             src = function_source(fn)
@@ -580,7 +582,7 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
                 raise self.error(call_node, f"{fn.__name__}(): parameter '{pname}' is a tl.constexpr "
                                             f"but got {describe(value)}")
             scope[pname] = value
-        frame = Frame(src, scope, call_node, same_file=src.filename == self.kernel_file)
+        frame = Frame(src, fn, scope, call_node, same_file=src.filename == self.kernel_file)
         self.frames.append(frame)
         try:
             self.visit_block(src.node.body)
