@@ -170,6 +170,19 @@ class Verifier {
         n_operands(op, 2, 2), n_results(op, 1);
         same_shape(op, op.operands[0]->type, op.operands[1]->type);
         break;
+      case OpKind::Gather: {
+        // out[i] = src[i with i[axis] replaced by index[i]]: index has src's rank and
+        // its shape off the axis, the result index's shape and src's type
+        n_operands(op, 2, 2), n_results(op, 1);
+        const Type &src = op.operands[0]->type, &idx = op.operands[1]->type, &r = op.result()->type;
+        int64_t ax = op.int_attr("axis", -1);
+        if (!src.is_tile() || idx.rank() != src.rank() || ax < 0 || ax >= src.rank()) fail(&op, "bad gather axis or ranks");
+        for (int d = 0; d < src.rank(); ++d)
+          if (d != ax && idx.shape[d] != src.shape[d]) fail(&op, "gather index shape differs off the axis");
+        if (!idx.elem.is_int() || r.shape != idx.shape || r.elem != src.elem || src.elem.is_ptr())
+          fail(&op, "bad gather types");
+        break;
+      }
       case OpKind::Split:
         n_operands(op, 1, 1), n_results(op, 2);
         if (op.operands[0]->type.shape.empty() || op.operands[0]->type.shape.back() != 2)

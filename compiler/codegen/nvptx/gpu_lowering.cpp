@@ -320,6 +320,19 @@ void GpuLowering::lower_tile_op(const Op& op) {
     case OpKind::Hint:
       for (auto& r : op.results) tiles_[r.get()] = TileVal{};
       return;
+    case OpKind::Gather: {  // src's registers go through shared memory (gather_at)
+      TileVal& src = tile(op.operands[0]);
+      if (src.kind != TileVal::Regs) {
+        BlockedLayout l = preferred_layout(op.operands[0]);
+        std::vector<llvm::Value*> regs = materialize(op.operands[0], l);
+        TileVal& t = tile(op.operands[0]);
+        t.kind = TileVal::Regs;
+        t.regs = std::move(regs);
+        t.layout = std::move(l);
+      }
+      tiles_[op.result()] = TileVal{};
+      return;
+    }
     default: break;
   }
   if (!op_has_trait(op.kind, 'E')) unsupported(op, std::string("'") + op.name() + "' is not supported on the GPU yet");
@@ -394,6 +407,7 @@ llvm::Value* GpuLowering::at_uncached(const Value* v, const SymIndex& s) {
       o.push_back({IndexBit{v->index() ? IndexBit::One : IndexBit::Zero, 0}});
       return at(op.operands[0], o);
     }
+    case OpKind::Gather: return gather_at(op, s);
     default: break;
   }
   std::vector<llvm::Value*> args;
@@ -505,6 +519,14 @@ llvm::Value* GpuLowering::new_smem(llvm::Type* elem, int64_t count, const std::s
 llvm::Value* GpuLowering::read_through_smem(const Value* v, const SymIndex& s) {
   const ElemType& e = v->type.elem;
   llvm::Type* mt = llvm_mem_type(ctx_, e);
+  llvm::Value* buf = smem_copy_of(v);
+  llvm::Value* idx = runtime_index(flat_bits(s));
+  return from_mem(b_, b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, buf, idx)), e);
+}
+
+llvm::Value* GpuLowering::smem_copy_of(const Value* v) {
+  const ElemType& e = v->type.elem;
+  llvm::Type* mt = llvm_mem_type(ctx_, e);
   auto& buf = smem_of_[v];
   if (!buf) buf = new_smem(mt, v->type.numel(), "cvt");
   if (!smem_written_.count({v, b_.GetInsertBlock()})) {
@@ -517,8 +539,7 @@ llvm::Value* GpuLowering::read_through_smem(const Value* v, const SymIndex& s) {
     barrier();
     smem_written_.insert({v, b_.GetInsertBlock()});
   }
-  llvm::Value* idx = runtime_index(flat_bits(s));
-  return from_mem(b_, b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, buf, idx)), e);
+  return buf;
 }
 
 llvm::Value* GpuLowering::alloca_in_entry(llvm::Type* t) {

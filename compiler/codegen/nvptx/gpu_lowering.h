@@ -88,6 +88,11 @@ class GpuLowering {
   BlockedLayout preferred_layout(const ir::Value* v);
   const BlockedLayout* layout_hint(const ir::Value* v);
   llvm::Value* read_through_smem(const ir::Value* v, const SymIndex& s);
+  // v's Regs tile in shared memory (row-major; written once per basic block, between
+  // barriers), for reads at indices other threads hold.
+  llvm::Value* smem_copy_of(const ir::Value* v);
+  // gather(src, index, axis) at `s` (lower_gather_nvptx.cpp).
+  llvm::Value* gather_at(const ir::Op& op, const SymIndex& s);
   // A region of the kernel's dynamic shared memory (one extern array; the launch
   // passes shared_bytes()). Points at the region's first byte, 16-byte aligned.
   llvm::Value* new_smem(llvm::Type* elem, int64_t count, const std::string& name, int64_t align = 16);

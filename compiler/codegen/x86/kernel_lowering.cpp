@@ -167,6 +167,7 @@ void KernelLowering::lower_op(const Op& op) {
     case OpKind::Join:
     case OpKind::Reshape:
     case OpKind::Permute:
+    case OpKind::Gather:
       unsupported(op, std::string("'") + op.name() + "' needs a tile operand");
     default: break;
   }

@@ -102,6 +102,7 @@ class KernelLowering {
   void lower_tile_op(const ir::Op& op);
   llvm::Value* emit_chunk(const ir::Value* v, const Chunk& c);
   llvm::Value* emit_lazy_chunk(const ir::Op& op, int result, const Chunk& c);
+  llvm::Value* emit_gather_chunk(const ir::Op& op, const Chunk& c);
   llvm::Value* view_chunk(const TileRef& r, const ir::Type& t, const Chunk& c);
   llvm::Value* view_address(const TileRef& r, const ir::Type& t, const Chunk& c);
   TileRef materialize(const ir::Value* v);

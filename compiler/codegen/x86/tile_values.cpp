@@ -365,6 +365,7 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
       return b_.CreateSelect(b_.CreateICmpEQ(last, b_.getInt64(0)), a, bb);
     }
     case OpKind::Load: return emit_load_chunk(op, c);
+    case OpKind::Gather: return emit_gather_chunk(op, c);
     default: break;
   }
   std::vector<llvm::Value*> args;
@@ -378,6 +379,38 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
     }
   }
   return r;
+}
+
+// A chunk of gather(src, index, axis): each lane's src element is the chunk's own
+// position with the axis coordinate replaced by its index lane (clamped into 0 .. n-1),
+// read from src's buffer (lower_tile_op made src a View) -- one masked gather a chunk.
+llvm::Value* KernelLowering::emit_gather_chunk(const Op& op, const Chunk& c) {
+  const Value* src = op.operands[0];
+  const TileRef& r = tile(src);
+  const Type& st = src->type;
+  const int64_t axis = op.int_attr("axis");
+  const bool minor = axis == static_cast<int64_t>(c.idx.size()) - 1;
+  llvm::Type* mt = llvm_mem_type(ctx_, st.elem);
+  // Lane 0's address with the axis coordinate 0; the lanes add their index's rows and,
+  // when the chunk runs along another dim than the axis, their own column.
+  Chunk at_zero = c;
+  at_zero.idx[axis] = b_.getInt64(0);
+  llvm::Value* base = view_address(r, st, at_zero);
+  llvm::Value* idx = emit_chunk(op.operands[1], c);
+  llvm::Type* i64 = c.width == 1 ? static_cast<llvm::Type*>(b_.getInt64Ty()) : llvm::FixedVectorType::get(b_.getInt64Ty(), c.width);
+  idx = op.operands[1]->type.elem.is_unsigned() ? b_.CreateZExtOrTrunc(idx, i64) : b_.CreateSExtOrTrunc(idx, i64);
+  auto lanes = [&](int64_t v) { return c.width == 1 ? static_cast<llvm::Value*>(b_.getInt64(v)) : b_.CreateVectorSplat(c.width, b_.getInt64(v)); };
+  idx = b_.CreateSelect(b_.CreateICmpSLT(idx, lanes(0)), lanes(0), idx);
+  idx = b_.CreateSelect(b_.CreateICmpSGT(idx, lanes(st.shape[axis] - 1)), lanes(st.shape[axis] - 1), idx);
+  llvm::Value* off = b_.CreateMul(idx, lanes(r.strides[axis]));
+  if (c.width == 1) return from_mem(b_, b_.CreateLoad(mt, b_.CreateGEP(mt, base, off)), st.elem);
+  if (!minor && r.strides.back() != 0) {
+    std::vector<llvm::Constant*> cols;
+    for (int l = 0; l < c.width; ++l) cols.push_back(b_.getInt64(l * r.strides.back()));
+    off = b_.CreateAdd(off, llvm::ConstantVector::get(cols));
+  }
+  auto* vt = llvm::FixedVectorType::get(mt, c.width);
+  return from_mem(b_, b_.CreateMaskedGather(vt, b_.CreateGEP(mt, base, off), llvm::Align(1)), st.elem);
 }
 
 void KernelLowering::write_into(const TileRef& dst, const Value* v) {
@@ -459,6 +492,17 @@ void KernelLowering::lower_tile_op(const Op& op) {
       TileRef r = materialize(op.operands[0]);
       r.strides = row_major_strides(res->type.shape);
       tiles_[res] = r;
+      return;
+    }
+    case OpKind::Gather: {
+      // src in a buffer (its elements are read at lane-dependent rows), then the result
+      // evaluated chunk by chunk (emit_gather_chunk)
+      if (tile(op.operands[0]).kind != TileRef::View) tiles_[op.operands[0]] = materialize(op.operands[0]);
+      TileRef r;
+      r.kind = TileRef::Lazy;
+      r.op = &op;
+      tiles_[res] = r;
+      materialize(res);
       return;
     }
     case OpKind::Split: {

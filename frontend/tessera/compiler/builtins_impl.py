@@ -24,7 +24,7 @@ TENSOR_METHODS = {name: name for name in (
     "sum", "max", "min", "argmax", "argmin", "xor_sum", "cumsum", "cumprod", "reduce",
     "associative_scan", "exp", "exp2", "log", "log2", "sqrt", "sqrt_rn", "rsqrt", "sin", "cos",
     "abs", "floor", "ceil", "erf", "tanh", "sigmoid", "softmax", "trans", "permute", "reshape",
-    "view", "broadcast_to", "expand_dims", "split", "join", "ravel", "fma", "umulhi", "cdiv",
+    "view", "broadcast_to", "expand_dims", "split", "join", "ravel", "gather", "fma", "umulhi", "cdiv",
     "cast", "clamp", "interleave", "flip", "sort", "topk", "histogram")}
 TENSOR_METHODS["to"] = "cast"
 
@@ -444,6 +444,11 @@ def _join(cg, a, b):
 @builtin_impl("split")
 def _split(cg, a):
     return cg.sem.split(a)
+
+
+@builtin_impl("gather")
+def _gather(cg, src, index, axis):
+    return cg.sem.gather(src, index, _const_int(axis, "tl.gather axis"))
 
 
 @builtin_impl("ravel")

@@ -133,6 +133,26 @@ class TileOps:
         op = self.builder.create("split", [x.handle], [rt, rt])
         return Value(op.results[0]), Value(op.results[1])
 
+    def gather(self, src, index, axis):
+        """out[i] = src[i with i[axis] replaced by index[i]] (Triton's tl.gather): index
+        has src's rank and its dims off the axis; an index outside 0 .. n-1 is clamped
+        into it (never a read outside the tile)."""
+        src, index = self._tile(src, "tl.gather"), self._tile(index, "tl.gather")
+        if src.dtype.is_ptr():
+            raise SemanticError(f"tl.gather cannot gather pointers, got {describe(src)}")
+        if not index.dtype.is_int() or index.dtype.is_bool():
+            raise SemanticError(f"tl.gather index must be an integer tile, got {describe(index)}")
+        rank = len(src.shape)
+        if not isinstance(axis, int) or isinstance(axis, bool):
+            raise SemanticError(f"tl.gather axis must be a compile-time integer, got {describe(axis)}")
+        if not -rank <= axis < rank:
+            raise SemanticError(f"tl.gather axis {axis} is out of range for src {describe(src)} (rank {rank})")
+        axis %= rank
+        if len(index.shape) != rank or any(index.shape[d] != src.shape[d] for d in range(rank) if d != axis):
+            raise SemanticError(f"tl.gather index {describe(index)} must have the shape of src {describe(src)} in "
+                                f"every dimension but the axis ({axis})")
+        return self._op("gather", [src, index], src.dtype, index.shape, {"axis": axis})
+
     # ------------------------------------------------------------------ reductions / scans
     def _normalize_axis(self, axis, rank, what):
         if not isinstance(axis, int) or isinstance(axis, bool):

@@ -1,4 +1,4 @@
-"""Shape builtins (trans, permute, reshape, broadcast, expand_dims, join, split, ravel)
+"""Shape builtins (trans, permute, reshape, broadcast, expand_dims, join, split, ravel, gather)
 and tl.dot."""
 from __future__ import annotations
 
@@ -116,6 +116,21 @@ class ShapeOps:
             raise SemanticError(f"tl.split needs a tile whose last dimension is 2, got "
                                 f"{list(x.shape)}")
         return Tensor(x.data[..., 0], x.dtype), Tensor(x.data[..., 1], x.dtype)
+
+    def gather(self, src, index, axis):
+        x, idx = to_tensor(src, "tl.gather"), to_tensor(index, "tl.gather")
+        axis = int(unwrap(axis))
+        rank = len(x.shape)
+        if not x.shape or not -rank <= axis < rank:
+            raise SemanticError(f"tl.gather axis {axis} is out of range for a tile of shape {list(x.shape)}")
+        axis %= rank
+        if not idx.dtype.is_int() or idx.dtype.is_bool():
+            raise SemanticError(f"tl.gather index must be an integer tile, got {idx.dtype}")
+        if len(idx.shape) != rank or any(idx.shape[d] != x.shape[d] for d in range(rank) if d != axis):
+            raise SemanticError(f"tl.gather index of shape {list(idx.shape)} must have the shape of src "
+                                f"{list(x.shape)} in every dimension but the axis ({axis})")
+        i = np.clip(idx.data.astype(np.int64), 0, x.shape[axis] - 1)   # as the compiled kernels clamp
+        return Tensor(np.take_along_axis(x.data, i, axis=axis), x.dtype)
 
     # --- dot ------------------------------------------------------------------------------
     def dot(self, input, other, acc=None, input_precision=None, allow_tf32=None,

@@ -153,7 +153,7 @@ MEMBER_BUILTINS = frozenset({
     "expand_dims", "ravel", "split", "join", "cast", "exp", "exp2", "log", "log2", "sqrt",
     "sqrt_rn", "rsqrt", "sin", "cos", "abs", "floor", "ceil", "erf", "tanh", "sigmoid",
     "softmax", "cdiv", "fma", "umulhi", "fdiv", "div_rn", "multiple_of", "max_contiguous",
-    "max_constancy", "interleave", "flip", "sort", "topk", "histogram",
+    "max_constancy", "interleave", "flip", "sort", "topk", "histogram", "gather",
 })
 
 
