@@ -36,6 +36,10 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     # 128x256 in flight takes 32-wide K steps (6 stages of 24 KB).
     (128, 256, 64, 8, 3, 1, 1), (128, 128, 64, 8, 4, 1, 1), (128, 256, 32, 8, 6, 1, 1), (256, 128, 32, 16, 6, 1, 1),
     (128, 128, 64, 8, 2, 1, 2),
+    # Warp-specialized (a producer warp issues the TMA copies and runs ahead across tiles,
+    # compiler/codegen/nvptx/warp_specialize_nvptx.cpp): persistent only.
+    (128, 256, 64, 8, 4, 1, 1, True), (128, 256, 64, 8, 3, 1, 1, True), (128, 128, 64, 8, 4, 1, 1, True),
+    (128, 128, 64, 8, 3, 1, 2, True), (256, 128, 64, 16, 4, 1, 1, True),
 ]
 
 
@@ -115,11 +119,14 @@ def sweep(dtype, only=""):
         if only and not any(o in name for o in only.split(",")):
             continue
         fns = {"cuBLAS": f_cublas}
-        for (bm, bn, bk, w, s, g, per_sm) in SWEEP:
+        for (bm, bn, bk, w, s, g, per_sm, *ws) in SWEEP:
             if dtype == torch.float32 and bk > 32:
                 continue
-            t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g, **({"persistent": per_sm} if per_sm else {})})
-            fns[f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "")] = (lambda t=t, f=f_tk: f(t))
+            ws = bool(ws and ws[0])
+            t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g, **({"persistent": per_sm} if per_sm else {}),
+                              **({"warp_specialize": True} if ws else {})})
+            fns[f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") +
+                (" ws" if ws else "")] = (lambda t=t, f=f_tk: f(t))
         fns["heuristic"] = lambda f=f_tk: f(None)
         with torch.no_grad():
             res = measure_cuda_events(fns)

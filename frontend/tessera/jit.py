@@ -194,7 +194,7 @@ def _cuda_launcher(ck, device, num_warps, kernel_name):
     except _C.CudaError as e:
         raise _named_cuda_error(kernel_name, e) from None
     # The block size the kernel was compiled for (a kernel may fix num_warps itself).
-    threads = 32 * int(ck.metadata.get("num_warps", num_warps) or num_warps)
+    threads = int(ck.metadata.get("threads") or 32 * int(ck.metadata.get("num_warps", num_warps) or num_warps))
     current = _current_stream_getter()
     launch_cuda = _C.cuda_launch
     ck._fast_target = ("cuda", index, fn, threads, shared, current)

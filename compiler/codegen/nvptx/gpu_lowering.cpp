@@ -202,7 +202,7 @@ llvm::Function* GpuLowering::run() {
                                              llvm::ConstantAsMetadata::get(b_.getInt32(v))}));
   };
   md("kernel", 1);
-  md("maxntidx", num_threads_);
+  md("maxntidx", block_threads());
   if (!tma_maps_.empty()) {
     // The CUtensorMaps: 128-byte .param arrays, 64-byte aligned, whose addresses
     // (cvta.param) the TMA copies read in place -- __grid_constant__.
@@ -469,7 +469,17 @@ llvm::Value* GpuLowering::is_first_replica(const BlockedLayout& l) {
   return b_.CreateICmpEQ(b_.CreateAnd(tid_, b_.getInt32(unused)), b_.getInt32(0));
 }
 
-void GpuLowering::barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+void GpuLowering::barrier() {
+  // Past a warp-specialized loop's split only the consumers are left to synchronize
+  // (warp_specialize_nvptx.cpp): named barrier 1 over their threads.
+  if (in_producer_)
+    throw CompileError("warp_specialize: the producer's copies would need a CTA barrier (this is a Tessera bug)", false);
+  if (consumer_barriers_) {
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_sync_cnt, {}, {b_.getInt32(1), b_.getInt32(num_threads_)});
+    return;
+  }
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+}
 
 // Every buffer is a fixed region of one extern dynamic shared array: static
 // shared memory stops at 48 KB, dynamic goes to the device's opt-in maximum
@@ -614,6 +624,7 @@ void GpuLowering::lower_for(const Op& op) {
   };
   auto in_range = [&](llvm::Value* i) { return ivt.is_unsigned() ? b_.CreateICmpULT(i, ub) : b_.CreateICmpSLT(i, ub); };
   std::optional<Pipeline> pipe = plan_pipeline(body);
+  if (warp_specialize_loop(op, pipe)) pipe->warp_specialized = true;
   std::vector<Prefetch> pf = pipe ? std::vector<Prefetch>{} : plan_prefetch(body);
   if (pipe) {
     std::vector<BlockedLayout> layouts;

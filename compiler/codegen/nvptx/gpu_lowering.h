@@ -60,6 +60,8 @@ class GpuLowering {
   // Emits the kernel function (named after the kernel) and returns it.
   llvm::Function* run();
   int shared_bytes() const { return shared_bytes_; }
+  // Threads per block to launch: num_warps*32, plus a warp-specialized loop's producer warp.
+  int block_threads() const { return num_threads_ + producer_threads_; }
   // The tensor maps the kernel takes after its own parameters, for the runtime
   // (runtime/include/tessera/tensor_map_spec.h); "" when none.
   std::string tensor_map_spec() const;
@@ -234,6 +236,10 @@ class GpuLowering {
     llvm::Value* lb = nullptr;               // the loop's first induction value
     llvm::Value* current_stage = nullptr;    // this iteration's read stage
     llvm::Value* first_iteration = nullptr;  // i1
+    // A producer warp issues the copies, the consumers only wait (warp_specialize_nvptx.cpp);
+    // issuer: the i1 that picks the issuing thread (nullptr: thread 0).
+    bool warp_specialized = false;
+    llvm::Value* issuer = nullptr;
   };
   // Re-lowering part of a loop body with other bindings (the values of a later
   // iteration: prefetch_nvptx.cpp, pipeline_nvptx.cpp): forget_bindings saves and
@@ -295,6 +301,15 @@ class GpuLowering {
   void tma_release_stage(Pipeline& p);  // end of an iteration: arrive on the retired stage's empty barrier
   // Spins (this thread) until `bar` (shared address) completed the phase of `parity`.
   void emit_mbarrier_wait(llvm::Value* bar, llvm::Value* parity);
+
+  // --- warp_specialize_nvptx.cpp: a producer warp for a loop's TMA ring ---------
+  // Whether `loop` is specialized: asked for (its warp_specialize attribute) on sm_90a
+  // with TMA rings; a CompilationError where asked for but impossible.
+  bool warp_specialize_loop(const ir::Op& loop, const std::optional<Pipeline>& pipe);
+  // Splits the CTA: the producer warp's loop of copies (then it returns); leaves the
+  // builder in the consumers' block, where barriers are named ones from then on.
+  void emit_producer(const ir::Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,
+                     const std::function<llvm::Value*(llvm::Value*)>& in_range);
 
   // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
   void lower_atomic(const ir::Op& op);
@@ -362,6 +377,12 @@ class GpuLowering {
   llvm::Value* dot_phase_ = nullptr;  // i32 alloca: the copy the next dot writes
   std::set<const ir::Value*> used_;  // values some op uses (for has_uses)
   bool used_ready_ = false;
+  // Warp specialization (warp_specialize_nvptx.cpp): the producer's threads past the
+  // consumers' num_threads_; lowering the producer's loop; past the split (barriers
+  // are bar.sync 1 over the consumers).
+  int producer_threads_ = 0;
+  bool in_producer_ = false;
+  bool consumer_barriers_ = false;
 };
 
 }  // namespace tessera::codegen::nvptx

@@ -363,6 +363,11 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
   p.write_stage = alloca_in_entry(b_.getInt32Ty());
   barrier();  // an earlier run of this loop (an enclosing loop) may still read the ring
   if (p.tma) tma_prologue(p);
+  if (p.warp_specialized) {  // the producer warp issues every stage, from the first
+    emit_producer(body, p, lb, step, in_range);
+    b_.CreateStore(b_.getInt32(0), p.read_stage);
+    return;
+  }
   llvm::Value* iv = lb;
   const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
   for (int s = 0; s < ahead; ++s) {
@@ -390,17 +395,19 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
   llvm::Value* rs = b_.CreateLoad(b_.getInt32Ty(), p.read_stage);
   p.current_stage = rs;
   p.first_iteration = b_.CreateICmpEQ(scalar(body.args[0].get()), p.lb);
-  llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
-  llvm::Value* iv = b_.CreateLoad(step->getType(), p.ahead_iv);
-  issue_stage(body, p, iv, ws, in_range(iv));
-  b_.CreateStore(b_.CreateAdd(iv, step), p.ahead_iv);
   auto next = [&](llvm::Value* s) {
     llvm::Value* n = b_.CreateAdd(s, b_.getInt32(1));
     return b_.CreateSelect(b_.CreateICmpEQ(n, b_.getInt32(p.stages)), b_.getInt32(0), n);
   };
+  if (!p.warp_specialized) {  // (else the producer warp issues: warp_specialize_nvptx.cpp)
+    llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
+    llvm::Value* iv = b_.CreateLoad(step->getType(), p.ahead_iv);
+    issue_stage(body, p, iv, ws, in_range(iv));
+    b_.CreateStore(b_.CreateAdd(iv, step), p.ahead_iv);
+    b_.CreateStore(next(ws), p.write_stage);
+  }
   llvm::Value* next_rs = next(rs);
   b_.CreateStore(next_rs, p.read_stage);
-  b_.CreateStore(next(ws), p.write_stage);
   if (p.tma) {  // the copies of this iteration have landed (mbarrier of stage rs)
     tma_wait(p, rs);
     tma_advance_phase(p, next_rs);

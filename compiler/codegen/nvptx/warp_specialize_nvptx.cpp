@@ -1,0 +1,134 @@
+// NVPTX lowering: warp specialization of a loop whose TMA ring (tma_nvptx.cpp) feeds
+// wgmma dots: `tl.range(..., warp_specialize=True)` on sm_90a.
+//
+// The CTA gets one extra warp, the producer; the loop is lowered twice.
+//   producer (thread num_warps*32 alone; the rest of its warp returns at once):
+//     for every iteration: the ring's address arithmetic (the pipelined loads' slice
+//     and the carried values they read, as issue_stage re-lowers them), wait on the
+//     stage's "empty" mbarrier, expect_tx + the TMA copies into it; then return. Nothing
+//     else of the body is lowered, so it runs ahead by itself, bounded only by the
+//     stages the consumers have released -- across tile boundaries and through the
+//     epilogue of a flat persistent loop, which nothing overlapped before.
+//   consumers (the kernel's num_warps warps, thread ids and layouts unchanged):
+//     the body as usual, but no copies: wait on the stage's "full" mbarrier, wgmma,
+//     arrive on its "empty" mbarrier, epilogue, stores.
+// Worked example, the flat persistent x @ W^T (128x256x64 tiles, 8 warps, 3 stages):
+//   all 288 threads: mbarrier.init full[0..2] (1), empty[0..2] (8); bar.sync 0
+//   tid >= 256:  tid != 256: ret
+//                for w in 0..steps-1: if w >= 3: try_wait.parity empty[w%3], (w/3-1)&1
+//                                     expect_tx full[w%3]; 5 boxes of step w; ret
+//   tid < 256:   for j in 0..steps-1: try_wait.parity full[j%3], (j/3)&1; wgmma ...;
+//                                     lane 0 of each warp: arrive empty[j%3]; (last K step:
+//                                     epilogue, with bar.sync 1, 256 where it needs a barrier)
+// Every CTA barrier after the split is the named barrier 1 over the consumers only
+// (the producer has returned, and barrier 0 counts every thread of the CTA).
+// The loop must be the kernel's own (not inside another loop: the producer returns
+// after it) and the only specialized one, and its ring must be the TMA's with empty
+// barriers; on other targets (sm_80, sm_90 without "a") the hint is ignored, as the
+// CPU and the interpreter ignore it (the same source runs everywhere), and with
+// TESSERA_TMA=0/2 (debugging switches) too. A ring in an inner loop is not taken:
+// the loop to specialize is the flat one (Triton spells the flattening flatten=True).
+#include "codegen/nvptx/gpu_lowering.h"
+
+namespace tessera::codegen::nvptx {
+
+using namespace ir;
+
+namespace {
+
+bool inside_loop(const Op& op) {
+  for (const Block* b = op.parent; b && b->parent() && b->parent()->parent();) {
+    const Op* outer = b->parent()->parent();
+    if (outer->kind == OpKind::For || outer->kind == OpKind::While) return true;
+    b = outer->parent;
+  }
+  return false;
+}
+
+bool has_ring_below(const Block& b, const std::function<bool(const Block&)>& ring) {
+  for (auto& op : b.ops)
+    for (auto& r : op->regions) {
+      if (op->kind == OpKind::For && ring(*r->block)) return true;
+      if (has_ring_below(*r->block, ring)) return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+bool GpuLowering::warp_specialize_loop(const Op& loop, const std::optional<Pipeline>& pipe) {
+  auto attr = loop.attrs.find("warp_specialize");
+  if (attr == loop.attrs.end() || !std::holds_alternative<int64_t>(attr->second) || !std::get<int64_t>(attr->second))
+    return false;
+  if (!wgmma_ || !tma_ || tma_cta_barrier_) return false;  // a schedule hint other targets ignore
+  const std::string why = "tl.range(..., warp_specialize=True): ";
+  if (inside_loop(loop))
+    unsupported(loop, why + "the loop is inside another loop; only a loop of the kernel itself can be specialized "
+                            "(its producer warp returns after it)");
+  if (producer_threads_)
+    unsupported(loop, why + "the kernel already has a warp-specialized loop; only one is supported");
+  if (!pipe || !pipe->tma) {
+    const Block& body = *loop.regions[0]->block;
+    std::function<bool(const Block&)> ring = [&](const Block& b) {
+      auto p = plan_pipeline(b);
+      return p && p->tma;
+    };
+    if (has_ring_below(body, ring))
+      unsupported(loop, why + "the TMA ring is in an inner loop; write the loop flat (one loop over every K step of "
+                              "the program's tiles, as Triton's flatten=True) and specialize that one");
+    unsupported(loop, why + "the loop has no TMA-filled ring to specialize: it needs tl.dot operands loaded as 2-D "
+                            "tiles the TMA can copy (a base pointer parameter, unit inner stride, rows 16-byte "
+                            "aligned, masks of the tile's bounds), 16-bit or tf32 wgmma dots, and num_stages >= 2");
+  }
+  return true;
+}
+
+void GpuLowering::emit_producer(const Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,
+                                const std::function<llvm::Value*(llvm::Value*)>& in_range) {
+  producer_threads_ = 32;
+  llvm::BasicBlock* producer_bb = llvm::BasicBlock::Create(ctx_, "ws.producer", fn_);
+  llvm::BasicBlock* consumer_bb = llvm::BasicBlock::Create(ctx_, "ws.consumer", fn_);
+  llvm::BasicBlock* issuer_bb = llvm::BasicBlock::Create(ctx_, "ws.issuer", fn_);
+  llvm::BasicBlock* done_bb = llvm::BasicBlock::Create(ctx_, "ws.producer.done", fn_);
+  const uint32_t first = static_cast<uint32_t>(num_threads_);
+  b_.CreateCondBr(b_.CreateICmpUGE(tid_, b_.getInt32(first)), producer_bb, consumer_bb);
+  b_.SetInsertPoint(producer_bb);
+  b_.CreateCondBr(b_.CreateICmpEQ(tid_, b_.getInt32(first)), issuer_bb, done_bb);
+
+  // The issuing thread's loop: iteration iv's copies into stage write_stage.
+  b_.SetInsertPoint(issuer_bb);
+  in_producer_ = true;
+  p.issuer = b_.getTrue();
+  b_.CreateStore(b_.getInt32(0), p.write_stage);
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  auto* header = llvm::BasicBlock::Create(ctx_, "ws.for.header", fn_);
+  auto* loop_body = llvm::BasicBlock::Create(ctx_, "ws.for.body", fn_);
+  b_.CreateBr(header);
+  b_.SetInsertPoint(header);
+  llvm::PHINode* iv = b_.CreatePHI(lb->getType(), 2);
+  iv->addIncoming(lb, pre);
+  b_.CreateCondBr(in_range(iv), loop_body, done_bb);
+  b_.SetInsertPoint(loop_body);
+  memo_.clear();
+  llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
+  issue_stage(body, p, iv, ws, b_.getTrue());
+  llvm::Value* n = b_.CreateAdd(ws, b_.getInt32(1));
+  b_.CreateStore(b_.CreateSelect(b_.CreateICmpEQ(n, b_.getInt32(static_cast<uint32_t>(p.stages))), b_.getInt32(0), n),
+                 p.write_stage);
+  llvm::Value* next = b_.CreateAdd(iv, step);
+  iv->addIncoming(next, b_.GetInsertBlock());
+  b_.CreateBr(header);
+  in_producer_ = false;
+  p.issuer = nullptr;
+
+  b_.SetInsertPoint(done_bb);
+  b_.CreateRetVoid();
+
+  // The consumers go on with the loop and the rest of the kernel.
+  b_.SetInsertPoint(consumer_bb);
+  memo_.clear();
+  smem_written_.clear();
+  consumer_barriers_ = true;
+}
+
+}  // namespace tessera::codegen::nvptx
