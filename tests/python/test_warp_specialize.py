@@ -55,21 +55,23 @@ def _split(ptx):
 
 
 def test_specialized_persistent_matmul_ptx(tmp_path):
-    ck = _linear_persistent()
-    assert ck.metadata["threads"] == "288"  # 8 consumer warps and the producer warp
+    ck = _linear_persistent(stages=3)
+    assert ck.metadata["threads"] == "384"  # two consumer warpgroups and the producer warpgroup
     ptx = ck.asm["ptx"]
-    assert ".maxntid 288" in ptx
+    assert ".maxntid 384" in ptx
     before, producer, consumers = _split(ptx)
-    # Before the split: every thread initializes the ring's barriers (4 full, 4 empty), CTA barrier 0.
-    assert before.count("mbarrier.init.shared::cta.b64") == 8 and "bar.sync \t0;" in before
+    # Before the split: every thread initializes the ring's barriers (3 full, 3 empty), CTA barrier 0.
+    assert before.count("mbarrier.init.shared::cta.b64") == 6 and "bar.sync \t0;" in before
+    # Registers: 384 threads launch with 168 each; the producer warpgroup keeps 40 and the
+    # consumers take the rest (256 x 232 + 128 x 40 = 384 x 168).
+    assert "setmaxnreg.dec.sync.aligned.u32 40;" in producer and "setmaxnreg" not in before
+    assert consumers.count("setmaxnreg.inc.sync.aligned.u32 232;") == 1 and "setmaxnreg.dec" not in consumers
     # The producer: only the copies (an A box and a B box per stage) behind expect_tx, and waits
     # on the empty barriers; no tensor-core work, no stores, no barriers.
     assert producer.count("cp.async.bulk.tensor.2d") == 2 and producer.count("mbarrier.arrive.expect_tx") == 1
     assert producer.count("mbarrier.try_wait.parity") == 1
     assert "wgmma" not in producer and "st.global" not in producer and "bar.sync" not in producer
     assert "barrier.sync" not in producer
-    # Its parity for the w-th issue (w >= 4 stages): (w / 4 - 1) & 1, i.e. bit 2 of ~w.
-    assert re.search(r"not\.b32\s+(%r\d+), %r\d+;\s*\n\s*bfe\.u32\s+%r\d+, \1, 2, 1;", producer)
     # The consumers: wait on full barriers, wgmma, release stages; no copies; every barrier
     # past the split is named barrier 1 over the 256 consumer threads.
     assert "cp.async.bulk" not in consumers and "expect_tx" not in consumers
@@ -77,7 +79,29 @@ def test_specialized_persistent_matmul_ptx(tmp_path):
     assert "mbarrier.try_wait.parity" in consumers and "mbarrier.arrive.shared::cta.b64 _, [" in consumers
     assert "bar.sync" not in consumers and "barrier.sync \t1, 256;" in consumers
     info = _assemble(ptx, tmp_path)
-    assert "spill" not in info or "0 bytes spill stores" in info
+    assert "Used 168 registers" in info and "0 bytes spill stores" in info
+
+
+def test_producer_parity_with_four_stages():
+    # The w-th issue (w >= 4) waits for the (w/4 - 1)-th release of stage w % 4: parity
+    # (w/4 - 1) & 1, which is bit 2 of ~w.
+    _, producer, _ = _split(_linear_persistent(bn=128, stages=4).asm["ptx"])
+    assert re.search(r"not\.b32\s+(%r\d+), %r\d+;\s*\n\s*bfe\.u32\s+%r\d+, \1, 2, 1;", producer)
+    assert re.search(r"setp\.gt\.u32\s+%p\d+, %r\d+, 3;", producer)  # no wait for the first 4 issues
+
+
+def test_unaligned_rows_run_unspecialized():
+    # K not known to be a multiple of 16 elements: the rows may not be 16-byte aligned, no
+    # TMA ring for this specialization, so the loop runs as written (other launches of the
+    # same kernel may still specialize it).
+    sig = {p: "*fp16:16" for p in ("A", "B", "BIAS", "C", "Z")}
+    sig.update({p: "i32" for p in ("K", "s_am", "s_bn")})
+    sig.update({p: "i32:16" for p in ("s_ab", "s_bb", "s_cb")})
+    sig.update(M="i32", N="i32", scale="fp32", batches="i32")
+    ce = dict(s_ak=1, s_bk=1, A_MMAJOR=False, B_KMAJOR=True, ACT=1, HAS_BIAS=True, STORE_Z=False, SCALE=False,
+              ACC=tl.float32, BATCHED=False, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, WARP_SPECIALIZE=True)
+    ck = tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=8, num_stages=3)
+    assert ck.metadata["threads"] == "256" and "setmaxnreg" not in ck.asm["ptx"]
 
 
 def test_unspecialized_kernel_unchanged():
@@ -170,9 +194,9 @@ MM_SIG = {"a": "*fp16:16", "b": "*fp16:16", "c": "*fp32:16", "M": "i32", "N": "i
 
 
 @pytest.mark.parametrize("fn, sig, ce, message", [
-    (_no_ring, {"x": "*fp32:16", "out": "*fp32:16", "n": "i32"}, {"BLOCK": 128}, "has no TMA-filled ring"),
+    (_no_ring, {"x": "*fp32:16", "out": "*fp32:16", "n": "i32"}, {"BLOCK": 128}, "loads no tl.dot operand"),
     (_nested, MM_SIG, {"BM": 64, "BN": 64, "BK": 64}, "inside another loop"),
-    (_outer, MM_SIG, {"BM": 64, "BN": 64, "BK": 64}, "the TMA ring is in an inner loop"),
+    (_outer, MM_SIG, {"BM": 64, "BN": 64, "BK": 64}, "loaded in an inner loop"),
 ], ids=["no_ring", "nested", "ring_in_inner_loop"])
 def test_where_it_cannot_apply(fn, sig, ce, message):
     with pytest.raises(tessera.CompilationError) as e:
@@ -216,18 +240,20 @@ def test_specialized_linear_on_gpu(dtype, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     _poisoned_outputs(monkeypatch)
-    # Edges: M, N not multiples of the tile, K not a multiple of BK (200), K < BK (40), one
-    # K step (64); several tiles per program (297 tiles of 128x128 on one CTA per SM); bias or
-    # not, relu and gelu; the stage counts with and without a wgmma group in flight.
-    for per_sm, stages, bn in ((1, 4, 256), (1, 3, 256), (1, 4, 128), (2, 3, 128)):
-        tiles = (128, bn, 64, {"num_warps": 8, "num_stages": stages, "persistent": per_sm, "warp_specialize": True})
-        for product, act in [((1, 4097, 200, 1030, False, True), L.ACT_RELU),
-                             ((1, 4097, 200, 1030, False, True), L.ACT_GELU),
-                             ((1, 4097, 200, 1030, False, True), L.ACT_NONE),
-                             ((1, 300, 40, 520, False, True), L.ACT_RELU),
+    # Edges: M, N not multiples of the tile, K not a multiple of BK (80), K < BK (48), one K
+    # step (64), K 1024; several tiles per program (297 tiles of 128x128 on one CTA per SM);
+    # bias or not, relu and gelu; N-major B (dX = dZ W); stage counts with and without a wgmma
+    # group in flight. K = 200 (rows not 16-byte aligned: no TMA) runs unspecialized.
+    for per_sm, stages, bn, bk in ((1, 3, 256, 64), (1, 6, 256, 32), (1, 4, 128, 64), (2, 3, 128, 64)):
+        tiles = (128, bn, bk, {"num_warps": 8, "num_stages": stages, "persistent": per_sm, "warp_specialize": True})
+        for product, act in [((1, 4097, 80, 1030, False, True), L.ACT_RELU),
+                             ((1, 4097, 80, 1030, False, True), L.ACT_GELU),
+                             ((1, 4097, 80, 1030, False, True), L.ACT_NONE),
+                             ((1, 300, 48, 520, False, True), L.ACT_RELU),
                              ((1, 1030, 64, 4097, False, True), L.ACT_GELU),
                              ((1, 2048, 1024, 2048, False, True), L.ACT_RELU),
-                             ((1, 4097, 200, 1030, False, False), L.ACT_NONE)]:
+                             ((1, 4097, 80, 1030, False, False), L.ACT_NONE),
+                             ((1, 1000, 200, 1030, False, True), L.ACT_RELU)]:
             c, want = T._persistent_product("cuda", dtype, *product, tiles, act)
             assert not torch.isnan(c).any(), f"unwritten outputs {tiles} {product}"
-            T._close(c, want, T.TOL[dtype], f"warp-specialized s{stages} 128x{bn} x{per_sm} {product} act {act}")
+            T._close(c, want, T.TOL[dtype], f"warp-specialized s{stages} 128x{bn}x{bk} x{per_sm} {product} act {act}")

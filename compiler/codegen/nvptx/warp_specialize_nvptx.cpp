@@ -1,33 +1,40 @@
 // NVPTX lowering: warp specialization of a loop whose TMA ring (tma_nvptx.cpp) feeds
 // wgmma dots: `tl.range(..., warp_specialize=True)` on sm_90a.
 //
-// The CTA gets one extra warp, the producer; the loop is lowered twice.
-//   producer (thread num_warps*32 alone; the rest of its warp returns at once):
+// The CTA gets one extra warpgroup, the producer; the loop is lowered twice.
+//   producer (thread num_warps*32 alone, after the warpgroup gave up registers with
+//   setmaxnreg.dec; its other threads return at once):
 //     for every iteration: the ring's address arithmetic (the pipelined loads' slice
 //     and the carried values they read, as issue_stage re-lowers them), wait on the
 //     stage's "empty" mbarrier, expect_tx + the TMA copies into it; then return. Nothing
 //     else of the body is lowered, so it runs ahead by itself, bounded only by the
 //     stages the consumers have released -- across tile boundaries and through the
 //     epilogue of a flat persistent loop, which nothing overlapped before.
-//   consumers (the kernel's num_warps warps, thread ids and layouts unchanged):
+//   consumers (the kernel's num_warps warps, thread ids and layouts unchanged; they take
+//   the producer's registers with setmaxnreg.inc):
 //     the body as usual, but no copies: wait on the stage's "full" mbarrier, wgmma,
 //     arrive on its "empty" mbarrier, epilogue, stores.
 // Worked example, the flat persistent x @ W^T (128x256x64 tiles, 8 warps, 3 stages):
-//   all 288 threads: mbarrier.init full[0..2] (1), empty[0..2] (8); bar.sync 0
-//   tid >= 256:  tid != 256: ret
+//   all 384 threads: mbarrier.init full[0..2] (1), empty[0..2] (8); bar.sync 0
+//   tid >= 256:  setmaxnreg.dec 40; tid != 256: ret
 //                for w in 0..steps-1: if w >= 3: try_wait.parity empty[w%3], (w/3-1)&1
-//                                     expect_tx full[w%3]; 5 boxes of step w; ret
-//   tid < 256:   for j in 0..steps-1: try_wait.parity full[j%3], (j/3)&1; wgmma ...;
+//                                     expect_tx full[w%3]; the boxes of step w; ret
+//   tid < 256:   setmaxnreg.inc 232
+//                for j in 0..steps-1: try_wait.parity full[j%3], (j/3)&1; wgmma ...;
 //                                     lane 0 of each warp: arrive empty[j%3]; (last K step:
 //                                     epilogue, with bar.sync 1, 256 where it needs a barrier)
 // Every CTA barrier after the split is the named barrier 1 over the consumers only
 // (the producer has returned, and barrier 0 counts every thread of the CTA).
 // The loop must be the kernel's own (not inside another loop: the producer returns
-// after it) and the only specialized one, and its ring must be the TMA's with empty
-// barriers; on other targets (sm_80, sm_90 without "a") the hint is ignored, as the
-// CPU and the interpreter ignore it (the same source runs everywhere), and with
-// TESSERA_TMA=0/2 (debugging switches) too. A ring in an inner loop is not taken:
-// the loop to specialize is the flat one (Triton spells the flattening flatten=True).
+// after it), the only specialized one, and load tl.dot operands itself (a ring in an
+// inner loop is not taken: the loop to specialize is the flat one, Triton's
+// flatten=True) -- else a CompilationError. Where the launch's specialization gives
+// the ring no TMA (rows not provably 16-byte aligned, other operand types) the loop
+// runs unspecialized, as on targets without TMA and wgmma (sm_80, sm_90 without "a"),
+// the CPU and the interpreter (the same source runs everywhere), and with
+// TESSERA_TMA=0/2 (debugging switches).
+#include <llvm/IR/InlineAsm.h>
+
 #include "codegen/nvptx/gpu_lowering.h"
 
 namespace tessera::codegen::nvptx {
@@ -35,6 +42,10 @@ namespace tessera::codegen::nvptx {
 using namespace ir;
 
 namespace {
+
+// Registers per thread the producer warpgroup keeps: its loop is scalar address
+// arithmetic (as CUTLASS's Hopper kernels, 40).
+constexpr int kProducerRegs = 40;
 
 bool inside_loop(const Op& op) {
   for (const Block* b = op.parent; b && b->parent() && b->parent()->parent();) {
@@ -45,12 +56,26 @@ bool inside_loop(const Op& op) {
   return false;
 }
 
-bool has_ring_below(const Block& b, const std::function<bool(const Block&)>& ring) {
-  for (auto& op : b.ops)
-    for (auto& r : op->regions) {
-      if (op->kind == OpKind::For && ring(*r->block)) return true;
-      if (has_ring_below(*r->block, ring)) return true;
+// The body (not its inner loops) loads a tile that a tl.dot of the body reads, directly
+// or transposed: what a ring is made of, whatever the launch's alignment.
+bool loads_dot_operand(const Block& body) {
+  for (auto& op : body.ops) {
+    if (op->kind != OpKind::Dot) continue;
+    for (int i = 0; i < 2; ++i) {
+      const Value* v = op->operands[i];
+      if (v->def() && v->def()->kind == OpKind::Permute) v = v->def()->operands[0];
+      if (v->def() && v->def()->kind == OpKind::Load && v->def()->parent == &body) return true;
     }
+  }
+  return false;
+}
+
+// A loop nested in `b` loads tl.dot operands.
+bool inner_loop_loads_dot_operand(const Block& b) {
+  for (auto& op : b.ops)
+    for (auto& r : op->regions)
+      if ((op->kind == OpKind::For && loads_dot_operand(*r->block)) || inner_loop_loads_dot_operand(*r->block))
+        return true;
   return false;
 }
 
@@ -67,25 +92,46 @@ bool GpuLowering::warp_specialize_loop(const Op& loop, const std::optional<Pipel
                             "(its producer warp returns after it)");
   if (producer_threads_)
     unsupported(loop, why + "the kernel already has a warp-specialized loop; only one is supported");
-  if (!pipe || !pipe->tma) {
-    const Block& body = *loop.regions[0]->block;
-    std::function<bool(const Block&)> ring = [&](const Block& b) {
-      auto p = plan_pipeline(b);
-      return p && p->tma;
-    };
-    if (has_ring_below(body, ring))
-      unsupported(loop, why + "the TMA ring is in an inner loop; write the loop flat (one loop over every K step of "
-                              "the program's tiles, as Triton's flatten=True) and specialize that one");
-    unsupported(loop, why + "the loop has no TMA-filled ring to specialize: it needs tl.dot operands loaded as 2-D "
-                            "tiles the TMA can copy (a base pointer parameter, unit inner stride, rows 16-byte "
-                            "aligned, masks of the tile's bounds), 16-bit or tf32 wgmma dots, and num_stages >= 2");
-  }
-  return true;
+  if (pipe && pipe->tma) return true;
+  const Block& body = *loop.regions[0]->block;
+  if (!loads_dot_operand(body) && inner_loop_loads_dot_operand(body))
+    unsupported(loop, why + "the tl.dot operands are loaded in an inner loop; write the loop flat (one loop over "
+                            "every K step of the program's tiles, as Triton's flatten=True) and specialize that one");
+  if (!loads_dot_operand(body))
+    unsupported(loop, why + "the loop loads no tl.dot operand, so it has no ring of copies for a producer warp to "
+                            "issue");
+  // A ring this specialization cannot fill with the TMA (rows not 16-byte aligned, an
+  // operand type or layout it does not take, num_stages 1): the loop runs unspecialized,
+  // as for other shapes of the same kernel it may not (docs/language.md).
+  return false;
 }
+
+namespace {
+
+void emit_setmaxnreg(llvm::IRBuilderBase& b, bool inc, int regs) {
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
+  std::string text = std::string("setmaxnreg.") + (inc ? "inc" : "dec") + ".sync.aligned.u32 " + std::to_string(regs) + ";";
+  b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {})
+      ->addFnAttr(llvm::Attribute::Convergent);
+}
+
+}  // namespace
 
 void GpuLowering::emit_producer(const Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,
                                 const std::function<llvm::Value*(llvm::Value*)>& in_range) {
-  producer_threads_ = 32;
+  // A whole warpgroup, so that it can hand registers over with setmaxnreg (which a
+  // warpgroup executes together): launched with W consumer warps and 4 more, every
+  // thread gets the registers that 4 SM sub-partitions of 16K registers give a block of
+  // W + 4 warps (168 for 8 + 4: three warps per sub-partition); one producer warp would
+  // cost as much (a ninth warp also makes three in one sub-partition). The producer keeps
+  // kProducerRegs; the consumers take what it releases (8 warps: 168 -> 232).
+  producer_threads_ = 128;
+  const int block = num_threads_ + producer_threads_;
+  const int launch_regs = std::min(255, 65536 / 4 / ((block / 32 + 3) / 4) / 32) / 8 * 8;
+  // setmaxnreg.inc waits until the pool the block was launched with has the registers:
+  // what the producer released is all there is.
+  const int pool = launch_regs * block;
+  const int consumer_regs = std::min(256, (pool - kProducerRegs * producer_threads_) / num_threads_ / 8 * 8);
   llvm::BasicBlock* producer_bb = llvm::BasicBlock::Create(ctx_, "ws.producer", fn_);
   llvm::BasicBlock* consumer_bb = llvm::BasicBlock::Create(ctx_, "ws.consumer", fn_);
   llvm::BasicBlock* issuer_bb = llvm::BasicBlock::Create(ctx_, "ws.issuer", fn_);
@@ -93,6 +139,7 @@ void GpuLowering::emit_producer(const Block& body, Pipeline& p, llvm::Value* lb,
   const uint32_t first = static_cast<uint32_t>(num_threads_);
   b_.CreateCondBr(b_.CreateICmpUGE(tid_, b_.getInt32(first)), producer_bb, consumer_bb);
   b_.SetInsertPoint(producer_bb);
+  if (consumer_regs > launch_regs) emit_setmaxnreg(b_, /*inc=*/false, kProducerRegs);
   b_.CreateCondBr(b_.CreateICmpEQ(tid_, b_.getInt32(first)), issuer_bb, done_bb);
 
   // The issuing thread's loop: iteration iv's copies into stage write_stage.
@@ -126,6 +173,7 @@ void GpuLowering::emit_producer(const Block& body, Pipeline& p, llvm::Value* lb,
 
   // The consumers go on with the loop and the rest of the kernel.
   b_.SetInsertPoint(consumer_bb);
+  if (consumer_regs > launch_regs) emit_setmaxnreg(b_, /*inc=*/true, consumer_regs);
   memo_.clear();
   smem_written_.clear();
   consumer_barriers_ = true;
