@@ -77,6 +77,8 @@ def test_specialized_persistent_matmul_ptx(tmp_path):
     assert "cp.async.bulk" not in consumers and "expect_tx" not in consumers
     assert consumers.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16") == 4
     assert "mbarrier.try_wait.parity" in consumers and "mbarrier.arrive.shared::cta.b64 _, [" in consumers
+    # With 3 stages a wgmma group stays in flight (the producer refills every released stage).
+    assert "wgmma.wait_group.sync.aligned 1;" in consumers
     assert "bar.sync" not in consumers and "barrier.sync \t1, 256;" in consumers
     info = _assemble(ptx, tmp_path)
     assert "Used 168 registers" in info and "0 bytes spill stores" in info
@@ -257,3 +259,16 @@ def test_specialized_linear_on_gpu(dtype, monkeypatch):
             c, want = T._persistent_product("cuda", dtype, *product, tiles, act)
             assert not torch.isnan(c).any(), f"unwritten outputs {tiles} {product}"
             T._close(c, want, T.TOL[dtype], f"warp-specialized s{stages} 128x{bn}x{bk} x{per_sm} {product} act {act}")
+
+
+def test_gpu_tiles_pick_it_on_sm90_wide_products():
+    ws = (128, 256, 64, {"num_warps": 8, "num_stages": 3, "persistent": 1, "warp_specialize": True})
+    assert L._gpu_tiles("float16", 4096, 2048, 1024, 1, tma=True) == ws
+    assert L._gpu_tiles("bfloat16", 4096, 1024, 2048, 1, tma=True) == ws
+    # Elsewhere (no TMA device, dW's M-major A, batched, few tiles, unaligned rows): unchanged.
+    assert L._gpu_tiles("float16", 4096, 2048, 1024, 1) == (128, 256, 64, {"num_warps": 8, "num_stages": 4})
+    for args, kw in [(("float16", 2048, 1024, 4096, 1), {"a_mmajor": True}), (("float16", 2048, 2048, 1024, 8), {}),
+                     (("float16", 4096, 768, 2048, 1), {}), (("float16", 4096, 2048, 1000, 1), {"rows_aligned": False}),
+                     (("float32", 4096, 2048, 1024, 1), {})]:
+        assert "warp_specialize" not in L._gpu_tiles(*args, tma=True, **kw)[3], args
+    assert not L._has_tma(torch.empty(1))  # a CPU tensor

@@ -44,6 +44,9 @@ int max_dynamic_shared_bytes(int cc);
 // (the frontend writes it from TESSERA_GPU_FP_FUSION), else the default.
 bool kernel_fp_fusion(const ir::Kernel& k);
 
+// The loop's warp_specialize attribute is set (tl.range's hint; warp_specialize_nvptx.cpp).
+bool asks_warp_specialize(const ir::Op& loop);
+
 // The tensor-core instruction a dot lowers to (lower_dot_mma_nvptx.cpp).
 enum class MmaKind { F16, BF16, TF32, TF32x3, I8 };
 

@@ -207,11 +207,21 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   const int64_t budget = max_dynamic_shared_bytes(cc_) - shared_bytes_ - staging - 16 * 1024;
   while (p.stages > 2 && p.stages * per_stage > budget) --p.stages;
   if (p.stages * per_stage > budget) return std::nullopt;
+  // Every load of the ring has a tensor map (plan_tma): the TMA fills the stages.
+  if (p.async_proxy && !tma_maps_.empty()) {
+    p.tma = true;
+    for (auto& pl : p.loads) p.tma = p.tma && tma_map_of(pl.load) != nullptr;
+  }
   // wgmma dots whose accumulator only goes round the loop keep a group in flight. That
   // costs a stage of lookahead, so only from 4 stages: on an H100 the 128x128x32 matmul
   // fell from 432 to 341-362 TFLOP/s with 3 stages in flight (1 stage ahead) and gained
-  // 1-3% with 4 (bench/results/gpu_matmul_notes.md).
-  if (p.async_proxy && p.stages >= 4) {
+  // 1-3% with 4 (bench/results/gpu_matmul_notes.md). A warp-specialized loop's producer
+  // (warp_specialize_nvptx.cpp) fills every stage the consumers released, so there a
+  // group in flight costs one stage of S: from 3 stages (bench/results/kernels_cuda_float16_wspec.md).
+  const Op* loop = body.parent() ? body.parent()->parent() : nullptr;
+  const bool specialized = p.tma && !tma_cta_barrier_ && loop && loop->kind == OpKind::For &&
+                           asks_warp_specialize(*loop);
+  if (p.async_proxy && p.stages >= (specialized ? 3 : 4)) {
     const Op* y = body.terminator();
     bool all = y && y->kind == OpKind::Yield;
     std::vector<size_t> idx;
@@ -257,11 +267,6 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
       for (auto& op : body.ops)
         if (wgmma_dots_.count(op.get())) wgmma_async_dots_.insert(op.get());
     }
-  }
-  // Every load of the ring has a tensor map (plan_tma): the TMA fills the stages.
-  if (p.async_proxy && !tma_maps_.empty()) {
-    p.tma = true;
-    for (auto& pl : p.loads) p.tma = p.tma && tma_map_of(pl.load) != nullptr;
   }
   // Loads only the TMA could copy, in a ring it does not fill: back to plain loads
   // (while plan_wgmma runs, tensor maps are yet to be made).

@@ -81,10 +81,13 @@ bool inner_loop_loads_dot_operand(const Block& b) {
 
 }  // namespace
 
-bool GpuLowering::warp_specialize_loop(const Op& loop, const std::optional<Pipeline>& pipe) {
+bool asks_warp_specialize(const Op& loop) {
   auto attr = loop.attrs.find("warp_specialize");
-  if (attr == loop.attrs.end() || !std::holds_alternative<int64_t>(attr->second) || !std::get<int64_t>(attr->second))
-    return false;
+  return attr != loop.attrs.end() && std::holds_alternative<int64_t>(attr->second) && std::get<int64_t>(attr->second);
+}
+
+bool GpuLowering::warp_specialize_loop(const Op& loop, const std::optional<Pipeline>& pipe) {
+  if (!asks_warp_specialize(loop)) return false;
   if (!wgmma_ || !tma_ || tma_cta_barrier_) return false;  // a schedule hint other targets ignore
   const std::string why = "tl.range(..., warp_specialize=True): ";
   if (inside_loop(loop))
