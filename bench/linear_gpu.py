@@ -115,7 +115,7 @@ def _linear_product(r, m, k, n):
             lambda: torch.mm(x, w.t()))
 
 
-def sweep(dtype, only=""):
+def sweep(dtype, only="", configs=""):
     rows = []
     for name, (flops, f_tk, f_cublas) in products(dtype).items():
         if only and not any(o in name for o in only.split(",")):
@@ -125,10 +125,12 @@ def sweep(dtype, only=""):
             if dtype == torch.float32 and bk > 32:
                 continue
             ws = bool(ws and ws[0])
+            name = f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") + (" ws" if ws else "")
+            if configs and not any(c in name for c in configs.split(",")):
+                continue
             t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g, **({"persistent": per_sm} if per_sm else {}),
                               **({"warp_specialize": True} if ws else {})})
-            fns[f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") +
-                (" ws" if ws else "")] = (lambda t=t, f=f_tk: f(t))
+            fns[name] = (lambda t=t, f=f_tk: f(t))
         fns["heuristic"] = lambda f=f_tk: f(None)
         with torch.no_grad():
             res = measure_cuda_events(fns)
@@ -231,11 +233,13 @@ def main():
     ap.add_argument("--tag", default="linear", help="results go to kernels_cuda_<dtype>_<tag>.{md,json}")
     ap.add_argument("--products", default="", help="sweep only the products whose names contain one of these "
                     "comma-separated strings (e.g. 'fwd,dW')")
+    ap.add_argument("--configs", default="", help="sweep only the tile configurations whose names contain one of "
+                    "these comma-separated strings (e.g. 'ws,w8 s4 g1')")
     ap.add_argument("--shapes", default="", help="only these linear shapes of the ops table, e.g. 4096x1024x2048 "
                     "(M x K x N, comma-separated); attention_score only when empty")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
-    sw = sweep(dtype, args.products) if args.sweep else []
+    sw = sweep(dtype, args.products, args.configs) if args.sweep else []
     ops = [] if args.no_ops else ops_table(dtype, args.triton, args.shapes)
     machine = machine_info()
     machine["gpu"] = torch.cuda.get_device_name()

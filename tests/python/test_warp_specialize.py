@@ -84,6 +84,20 @@ def test_specialized_persistent_matmul_ptx(tmp_path):
     assert "Used 168 registers" in info and "0 bytes spill stores" in info
 
 
+def test_stored_preactivation_fits():
+    # Training's forward stores Z (the pre-activation) and C: both conversions through shared
+    # memory share one buffer (the ring, which the producer keeps filling, cannot lend it).
+    sig = {p: "*fp16:16" for p in ("A", "B", "BIAS", "C", "Z")}
+    sig.update({p: "i32:16" for p in ("M", "N", "K", "s_ab", "s_am", "s_bb", "s_bn", "s_cb")})
+    sig.update(scale="fp32", batches="i32")
+    ce = dict(s_ak=1, s_bk=1, A_MMAJOR=False, B_KMAJOR=True, ACT=L.ACT_GELU, HAS_BIAS=True, STORE_Z=True, SCALE=False,
+              ACC=tl.float32, BATCHED=False, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=1, WARP_SPECIALIZE=True)
+    ck = tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=8, num_stages=3)
+    ring = 3 * (128 + 256) * 64 * 2
+    store = 128 * (256 + 8) * 2  # one padded 128x256 f16 buffer
+    assert ck.metadata["threads"] == "384" and ring + store <= int(ck.metadata["shared"]) < ring + store + 1024
+
+
 def test_producer_parity_with_four_stages():
     # The w-th issue (w >= 4) waits for the (w/4 - 1)-th release of stage w % 4: parity
     # (w/4 - 1) & 1, which is bit 2 of ~w.

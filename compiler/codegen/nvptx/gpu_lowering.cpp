@@ -141,7 +141,7 @@ GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool d
                          bool wgmma, int tma)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
       num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma),
-      tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), axis_(k) {
+      tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), ws_inflight_from_3_(tma != 3), axis_(k) {
   fp_fusion_ = kernel_fp_fusion(k);
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();

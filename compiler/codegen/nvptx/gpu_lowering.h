@@ -57,7 +57,8 @@ class GpuLowering {
   // cp.async ring holds). tma: rings of wgmma operands whose loads are 2-D tiles
   // the host can describe are filled by the TMA instead (tma_nvptx.cpp).
   // tma: 0 off; 1 stages released through "empty" mbarriers; 2 released by a CTA
-  // barrier per iteration (the simpler scheme, kept to measure against).
+  // barrier per iteration (the simpler scheme, kept to measure against); 3 as 1, but a
+  // warp-specialized loop keeps wgmma groups in flight only from 4 stages (to measure).
   GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90, int num_stages = 3,
               bool wgmma = false, int tma = 0);
   // Emits the kernel function (named after the kernel) and returns it.
@@ -337,6 +338,9 @@ class GpuLowering {
   bool wgmma_;
   bool tma_;
   bool tma_cta_barrier_;          // tma mode 2
+  // A warp-specialized loop keeps a wgmma group in flight from 3 stages (tma mode 3, to
+  // measure against: from 4, as unspecialized loops).
+  bool ws_inflight_from_3_;
   bool planning_ = false;         // plan_wgmma is running: keep loads that only the TMA can copy
   std::vector<TmaMap> tma_maps_;  // from plan_tma
   std::set<const ir::Op*> wgmma_dots_;  // from plan_wgmma
@@ -372,6 +376,7 @@ class GpuLowering {
   // (offset, bytes) of pipelined loops' rings once their loop is done: scratch for
   // store_through_smem (every use of that memory is fenced by barriers).
   std::vector<std::pair<int64_t, int64_t>> dead_smem_;
+  std::vector<std::pair<int64_t, int64_t>> store_smem_;  // store_through_smem's own buffers (offset, bytes)
   int smem_count_ = 0;
   // Staging buffers for dot operands, shared by every dot (lower_dot_nvptx.cpp).
   llvm::Value* dot_smem_[2] = {};

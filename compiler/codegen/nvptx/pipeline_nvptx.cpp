@@ -219,7 +219,7 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   // (warp_specialize_nvptx.cpp) fills every stage the consumers released, so there a
   // group in flight costs one stage of S: from 3 stages (bench/results/kernels_cuda_float16_wspec.md).
   const Op* loop = body.parent() ? body.parent()->parent() : nullptr;
-  const bool specialized = p.tma && !tma_cta_barrier_ && loop && loop->kind == OpKind::For &&
+  const bool specialized = p.tma && !tma_cta_barrier_ && ws_inflight_from_3_ && loop && loop->kind == OpKind::For &&
                            asks_warp_specialize(*loop);
   if (p.async_proxy && p.stages >= (specialized ? 3 : 4)) {
     const Op* y = body.terminator();

@@ -17,7 +17,8 @@
 // out) from 0.077 to 0.037 ms and linear_relu 4096x1024 @ 1024x2048 from 0.048 to
 // 0.037 ms (bench/results/kernels_cuda_float16_linear.md).
 // The buffer reuses a finished pipelined loop's ring when one is large enough
-// (lower_for notes the rings in dead_smem_), so the kernel's shared memory, and with
+// (lower_for notes the rings in dead_smem_), or an earlier conversion's buffer, so
+// the kernel's shared memory, and with
 // it how many CTAs fit on an SM, does not grow. Reuse is safe because every use of
 // that memory is fenced by barriers on both sides: the ring's prologue starts with
 // one, and this conversion starts with one and ends with the readers' loads done
@@ -59,7 +60,15 @@ bool GpuLowering::store_through_smem(const Op& op) {
       buf = llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_, llvm::ConstantInt::get(b_.getInt64Ty(), offset));
       break;
     }
-  if (!buf) buf = new_smem(b_.getInt8Ty(), bytes, "store_cvt");
+  // Or an earlier conversion's buffer (the same fences: a fused epilogue storing both Z
+  // and C, which a warp-specialized loop's ring cannot lend its memory to).
+  for (auto& [offset, size] : store_smem_)
+    if (!buf && size >= bytes)
+      buf = llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_, llvm::ConstantInt::get(b_.getInt64Ty(), offset));
+  if (!buf) {
+    buf = new_smem(b_.getInt8Ty(), bytes, "store_cvt");
+    store_smem_.emplace_back(smem_offset_.at(buf), bytes);
+  }
   auto element_ptr = [&](const SymIndex& s) {
     llvm::Value* idx = b_.CreateAdd(b_.CreateMul(runtime_index(s[0]), b_.getInt32(static_cast<uint32_t>(stride))),
                                     runtime_index(s[1]));
