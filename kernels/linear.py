@@ -644,7 +644,7 @@ def _linear_fast(x, weight, bias, act):
     y = T.empty(x.shape[:-1] + (n,), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1, rows_aligned=k % 16 == 0)
+    bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1, rows_aligned=k % 16 == 0, tma=_has_tma(x))
     kernel, grid, extra, opts = _gpu_launch(x, m, n, 1, bm, bn, opts)
     # A = x (m, k) row-major; B = W^T: B[k, n] at W + n * k + k, K-major unless k == 1.
     kernel[grid](x, weight, bias if bias is not None else x, y, y, m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0, *extra,

@@ -22,11 +22,12 @@ PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr
                                   else None)
 
 
-def _linear_persistent(ws=True, bn=256, stages=4, act=L.ACT_RELU, target="cuda:90a", dtype="fp16"):
-    """kernels/linear.py's persistent kernel as L.matmul launches x @ W^T + b on a GPU."""
+def _linear_persistent(ws=True, bn=256, stages=4, act=L.ACT_RELU, target="cuda:90a", dtype="fp16", mn="i32:16"):
+    """kernels/linear.py's persistent kernel as L.matmul launches x @ W^T + b on a GPU
+    (M and N multiples of 16 unless mn says otherwise)."""
     sig = {p: f"*{dtype}:16" for p in ("A", "B", "BIAS", "C", "Z")}
     sig.update({p: "i32:16" for p in ("K", "s_ab", "s_am", "s_bb", "s_bn", "s_cb")})
-    sig.update(M="i32", N="i32", scale="fp32", batches="i32")
+    sig.update(M=mn, N=mn, scale="fp32", batches="i32")
     ce = dict(s_ak=1, s_bk=1, A_MMAJOR=False, B_KMAJOR=True, ACT=act, HAS_BIAS=True, STORE_Z=False, SCALE=False,
               ACC=tl.float32, BATCHED=False, BLOCK_M=128, BLOCK_N=bn, BLOCK_K=64, GROUP_M=1, WARP_SPECIALIZE=ws)
     return tessera.compile(L._persistent_matmul_kernel, sig, ce, target=target, num_warps=8, num_stages=stages)
@@ -82,6 +83,17 @@ def test_specialized_persistent_matmul_ptx(tmp_path):
     assert "bar.sync" not in consumers and "barrier.sync \t1, 256;" in consumers
     info = _assemble(ptx, tmp_path)
     assert "Used 168 registers" in info and "0 bytes spill stores" in info
+    # The bias is loaded in the accumulator's layout (each thread its columns, 32 pairs of
+    # f16), not converted through shared memory: the barriers are the output store's two
+    # (through shared memory, 16-byte stores) and the ring's end.
+    assert consumers.count("ld.global.b32") == 32 and "st.shared.b16" not in consumers
+    assert consumers.count("barrier.sync \t1, 256;") == 3
+
+
+def test_unaligned_columns_assemble(tmp_path):
+    # N not a multiple of 16: the output is stored from the accumulator's registers.
+    info = _assemble(_linear_persistent(stages=3, mn="i32").asm["ptx"], tmp_path)
+    assert "Used 168 registers" in info
 
 
 def test_stored_preactivation_fits():
@@ -121,11 +133,11 @@ def test_unaligned_rows_run_unspecialized():
 
 
 def test_unspecialized_kernel_unchanged():
-    ck = _linear_persistent(ws=False)
+    ck = _linear_persistent(ws=False, stages=3)
     ptx = ck.asm["ptx"]
     assert ck.metadata["threads"] == "256" and ".maxntid 256" in ptx
     assert "barrier.sync" not in ptx and "setp.lt.u32 \t%p9, %r1, 256" not in ptx
-    # Thread 0 of the consumers issues the copies inside the loop (S - 2 ahead, a wgmma group in flight).
+    # Thread 0 of the consumers issues the copies: two stages before the loop, one per iteration.
     assert ptx.count("cp.async.bulk.tensor.2d") == 2 * 3
 
 
@@ -231,7 +243,7 @@ def test_warp_specialize_must_be_compile_time():
 
 
 def test_ir_carries_the_attribute():
-    ck = _linear_persistent()
+    ck = _linear_persistent(stages=3)
     assert re.search(r"= for .*warp_specialize = 1", ck.asm["tir"]) or "warp_specialize = 1" in ck.asm["tir"]
 
 

@@ -234,15 +234,36 @@ TileVal& GpuLowering::tile(const Value* v) {
 }
 
 void GpuLowering::plan_load_layouts(const Block& b) {
+  // Broadcasts that an elementwise op combines with a tensor-core accumulator take the
+  // accumulator's layout (a matmul epilogue's `acc + bias[None, :]`: each thread loads
+  // the bias of its own accumulator columns, where the canonical layout went through
+  // shared memory with two barriers per tile).
+  std::unordered_map<const Value*, BlockedLayout> beside_acc;
+  for (auto& op : b.ops) {
+    if (!op_has_trait(op->kind, 'E') || op->results.empty() || !op->result()->type.is_tile()) continue;
+    for (const Value* a : op->operands) {
+      if (!a->def() || a->def()->kind != OpKind::Broadcast || beside_acc.count(a)) continue;
+      for (const Value* o : op->operands)
+        if (o != a && o->type.shape == a->type.shape)
+          if (auto l = planned_layout(o)) {
+            beside_acc.emplace(a, *l);
+            break;
+          }
+    }
+  }
   for (auto& op : b.ops) {
     for (auto& r : op->regions) plan_load_layouts(*r->block);
     if (op->kind != OpKind::Broadcast) continue;
     const Value* v = op->operands[0];
-    BlockedLayout l = canonical_layout(op->result()->type.shape);
+    auto acc = beside_acc.find(op->result());
+    BlockedLayout l = acc != beside_acc.end() ? acc->second : canonical_layout(op->result()->type.shape);
     for (int d = 0; d < v->type.rank(); ++d)
       if (v->type.shape[d] == 1 && l.shape[d] != 1) l = l.collapse(d);
-    while (v->def() && v->def()->kind == OpKind::ExpandDims && v->def()->operands[0]->type.is_tile()) {
-      l = l.slice(static_cast<int>(v->def()->int_attr("axis")));
+    // Through expand_dims, and (beside an accumulator) the conversion of the loaded type
+    // to the accumulator's (`.to(tl.float32)`), which keeps the layout.
+    while (v->def() && v->def()->operands.size() == 1 && v->def()->operands[0]->type.is_tile() &&
+           (v->def()->kind == OpKind::ExpandDims || (acc != beside_acc.end() && v->def()->kind == OpKind::Cast))) {
+      if (v->def()->kind == OpKind::ExpandDims) l = l.slice(static_cast<int>(v->def()->int_attr("axis")));
       v = v->def()->operands[0];
     }
     if (v->def() && v->def()->kind == OpKind::Load && !load_layout_.count(v)) load_layout_.emplace(v, l);
