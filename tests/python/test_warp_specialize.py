@@ -110,6 +110,19 @@ def test_stored_preactivation_fits():
     assert ck.metadata["threads"] == "384" and ring + store <= int(ck.metadata["shared"]) < ring + store + 1024
 
 
+def test_four_stages_store_in_column_halves(tmp_path):
+    # 4 stages of 128x256x64 (192 KB) leave no room for the 128x256 output's 66 KB conversion
+    # buffer: the tile goes through one 128x128 buffer in two passes (two barriers each),
+    # 8 16-byte stores per thread per pass.
+    ck = _linear_persistent(stages=4)
+    ring, half = 4 * (128 + 256) * 64 * 2, 128 * (128 + 8) * 2
+    assert ring + half <= int(ck.metadata["shared"]) < ring + half + 1024
+    _, _, consumers = _split(ck.asm["ptx"])
+    assert consumers.count("barrier.sync \t1, 256;") == 2 * 2 + 1
+    assert consumers.count("st.global.v4.b32") == 2 * 8
+    _assemble(ck.asm["ptx"], tmp_path)
+
+
 def test_producer_parity_with_four_stages():
     # The w-th issue (w >= 4) waits for the (w/4 - 1)-th release of stage w % 4: parity
     # (w/4 - 1) & 1, which is bit 2 of ~w.
@@ -272,7 +285,8 @@ def test_specialized_linear_on_gpu(dtype, monkeypatch):
     # step (64), K 1024; several tiles per program (297 tiles of 128x128 on one CTA per SM);
     # bias or not, relu and gelu; N-major B (dX = dZ W); stage counts with and without a wgmma
     # group in flight. K = 200 (rows not 16-byte aligned: no TMA) runs unspecialized.
-    for per_sm, stages, bn, bk in ((1, 3, 256, 64), (1, 6, 256, 32), (1, 4, 128, 64), (2, 3, 128, 64)):
+    for per_sm, stages, bn, bk in ((1, 3, 256, 64), (1, 4, 256, 64), (1, 6, 256, 32), (1, 4, 128, 64),
+                                   (2, 3, 128, 64)):
         tiles = (128, bn, bk, {"num_warps": 8, "num_stages": stages, "persistent": per_sm, "warp_specialize": True})
         for product, act in [((1, 4097, 80, 1030, False, True), L.ACT_RELU),
                              ((1, 4097, 80, 1030, False, True), L.ACT_GELU),
