@@ -32,7 +32,8 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     (128, 128, 64, 8, 3, 1, 0), (128, 256, 64, 8, 4, 1, 0), (128, 256, 32, 8, 8, 1, 0), (256, 128, 64, 16, 4, 1, 0),
     # _persistent_matmul_kernel: the ring runs across a program's tiles. From 4 stages a
     # wgmma group stays in flight (the tile's last step waits for it in its epilogue
-    # branch); 128x256x64 fits only 3 stages next to the epilogue's store buffer, so
+    # branch); 128x256x64 fitted only 3 stages next to the epilogue's whole-tile store buffer
+    # (before store_through_smem's column chunks), so
     # 128x256 in flight takes 32-wide K steps (6 stages of 24 KB).
     (128, 256, 64, 8, 3, 1, 1), (128, 128, 64, 8, 4, 1, 1), (128, 256, 32, 8, 6, 1, 1), (256, 128, 32, 16, 6, 1, 1),
     (128, 128, 64, 8, 2, 1, 2),

@@ -355,12 +355,12 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
       0.68-0.69 with a wgmma group in flight at 128x128 s4 or 128x256x32 s6, against 0.88).
     - tma (an sm_90 device: TMA rings and wgmma), the wide-tile case: the flat persistent
       kernel, warp-specialized (a producer warpgroup issues the TMA copies and runs ahead
-      across tiles, compiler/codegen/nvptx/warp_specialize_nvptx.cpp), 128x256, 3 stages
-      (4 do not fit next to the epilogue's store buffer), one CTA per SM. GPU-queued, of
-      cuBLAS, against 128x256 s4 one tile per CTA in the same runs: fp16 x @ W^T + b
-      4096x1024x2048 relu 0.87 -> 0.92-0.94, gelu 0.72 -> 0.76-0.77, 8192x4096x4096 relu
-      0.92-0.93 -> 0.93-0.95; bf16 relu 0.86 -> 0.91, 8192 0.88 -> 0.92; dX = dZ W 0.97
-      both (bench/results/kernels_cuda_float16_wspec.md)."""
+      across tiles, compiler/codegen/nvptx/warp_specialize_nvptx.cpp), 128x256, 4 stages
+      (the output tile then goes through shared memory in two column halves), one CTA per
+      SM. GPU-queued, of cuBLAS, against 128x256 s4 one tile per CTA: fp16 x @ W^T + b
+      4096x1024x2048 relu 0.87 -> 0.94, gelu 0.72 -> 0.79 (3 stages: 0.92-0.94, 0.76-0.77),
+      8192x4096x4096 relu 0.92-0.93 -> 0.94; bf16 (3 stages) relu 0.86 -> 0.91, 8192 0.88
+      -> 0.92; dX = dZ W 0.97 both (bench/results/kernels_cuda_float16_wspec.md)."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
     if name != "float32" and 0 < k <= 64 and rows_aligned:  # (K = 0: no step would run the epilogue)
@@ -370,7 +370,7 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
             return 128, 128, 64, {"num_warps": 8, "num_stages": 4}
         if tessera.cdiv(m, 128) * tessera.cdiv(n, 256) >= WIDE_TILES_FROM:
             if tma:
-                return 128, 256, 64, {"num_warps": 8, "num_stages": 3, "persistent": 1, "warp_specialize": True}
+                return 128, 256, 64, {"num_warps": 8, "num_stages": 4, "persistent": 1, "warp_specialize": True}
             return 128, 256, 64, {"num_warps": 8, "num_stages": 4}
     return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}
 
