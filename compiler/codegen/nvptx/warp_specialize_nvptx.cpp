@@ -21,8 +21,11 @@
 //                                     expect_tx full[w%3]; the boxes of step w; ret
 //   tid < 256:   setmaxnreg.inc 232
 //                for j in 0..steps-1: try_wait.parity full[j%3], (j/3)&1; wgmma ...;
-//                                     lane 0 of each warp: arrive empty[j%3]; (last K step:
+//                                     wait_group 1 (group j-1 retired); lane 0 of each warp:
+//                                     arrive empty[(j-1)%3] (j > 0); (last K step: wait_group 0,
 //                                     epilogue, with bar.sync 1, 256 where it needs a barrier)
+// (kernels/linear.py runs it with 4 stages: pipeline_nvptx.cpp keeps the group in flight
+// from 3 stages in a specialized loop, where every released stage is refilled at once.)
 // Every CTA barrier after the split is the named barrier 1 over the consumers only
 // (the producer has returned, and barrier 0 counts every thread of the CTA).
 // The loop must be the kernel's own (not inside another loop: the producer returns
