@@ -32,10 +32,18 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     (128, 128, 64, 8, 3, 1, 0), (128, 256, 64, 8, 4, 1, 0), (128, 256, 32, 8, 8, 1, 0), (256, 128, 64, 16, 4, 1, 0),
     # _persistent_matmul_kernel: the ring runs across a program's tiles. From 4 stages a
     # wgmma group stays in flight (the tile's last step waits for it in its epilogue
-    # branch); 128x256x64 fits only 3 stages next to the epilogue's store buffer, so
+    # branch); 128x256x64 fitted only 3 stages next to the epilogue's whole-tile store buffer
+    # (before store_through_smem's column chunks), so
     # 128x256 in flight takes 32-wide K steps (6 stages of 24 KB).
     (128, 256, 64, 8, 3, 1, 1), (128, 128, 64, 8, 4, 1, 1), (128, 256, 32, 8, 6, 1, 1), (256, 128, 32, 16, 6, 1, 1),
     (128, 128, 64, 8, 2, 1, 2),
+    # Warp-specialized (a producer warp issues the TMA copies and runs ahead across tiles,
+    # compiler/codegen/nvptx/warp_specialize_nvptx.cpp): persistent only.
+    # (128x256x64 fits 3 stages next to the epilogue's whole-tile store buffer, which the ring
+    # cannot lend it while the producer fills the next tile's stages; 4 with the tile stored in
+    # two column halves through a half-size buffer.)
+    (128, 256, 64, 8, 3, 1, 1, True), (128, 256, 64, 8, 4, 1, 1, True), (128, 256, 32, 8, 6, 1, 1, True), (128, 128, 64, 8, 4, 1, 1, True),
+    (128, 128, 64, 8, 3, 1, 2, True), (256, 128, 64, 16, 3, 1, 1, True),
 ]
 
 
@@ -109,17 +117,22 @@ def _linear_product(r, m, k, n):
             lambda: torch.mm(x, w.t()))
 
 
-def sweep(dtype, only=""):
+def sweep(dtype, only="", configs=""):
     rows = []
     for name, (flops, f_tk, f_cublas) in products(dtype).items():
         if only and not any(o in name for o in only.split(",")):
             continue
         fns = {"cuBLAS": f_cublas}
-        for (bm, bn, bk, w, s, g, per_sm) in SWEEP:
+        for (bm, bn, bk, w, s, g, per_sm, *ws) in SWEEP:
             if dtype == torch.float32 and bk > 32:
                 continue
-            t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g, **({"persistent": per_sm} if per_sm else {})})
-            fns[f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "")] = (lambda t=t, f=f_tk: f(t))
+            ws = bool(ws and ws[0])
+            name = f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") + (" ws" if ws else "")
+            if configs and not any(c in name for c in configs.split(",")):
+                continue
+            t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g, **({"persistent": per_sm} if per_sm else {}),
+                              **({"warp_specialize": True} if ws else {})})
+            fns[name] = (lambda t=t, f=f_tk: f(t))
         fns["heuristic"] = lambda f=f_tk: f(None)
         with torch.no_grad():
             res = measure_cuda_events(fns)
@@ -222,11 +235,13 @@ def main():
     ap.add_argument("--tag", default="linear", help="results go to kernels_cuda_<dtype>_<tag>.{md,json}")
     ap.add_argument("--products", default="", help="sweep only the products whose names contain one of these "
                     "comma-separated strings (e.g. 'fwd,dW')")
+    ap.add_argument("--configs", default="", help="sweep only the tile configurations whose names contain one of "
+                    "these comma-separated strings (e.g. 'ws,w8 s4 g1')")
     ap.add_argument("--shapes", default="", help="only these linear shapes of the ops table, e.g. 4096x1024x2048 "
                     "(M x K x N, comma-separated); attention_score only when empty")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
-    sw = sweep(dtype, args.products) if args.sweep else []
+    sw = sweep(dtype, args.products, args.configs) if args.sweep else []
     ops = [] if args.no_ops else ops_table(dtype, args.triton, args.shapes)
     machine = machine_info()
     machine["gpu"] = torch.cuda.get_device_name()

@@ -87,6 +87,7 @@ CompileResult compile_tile_ir(const std::string& ir_text, const CompileOptions& 
     r.entry_symbol = out.entry_symbol;
     r.metadata["arch"] = out.arch;
     r.metadata["num_warps"] = std::to_string(out.num_warps);
+    r.metadata["threads"] = std::to_string(out.threads);  // per block (a warp-specialized loop adds a warp)
     r.metadata["shared"] = std::to_string(out.shared_bytes);  // static shared memory, bytes
     if (!out.tensor_maps.empty()) r.metadata["tensor_maps"] = out.tensor_maps;  // built by the runtime at launch
     return r;

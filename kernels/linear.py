@@ -146,7 +146,7 @@ def _persistent_matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb,
                               A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr,
                               HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr,
                               BATCHED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False):
     """_matmul_kernel on a fixed grid (a few CTAs per SM), each program taking the
     tiles t = program, program + programs, ... of all `batches` (batch-major, each in
     _grouped_tile's order); grid (programs, 1, 1).
@@ -170,7 +170,7 @@ def _persistent_matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb,
     t = first
     k = 0
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
-    for i in range(0, steps):
+    for i in tl.range(0, steps, warp_specialize=WARP_SPECIALIZE):
         if BATCHED:
             batch = (t // per_batch).to(tl.int64)
             pid_m, pid_n = _grouped_tile(t % per_batch, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -258,7 +258,8 @@ def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, s
     gpu = H.on_gpu(like)
     if tiles is None:
         tiles = (_gpu_tiles(H.dtype_name(like), m, n, k, batch, a_mmajor=a_strides[1] == 1 and a_strides[2] != 1,
-                            rows_aligned=all(st % 16 == 0 for st in a_strides[1:] + b_strides[1:] if st != 1))
+                            rows_aligned=all(st % 16 == 0 for st in a_strides[1:] + b_strides[1:] if st != 1),
+                            tma=_has_tma(like))
                  if gpu else _tiles(like, m, n, k))
     bm, bn, bk, opts = tiles
     sizes = (m, n, k, *a_strides, *b_strides, m * n, H.scalar(like, 1.0 if scale is None else scale))
@@ -281,10 +282,32 @@ def _gpu_launch(like, m, n, batch, bm, bn, opts):
     _grouped_tile's order, the batch on the third."""
     opts = {"GROUP_M": GROUP_M, **opts}
     per_sm = opts.pop("persistent", 0)
+    ws = opts.pop("warp_specialize", False)
     tiles = tessera.cdiv(m, bm) * tessera.cdiv(n, bn)
     if not per_sm:
         return _matmul_kernel, (tiles, 1, batch), (), opts
+    if ws:  # a producer warp issues the ring's copies (sm_90a; other targets ignore it)
+        opts["WARP_SPECIALIZE"] = True
     return _persistent_matmul_kernel, (min(tiles * batch, per_sm * _sm_count(like)), 1, 1), (batch,), opts
+
+
+_TMA_DEVICES = {}  # device index -> compute capability 9.x (TMA, wgmma)
+
+
+def _has_tma(like):
+    """Whether the GPU `like` (a torch or CuPy array) is on is an sm_90 part (H100/H200),
+    where linear's wide products run warp-specialized; False for CPU arrays."""
+    if not H.on_gpu(like) or (H.is_torch(like) and not like.is_cuda):  # (tests planning GPU launches on the CPU)
+        return False
+    dev = like.device.index if H.is_torch(like) else like.device.id
+    if dev not in _TMA_DEVICES:
+        if H.is_torch(like):
+            major = H.torch.cuda.get_device_capability(dev)[0]
+        else:
+            import cupy
+            major = int(cupy.cuda.Device(dev).compute_capability) // 10  # e.g. "90"
+        _TMA_DEVICES[dev] = major == 9
+    return _TMA_DEVICES[dev]
 
 
 _SM_COUNTS = {}  # device index -> multiprocessors
@@ -306,7 +329,7 @@ def _sm_count(like):
     return _SM_COUNTS[dev]
 
 
-def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
+def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=False):
     """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) on a GPU: 128-row tensor-core tiles
     over 8 warps (two warpgroups of wgmma on sm_90a, mma.sync elsewhere); float64 has
     no tensor-core path and keeps the small tile. For 16-bit products of one batch
@@ -329,7 +352,15 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
       (128x256 s3 on one CTA per SM: 0.99 / 0.93; bench/results/kernels_cuda_float16_linear3.md).
       Longer K keeps one tile per CTA: there the flat loop's per-step bookkeeping cost
       more than the overlap gained (x @ W^T 4096x1024x2048: 0.81 persistent 128x256 s3,
-      0.68-0.69 with a wgmma group in flight at 128x128 s4 or 128x256x32 s6, against 0.88)."""
+      0.68-0.69 with a wgmma group in flight at 128x128 s4 or 128x256x32 s6, against 0.88).
+    - tma (an sm_90 device: TMA rings and wgmma), the wide-tile case: the flat persistent
+      kernel, warp-specialized (a producer warpgroup issues the TMA copies and runs ahead
+      across tiles, compiler/codegen/nvptx/warp_specialize_nvptx.cpp), 128x256, 4 stages
+      (the output tile then goes through shared memory in two column halves), one CTA per
+      SM. GPU-queued, of cuBLAS, against 128x256 s4 one tile per CTA: fp16 x @ W^T + b
+      4096x1024x2048 relu 0.87 -> 0.94, gelu 0.72 -> 0.79 (3 stages: 0.92-0.94, 0.76-0.77),
+      8192x4096x4096 relu 0.92-0.93 -> 0.94; bf16 (3 stages) relu 0.86 -> 0.91, 8192 0.88
+      -> 0.92; dX = dZ W 0.97 both (bench/results/kernels_cuda_float16_wspec.md)."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
     if name != "float32" and 0 < k <= 64 and rows_aligned:  # (K = 0: no step would run the epilogue)
@@ -338,6 +369,8 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True):
         if a_mmajor:
             return 128, 128, 64, {"num_warps": 8, "num_stages": 4}
         if tessera.cdiv(m, 128) * tessera.cdiv(n, 256) >= WIDE_TILES_FROM:
+            if tma:
+                return 128, 256, 64, {"num_warps": 8, "num_stages": 4, "persistent": 1, "warp_specialize": True}
             return 128, 256, 64, {"num_warps": 8, "num_stages": 4}
     return 128, 128, (32 if name == "float32" else 64), {"num_warps": 8, "num_stages": 3}
 
@@ -613,7 +646,7 @@ def _linear_fast(x, weight, bias, act):
     y = T.empty(x.shape[:-1] + (n,), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1, rows_aligned=k % 16 == 0)
+    bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1, rows_aligned=k % 16 == 0, tma=_has_tma(x))
     kernel, grid, extra, opts = _gpu_launch(x, m, n, 1, bm, bn, opts)
     # A = x (m, k) row-major; B = W^T: B[k, n] at W + n * k + k, K-major unless k == 1.
     kernel[grid](x, weight, bias if bias is not None else x, y, y, m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0, *extra,

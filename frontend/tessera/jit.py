@@ -138,7 +138,7 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
         raise NotImplementedError(f"target '{target}' is not supported (use 'cpu', 'cuda:90a', 'sm_80', ...)")
     tma = os.environ.get("TESSERA_TMA")
     if gpu and tma is not None:  # sm_90a wgmma rings: cp.async (0) or the TMA (1; 2: CTA-barrier variant)
-        options = {**options, "tma": 2 if tma == "2" else int(tma not in ("0", "", "false", "False"))}
+        options = {**options, "tma": int(tma) if tma in ("2", "3") else int(tma not in ("0", "", "false", "False"))}
     fusion = os.environ.get("TESSERA_GPU_FP_FUSION")
     if gpu and fusion is not None and "fp_fusion" not in options:
         # float a * b + c contracted to one FMA on the GPU (1, the default) or not (0); a
@@ -219,7 +219,7 @@ def _cuda_launcher(ck, device, num_warps, kernel_name):
     except _C.CudaError as e:
         raise _named_cuda_error(kernel_name, e) from None
     # The block size the kernel was compiled for (a kernel may fix num_warps itself).
-    threads = 32 * int(ck.metadata.get("num_warps", num_warps) or num_warps)
+    threads = int(ck.metadata.get("threads") or 32 * int(ck.metadata.get("num_warps", num_warps) or num_warps))
     current = _current_stream_getter()
     launch_cuda = _C.cuda_launch
     ck._fast_target = ("cuda", index, fn, threads, shared, current)

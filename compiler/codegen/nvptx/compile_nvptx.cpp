@@ -116,6 +116,7 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   llvm::Function* fn = lowering.run();
   out.entry_symbol = fn->getName().str();
   out.shared_bytes = lowering.shared_bytes();
+  out.threads = lowering.block_threads();
   out.tensor_maps = lowering.tensor_map_spec();
   if (out.shared_bytes > max_dynamic_shared_bytes(cc))
     throw CompileError("kernel " + k.name + " needs " + std::to_string(out.shared_bytes) + " bytes of shared memory; " +

@@ -13,6 +13,7 @@ struct NvptxOutput {
   std::string entry_symbol;  // the kernel's name: the PTX .entry
   std::string arch;          // e.g. "sm_90a"
   int num_warps = 4;
+  int threads = 128;         // threads per block to launch (num_warps*32, plus a producer warp)
   int shared_bytes = 0;      // dynamic shared memory the kernel uses (pass at launch)
   std::string tensor_maps;   // tensor maps it takes after its parameters ("" none; tensor_map_spec.h)
 };

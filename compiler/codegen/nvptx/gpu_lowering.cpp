@@ -141,7 +141,7 @@ GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool d
                          bool wgmma, int tma)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
       num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma),
-      tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), axis_(k) {
+      tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), ws_inflight_from_3_(tma != 3), axis_(k) {
   fp_fusion_ = kernel_fp_fusion(k);
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();
@@ -202,7 +202,7 @@ llvm::Function* GpuLowering::run() {
                                              llvm::ConstantAsMetadata::get(b_.getInt32(v))}));
   };
   md("kernel", 1);
-  md("maxntidx", num_threads_);
+  md("maxntidx", block_threads());
   // The maxnreg launch option (.maxnreg: ptxas keeps to it, spilling beyond).
   auto maxnreg = k_.attrs.find("maxnreg");
   if (maxnreg != k_.attrs.end() && std::holds_alternative<int64_t>(maxnreg->second))
@@ -238,15 +238,36 @@ TileVal& GpuLowering::tile(const Value* v) {
 }
 
 void GpuLowering::plan_load_layouts(const Block& b) {
+  // Broadcasts that an elementwise op combines with a tensor-core accumulator take the
+  // accumulator's layout (a matmul epilogue's `acc + bias[None, :]`: each thread loads
+  // the bias of its own accumulator columns, where the canonical layout went through
+  // shared memory with two barriers per tile).
+  std::unordered_map<const Value*, BlockedLayout> beside_acc;
+  for (auto& op : b.ops) {
+    if (!op_has_trait(op->kind, 'E') || op->results.empty() || !op->result()->type.is_tile()) continue;
+    for (const Value* a : op->operands) {
+      if (!a->def() || a->def()->kind != OpKind::Broadcast || beside_acc.count(a)) continue;
+      for (const Value* o : op->operands)
+        if (o != a && o->type.shape == a->type.shape)
+          if (auto l = planned_layout(o)) {
+            beside_acc.emplace(a, *l);
+            break;
+          }
+    }
+  }
   for (auto& op : b.ops) {
     for (auto& r : op->regions) plan_load_layouts(*r->block);
     if (op->kind != OpKind::Broadcast) continue;
     const Value* v = op->operands[0];
-    BlockedLayout l = canonical_layout(op->result()->type.shape);
+    auto acc = beside_acc.find(op->result());
+    BlockedLayout l = acc != beside_acc.end() ? acc->second : canonical_layout(op->result()->type.shape);
     for (int d = 0; d < v->type.rank(); ++d)
       if (v->type.shape[d] == 1 && l.shape[d] != 1) l = l.collapse(d);
-    while (v->def() && v->def()->kind == OpKind::ExpandDims && v->def()->operands[0]->type.is_tile()) {
-      l = l.slice(static_cast<int>(v->def()->int_attr("axis")));
+    // Through expand_dims, and (beside an accumulator) the conversion of the loaded type
+    // to the accumulator's (`.to(tl.float32)`), which keeps the layout.
+    while (v->def() && v->def()->operands.size() == 1 && v->def()->operands[0]->type.is_tile() &&
+           (v->def()->kind == OpKind::ExpandDims || (acc != beside_acc.end() && v->def()->kind == OpKind::Cast))) {
+      if (v->def()->kind == OpKind::ExpandDims) l = l.slice(static_cast<int>(v->def()->int_attr("axis")));
       v = v->def()->operands[0];
     }
     if (v->def() && v->def()->kind == OpKind::Load && !load_layout_.count(v)) load_layout_.emplace(v, l);
@@ -487,7 +508,17 @@ llvm::Value* GpuLowering::is_first_replica(const BlockedLayout& l) {
   return b_.CreateICmpEQ(b_.CreateAnd(tid_, b_.getInt32(unused)), b_.getInt32(0));
 }
 
-void GpuLowering::barrier() { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+void GpuLowering::barrier() {
+  // Past a warp-specialized loop's split only the consumers are left to synchronize
+  // (warp_specialize_nvptx.cpp): named barrier 1 over their threads.
+  if (in_producer_)
+    throw CompileError("warp_specialize: the producer's copies would need a CTA barrier (this is a Tessera bug)", false);
+  if (consumer_barriers_) {
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_sync_cnt, {}, {b_.getInt32(1), b_.getInt32(num_threads_)});
+    return;
+  }
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+}
 
 // Every buffer is a fixed region of one extern dynamic shared array: static
 // shared memory stops at 48 KB, dynamic goes to the device's opt-in maximum
@@ -639,6 +670,7 @@ void GpuLowering::lower_for(const Op& op) {
   };
   auto in_range = [&](llvm::Value* i) { return ivt.is_unsigned() ? b_.CreateICmpULT(i, ub) : b_.CreateICmpSLT(i, ub); };
   std::optional<Pipeline> pipe = plan_pipeline(body);
+  if (warp_specialize_loop(op, pipe)) pipe->warp_specialized = true;
   std::vector<Prefetch> pf = pipe ? std::vector<Prefetch>{} : plan_prefetch(body);
   if (pipe) {
     std::vector<BlockedLayout> layouts;

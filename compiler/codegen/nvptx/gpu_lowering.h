@@ -44,6 +44,9 @@ int max_dynamic_shared_bytes(int cc);
 // (the frontend writes it from TESSERA_GPU_FP_FUSION), else the default.
 bool kernel_fp_fusion(const ir::Kernel& k);
 
+// The loop's warp_specialize attribute is set (tl.range's hint; warp_specialize_nvptx.cpp).
+bool asks_warp_specialize(const ir::Op& loop);
+
 // The tensor-core instruction a dot lowers to (lower_dot_mma_nvptx.cpp).
 enum class MmaKind { F16, BF16, TF32, TF32x3, I8 };
 
@@ -54,12 +57,15 @@ class GpuLowering {
   // cp.async ring holds). tma: rings of wgmma operands whose loads are 2-D tiles
   // the host can describe are filled by the TMA instead (tma_nvptx.cpp).
   // tma: 0 off; 1 stages released through "empty" mbarriers; 2 released by a CTA
-  // barrier per iteration (the simpler scheme, kept to measure against).
+  // barrier per iteration (the simpler scheme, kept to measure against); 3 as 1, but a
+  // warp-specialized loop keeps wgmma groups in flight only from 4 stages (to measure).
   GpuLowering(const ir::Kernel& k, llvm::Module& m, int num_warps, bool debug, int cc = 90, int num_stages = 3,
               bool wgmma = false, int tma = 0);
   // Emits the kernel function (named after the kernel) and returns it.
   llvm::Function* run();
   int shared_bytes() const { return shared_bytes_; }
+  // Threads per block to launch: num_warps*32, plus a warp-specialized loop's producer warp.
+  int block_threads() const { return num_threads_ + producer_threads_; }
   // The tensor maps the kernel takes after its own parameters, for the runtime
   // (runtime/include/tessera/tensor_map_spec.h); "" when none.
   std::string tensor_map_spec() const;
@@ -239,6 +245,10 @@ class GpuLowering {
     llvm::Value* lb = nullptr;               // the loop's first induction value
     llvm::Value* current_stage = nullptr;    // this iteration's read stage
     llvm::Value* first_iteration = nullptr;  // i1
+    // A producer warp issues the copies, the consumers only wait (warp_specialize_nvptx.cpp);
+    // issuer: the i1 that picks the issuing thread (nullptr: thread 0).
+    bool warp_specialized = false;
+    llvm::Value* issuer = nullptr;
   };
   // Re-lowering part of a loop body with other bindings (the values of a later
   // iteration: prefetch_nvptx.cpp, pipeline_nvptx.cpp): forget_bindings saves and
@@ -301,6 +311,15 @@ class GpuLowering {
   // Spins (this thread) until `bar` (shared address) completed the phase of `parity`.
   void emit_mbarrier_wait(llvm::Value* bar, llvm::Value* parity);
 
+  // --- warp_specialize_nvptx.cpp: a producer warp for a loop's TMA ring ---------
+  // Whether `loop` is specialized: asked for (its warp_specialize attribute) on sm_90a
+  // with TMA rings; a CompilationError where asked for but impossible.
+  bool warp_specialize_loop(const ir::Op& loop, const std::optional<Pipeline>& pipe);
+  // Splits the CTA: the producer warp's loop of copies (then it returns); leaves the
+  // builder in the consumers' block, where barriers are named ones from then on.
+  void emit_producer(const ir::Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,
+                     const std::function<llvm::Value*(llvm::Value*)>& in_range);
+
   // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
   void lower_atomic(const ir::Op& op);
   bool has_uses(const ir::Value* v);
@@ -324,6 +343,9 @@ class GpuLowering {
   bool wgmma_;
   bool tma_;
   bool tma_cta_barrier_;          // tma mode 2
+  // A warp-specialized loop keeps a wgmma group in flight from 3 stages (tma mode 3, to
+  // measure against: from 4, as unspecialized loops).
+  bool ws_inflight_from_3_;
   bool planning_ = false;         // plan_wgmma is running: keep loads that only the TMA can copy
   std::vector<TmaMap> tma_maps_;  // from plan_tma
   std::set<const ir::Op*> wgmma_dots_;  // from plan_wgmma
@@ -359,6 +381,7 @@ class GpuLowering {
   // (offset, bytes) of pipelined loops' rings once their loop is done: scratch for
   // store_through_smem (every use of that memory is fenced by barriers).
   std::vector<std::pair<int64_t, int64_t>> dead_smem_;
+  std::vector<std::pair<int64_t, int64_t>> store_smem_;  // store_through_smem's own buffers (offset, bytes)
   int smem_count_ = 0;
   // Staging buffers for dot operands, shared by every dot (lower_dot_nvptx.cpp).
   llvm::Value* dot_smem_[2] = {};
@@ -367,6 +390,12 @@ class GpuLowering {
   llvm::Value* dot_phase_ = nullptr;  // i32 alloca: the copy the next dot writes
   std::set<const ir::Value*> used_;  // values some op uses (for has_uses)
   bool used_ready_ = false;
+  // Warp specialization (warp_specialize_nvptx.cpp): the producer's threads past the
+  // consumers' num_threads_; lowering the producer's loop; past the split (barriers
+  // are bar.sync 1 over the consumers).
+  int producer_threads_ = 0;
+  bool in_producer_ = false;
+  bool consumer_barriers_ = false;
 };
 
 }  // namespace tessera::codegen::nvptx

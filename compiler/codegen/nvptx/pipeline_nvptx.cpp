@@ -207,11 +207,21 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   const int64_t budget = max_dynamic_shared_bytes(cc_) - shared_bytes_ - staging - 16 * 1024;
   while (p.stages > 2 && p.stages * per_stage > budget) --p.stages;
   if (p.stages * per_stage > budget) return std::nullopt;
+  // Every load of the ring has a tensor map (plan_tma): the TMA fills the stages.
+  if (p.async_proxy && !tma_maps_.empty()) {
+    p.tma = true;
+    for (auto& pl : p.loads) p.tma = p.tma && tma_map_of(pl.load) != nullptr;
+  }
   // wgmma dots whose accumulator only goes round the loop keep a group in flight. That
   // costs a stage of lookahead, so only from 4 stages: on an H100 the 128x128x32 matmul
   // fell from 432 to 341-362 TFLOP/s with 3 stages in flight (1 stage ahead) and gained
-  // 1-3% with 4 (bench/results/gpu_matmul_notes.md).
-  if (p.async_proxy && p.stages >= 4) {
+  // 1-3% with 4 (bench/results/gpu_matmul_notes.md). A warp-specialized loop's producer
+  // (warp_specialize_nvptx.cpp) fills every stage the consumers released, so there a
+  // group in flight costs one stage of S: from 3 stages (bench/results/kernels_cuda_float16_wspec.md).
+  const Op* loop = body.parent() ? body.parent()->parent() : nullptr;
+  const bool specialized = p.tma && !tma_cta_barrier_ && ws_inflight_from_3_ && loop && loop->kind == OpKind::For &&
+                           asks_warp_specialize(*loop);
+  if (p.async_proxy && p.stages >= (specialized ? 3 : 4)) {
     const Op* y = body.terminator();
     bool all = y && y->kind == OpKind::Yield;
     std::vector<size_t> idx;
@@ -257,11 +267,6 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
       for (auto& op : body.ops)
         if (wgmma_dots_.count(op.get())) wgmma_async_dots_.insert(op.get());
     }
-  }
-  // Every load of the ring has a tensor map (plan_tma): the TMA fills the stages.
-  if (p.async_proxy && !tma_maps_.empty()) {
-    p.tma = true;
-    for (auto& pl : p.loads) p.tma = p.tma && tma_map_of(pl.load) != nullptr;
   }
   // Loads only the TMA could copy, in a ring it does not fill: back to plain loads
   // (while plan_wgmma runs, tensor maps are yet to be made).
@@ -363,6 +368,11 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
   p.write_stage = alloca_in_entry(b_.getInt32Ty());
   barrier();  // an earlier run of this loop (an enclosing loop) may still read the ring
   if (p.tma) tma_prologue(p);
+  if (p.warp_specialized) {  // the producer warp issues every stage, from the first
+    emit_producer(body, p, lb, step, in_range);
+    b_.CreateStore(b_.getInt32(0), p.read_stage);
+    return;
+  }
   llvm::Value* iv = lb;
   const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
   for (int s = 0; s < ahead; ++s) {
@@ -390,17 +400,19 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
   llvm::Value* rs = b_.CreateLoad(b_.getInt32Ty(), p.read_stage);
   p.current_stage = rs;
   p.first_iteration = b_.CreateICmpEQ(scalar(body.args[0].get()), p.lb);
-  llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
-  llvm::Value* iv = b_.CreateLoad(step->getType(), p.ahead_iv);
-  issue_stage(body, p, iv, ws, in_range(iv));
-  b_.CreateStore(b_.CreateAdd(iv, step), p.ahead_iv);
   auto next = [&](llvm::Value* s) {
     llvm::Value* n = b_.CreateAdd(s, b_.getInt32(1));
     return b_.CreateSelect(b_.CreateICmpEQ(n, b_.getInt32(p.stages)), b_.getInt32(0), n);
   };
+  if (!p.warp_specialized) {  // (else the producer warp issues: warp_specialize_nvptx.cpp)
+    llvm::Value* ws = b_.CreateLoad(b_.getInt32Ty(), p.write_stage);
+    llvm::Value* iv = b_.CreateLoad(step->getType(), p.ahead_iv);
+    issue_stage(body, p, iv, ws, in_range(iv));
+    b_.CreateStore(b_.CreateAdd(iv, step), p.ahead_iv);
+    b_.CreateStore(next(ws), p.write_stage);
+  }
   llvm::Value* next_rs = next(rs);
   b_.CreateStore(next_rs, p.read_stage);
-  b_.CreateStore(next(ws), p.write_stage);
   if (p.tma) {  // the copies of this iteration have landed (mbarrier of stage rs)
     tma_wait(p, rs);
     tma_advance_phase(p, next_rs);

@@ -17,7 +17,10 @@
 // out) from 0.077 to 0.037 ms and linear_relu 4096x1024 @ 1024x2048 from 0.048 to
 // 0.037 ms (bench/results/kernels_cuda_float16_linear.md).
 // The buffer reuses a finished pipelined loop's ring when one is large enough
-// (lower_for notes the rings in dead_smem_), so the kernel's shared memory, and with
+// (lower_for notes the rings in dead_smem_), or an earlier conversion's buffer, and
+// where neither exists and a new one would not fit, the tile goes through in column
+// chunks (128x256 f16 beside a 4-stage ring in a warp-specialized loop: two 128x128
+// passes through one 34 KB buffer), so the kernel's shared memory, and with
 // it how many CTAs fit on an SM, does not grow. Reuse is safe because every use of
 // that memory is fenced by barriers on both sides: the ring's prologue starts with
 // one, and this conversion starts with one and ends with the readers' loads done
@@ -48,53 +51,102 @@ bool GpuLowering::store_through_smem(const Op& op) {
   // per row: 8-byte runs of f32 already fill whole sectors) that become 16 bytes.
   if (direct * eb > 4 || wide * eb < 16) return false;
 
-  // A padded row-major buffer: rows stay 16-byte aligned.
+  // A padded row-major buffer: rows stay 16-byte aligned. Where the whole tile's does not
+  // fit beside what is allocated (a warp-specialized loop's ring, which the producer keeps
+  // filling, cannot lend its memory), the tile goes through in column chunks, one after the
+  // other through one chunk-sized buffer: 2, 4, ... chunks, as long as the chunk a register
+  // belongs to is fixed by the register (its top column bits are no thread bits).
+  int col_bits = 0;
+  while ((int64_t{1} << col_bits) < cols) ++col_bits;
+  auto chunk_of = [&](int r, int k) -> int {  // -1: a thread bit decides
+    const std::vector<IndexBit>& cb = src.index_of(r)[1];
+    int c = 0;
+    for (int i = 0; i < k; ++i) {
+      const IndexBit& bit = cb[static_cast<size_t>(col_bits - k + i)];
+      if (bit.kind == IndexBit::Thread) return -1;
+      c |= (bit.kind == IndexBit::One) << i;
+    }
+    return c;
+  };
   const int64_t pad = 16 / eb;
-  const int64_t stride = cols + pad;
-  const int64_t bytes = rows * stride * eb;
   llvm::Type* mt = llvm_mem_type(ctx_, e);
+  auto fits_somewhere = [&](int64_t bytes) {
+    for (auto& [offset, size] : dead_smem_)
+      if (size >= bytes && offset % 16 == 0) return true;
+    for (auto& [offset, size] : store_smem_)
+      if (size >= bytes) return true;
+    return shared_bytes_ + bytes + 16 <= max_dynamic_shared_bytes(cc_);
+  };
+  int k = 0;  // log2 of the chunks
+  while (!fits_somewhere(rows * (cols / (int64_t{1} << k) + pad) * eb) && k < col_bits &&
+         cols / (int64_t{1} << (k + 1)) >= wide) {
+    bool fixed = true;
+    for (int r = 0; r < src.num_regs() && fixed; ++r) fixed = chunk_of(r, k + 1) >= 0;
+    if (!fixed) break;
+    ++k;
+  }
+  const int64_t chunk_cols = cols >> k;
+  const int64_t stride = chunk_cols + pad;
+  const int64_t bytes = rows * stride * eb;
   llvm::Value* buf = nullptr;
   for (auto& [offset, size] : dead_smem_)
     if (size >= bytes && offset % 16 == 0) {
       buf = llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_, llvm::ConstantInt::get(b_.getInt64Ty(), offset));
       break;
     }
-  if (!buf) buf = new_smem(b_.getInt8Ty(), bytes, "store_cvt");
-  auto element_ptr = [&](const SymIndex& s) {
+  // Or an earlier conversion's buffer (the same fences: a fused epilogue storing both Z
+  // and C, which a warp-specialized loop's ring cannot lend its memory to).
+  for (auto& [offset, size] : store_smem_)
+    if (!buf && size >= bytes)
+      buf = llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_, llvm::ConstantInt::get(b_.getInt64Ty(), offset));
+  if (!buf) {
+    buf = new_smem(b_.getInt8Ty(), bytes, "store_cvt");
+    store_smem_.emplace_back(smem_offset_.at(buf), bytes);
+  }
+  // s's element within its chunk (a whole-tile index loses the chunk's column bits).
+  auto element_ptr = [&](SymIndex s) {
+    if (s[1].size() > static_cast<size_t>(col_bits - k)) s[1].resize(static_cast<size_t>(col_bits - k));
     llvm::Value* idx = b_.CreateAdd(b_.CreateMul(runtime_index(s[0]), b_.getInt32(static_cast<uint32_t>(stride))),
                                     runtime_index(s[1]));
     return b_.CreateInBoundsGEP(mt, buf, idx);
   };
 
-  // Write the value's own runs (replicas write the same bits).
   std::vector<llvm::Value*> regs = materialize(val, src);
   int run = src.contiguous_regs();
   while (run > 1 && run * eb > 16) run /= 2;
-  barrier();
-  for (int r0 = 0; r0 < src.num_regs(); r0 += run) {
-    llvm::Value* p = element_ptr(src.index_of(r0));
-    if (run == 1) {
-      b_.CreateAlignedStore(to_mem(b_, regs[r0], e), p, llvm::Align(eb));
-      continue;
-    }
-    llvm::Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(mt, run));
-    for (int i = 0; i < run; ++i) v = b_.CreateInsertElement(v, to_mem(b_, regs[r0 + i], e), b_.getInt32(i));
-    b_.CreateAlignedStore(v, p, llvm::Align(run * eb));
-  }
-  barrier();
-
-  // Read `wide` consecutive elements per access in the canonical layout and store.
+  const int64_t chunk_vec = std::min<int64_t>({vec, chunk_cols, std::max<int64_t>(1, rows * chunk_cols / num_threads_)});
+  const BlockedLayout chunk_dst = make_blocked_layout({rows, chunk_cols}, static_cast<int>(chunk_vec), num_threads_);
+  const int chunk_wide = std::min<int>(wide, static_cast<int>(chunk_vec));
   const Value* mask = op.operands.size() >= 3 ? op.operands[2] : nullptr;
-  llvm::Value* first = is_first_replica(dst);
-  for (int r0 = 0; r0 < dst.num_regs(); r0 += wide) {
-    SymIndex s0 = dst.index_of(r0);
-    auto* vt = llvm::FixedVectorType::get(mt, wide);
-    llvm::Value* v = b_.CreateAlignedLoad(vt, element_ptr(s0), llvm::Align(wide * eb));
-    std::vector<llvm::Value*> vals;
-    for (int i = 0; i < wide; ++i) vals.push_back(from_mem(b_, b_.CreateExtractElement(v, b_.getInt32(i)), e));
-    llvm::Value* pred = mask ? at(mask, s0) : nullptr;
-    if (first) pred = pred ? b_.CreateAnd(pred, first) : first;
-    emit_global_store(at(op.operands[0], s0), e, vals, pred);
+  llvm::Value* first = is_first_replica(chunk_dst);
+  for (int c = 0; c < (1 << k); ++c) {
+    // Write the value's own runs of this chunk (replicas write the same bits).
+    barrier();
+    for (int r0 = 0; r0 < src.num_regs(); r0 += run) {
+      if (k && chunk_of(r0, k) != c) continue;
+      llvm::Value* p = element_ptr(src.index_of(r0));
+      if (run == 1) {
+        b_.CreateAlignedStore(to_mem(b_, regs[r0], e), p, llvm::Align(eb));
+        continue;
+      }
+      llvm::Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(mt, run));
+      for (int i = 0; i < run; ++i) v = b_.CreateInsertElement(v, to_mem(b_, regs[r0 + i], e), b_.getInt32(i));
+      b_.CreateAlignedStore(v, p, llvm::Align(run * eb));
+    }
+    barrier();
+    // Read `chunk_wide` consecutive elements per access in the chunk's canonical layout and
+    // store them at the chunk's columns.
+    for (int r0 = 0; r0 < chunk_dst.num_regs(); r0 += chunk_wide) {
+      SymIndex s0 = chunk_dst.index_of(r0);
+      auto* vt = llvm::FixedVectorType::get(mt, chunk_wide);
+      llvm::Value* v = b_.CreateAlignedLoad(vt, element_ptr(s0), llvm::Align(chunk_wide * eb));
+      for (int i = 0; i < k; ++i) s0[1].push_back(IndexBit{(c >> i) & 1 ? IndexBit::One : IndexBit::Zero, 0});
+      std::vector<llvm::Value*> vals;
+      for (int i = 0; i < chunk_wide; ++i) vals.push_back(from_mem(b_, b_.CreateExtractElement(v, b_.getInt32(i)), e));
+      llvm::Value* pred = mask ? at(mask, s0) : nullptr;
+      if (first) pred = pred ? b_.CreateAnd(pred, first) : first;
+      emit_global_store(at(op.operands[0], s0), e, vals, pred);
+    }
   }
   return true;
 }

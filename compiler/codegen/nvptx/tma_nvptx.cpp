@@ -328,7 +328,7 @@ llvm::Value* GpuLowering::smem32(llvm::Value* ptr) {
 
 void GpuLowering::tma_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active) {
   auto* i32 = b_.getInt32Ty();
-  llvm::Value* pred = b_.CreateAnd(b_.CreateICmpEQ(tid_, b_.getInt32(0)), active);
+  llvm::Value* pred = b_.CreateAnd(p.issuer ? p.issuer : b_.CreateICmpEQ(tid_, b_.getInt32(0)), active);
   // The w-th issue (w counted from 0) fills stage w % S, which iteration w - S read:
   // from w >= S on, thread 0 first waits for that read's release (the (w/S - 1)-th
   // completion of the stage's empty barrier).

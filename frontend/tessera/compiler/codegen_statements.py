@@ -482,8 +482,13 @@ class StatementsMixin:
         carried, local_only = self._carried(node.body, exclude=(target,))
         templates, init = self._carry_in(carried)
         region = Region([IRType(iv_type)] + [v.type for v in init])
+        ws = rng.warp_specialize
+        ws = ws.value if isinstance(ws, core.constexpr) else ws
+        if is_runtime(ws) or not isinstance(ws, (bool, int)):
+            raise self.error(node.iter, f"tl.range's warp_specialize must be a compile-time bool, got {describe(ws)}")
         op = self.builder.create("for", [lb.handle, ub.handle, step.handle] + [v.handle for v in init],
-                                 [v.type for v in init], regions=[region])
+                                 [v.type for v in init], regions=[region],
+                                 attrs={"warp_specialize": 1} if ws else None)
         outer = self.scope
         with self.builder.at_end_of(region):
             self.scope = dict(outer)

@@ -289,6 +289,9 @@ class range:
             self.start, self.end = arg1, arg2
         self.step = 1 if step is None else step
         self.num_stages = num_stages
+        # A GPU schedule hint (sm_90a: a producer warp issues the loop's TMA copies;
+        # docs/language.md); the CPU back end and the interpreter ignore it.
+        self.warp_specialize = warp_specialize
 
     def __iter__(self):  # the interpreter iterates it like Python's range
         import builtins

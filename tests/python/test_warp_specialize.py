@@ -1,0 +1,314 @@
+"""tl.range(..., warp_specialize=True) (compiler/codegen/nvptx/warp_specialize_nvptx.cpp):
+the PTX of a specialized flat persistent matmul for sm_90a (a producer warp that only
+issues the TMA copies, consumers that only wait, wgmma and store; named barriers past
+the split; the launch's extra warp), the errors where it cannot apply, the targets that
+ignore it (CPU, interpreter, sm_80), and (marked gpu) kernels/linear.py's specialized
+persistent kernel against float64 on edge shapes with NaN-poisoned outputs."""
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import tessera
+import tessera.language as tl
+from tessera.kernels import linear as L
+
+torch = pytest.importorskip("torch")
+
+PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
+                                  else None)
+
+
+def _linear_persistent(ws=True, bn=256, stages=4, act=L.ACT_RELU, target="cuda:90a", dtype="fp16", mn="i32:16"):
+    """kernels/linear.py's persistent kernel as L.matmul launches x @ W^T + b on a GPU
+    (M and N multiples of 16 unless mn says otherwise)."""
+    sig = {p: f"*{dtype}:16" for p in ("A", "B", "BIAS", "C", "Z")}
+    sig.update({p: "i32:16" for p in ("K", "s_ab", "s_am", "s_bb", "s_bn", "s_cb")})
+    sig.update(M=mn, N=mn, scale="fp32", batches="i32")
+    ce = dict(s_ak=1, s_bk=1, A_MMAJOR=False, B_KMAJOR=True, ACT=act, HAS_BIAS=True, STORE_Z=False, SCALE=False,
+              ACC=tl.float32, BATCHED=False, BLOCK_M=128, BLOCK_N=bn, BLOCK_K=64, GROUP_M=1, WARP_SPECIALIZE=ws)
+    return tessera.compile(L._persistent_matmul_kernel, sig, ce, target=target, num_warps=8, num_stages=stages)
+
+
+def _assemble(ptx, tmp_path):
+    if PTXAS is None:
+        pytest.skip("ptxas (CUDA toolkit) not installed")
+    (tmp_path / "k.ptx").write_text(ptx)
+    r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stderr
+
+
+def _split(ptx):
+    """(before the split, producer, consumers) of a specialized kernel's PTX: the split is
+    the first branch on `tid < 256` after the ring's setup; the producer's code runs from
+    there to the consumers' first block (the target of that branch)."""
+    m = re.search(r"setp\.lt\.u32\s+(%p\d+), %r\d+, 256;\s*\n\s*@\1 bra\s+(\$L__BB\d+_\d+);", ptx)
+    assert m, "no producer/consumer split"
+    consumer_label = m.group(2)
+    start = ptx.index(consumer_label + ":")
+    # The producer's blocks come before the consumers' in the PTX (emitted first).
+    return ptx[:m.start()], ptx[m.end():start], ptx[start:]
+
+
+def test_specialized_persistent_matmul_ptx(tmp_path):
+    ck = _linear_persistent(stages=3)
+    assert ck.metadata["threads"] == "384"  # two consumer warpgroups and the producer warpgroup
+    ptx = ck.asm["ptx"]
+    assert ".maxntid 384" in ptx
+    before, producer, consumers = _split(ptx)
+    # Before the split: every thread initializes the ring's barriers (3 full, 3 empty), CTA barrier 0.
+    assert before.count("mbarrier.init.shared::cta.b64") == 6 and "bar.sync \t0;" in before
+    # Registers: 384 threads launch with 168 each; the producer warpgroup keeps 40 and the
+    # consumers take the rest (256 x 232 + 128 x 40 = 384 x 168).
+    assert "setmaxnreg.dec.sync.aligned.u32 40;" in producer and "setmaxnreg" not in before
+    assert consumers.count("setmaxnreg.inc.sync.aligned.u32 232;") == 1 and "setmaxnreg.dec" not in consumers
+    # The producer: only the copies (an A box and a B box per stage) behind expect_tx, and waits
+    # on the empty barriers; no tensor-core work, no stores, no barriers.
+    assert producer.count("cp.async.bulk.tensor.2d") == 2 and producer.count("mbarrier.arrive.expect_tx") == 1
+    assert producer.count("mbarrier.try_wait.parity") == 1
+    assert "wgmma" not in producer and "st.global" not in producer and "bar.sync" not in producer
+    assert "barrier.sync" not in producer
+    # The consumers: wait on full barriers, wgmma, release stages; no copies; every barrier
+    # past the split is named barrier 1 over the 256 consumer threads.
+    assert "cp.async.bulk" not in consumers and "expect_tx" not in consumers
+    assert consumers.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16") == 4
+    assert "mbarrier.try_wait.parity" in consumers and "mbarrier.arrive.shared::cta.b64 _, [" in consumers
+    # With 3 stages a wgmma group stays in flight (the producer refills every released stage).
+    assert "wgmma.wait_group.sync.aligned 1;" in consumers
+    assert "bar.sync" not in consumers and "barrier.sync \t1, 256;" in consumers
+    info = _assemble(ptx, tmp_path)
+    assert "Used 168 registers" in info and "0 bytes spill stores" in info
+    # The bias is loaded in the accumulator's layout (each thread its columns, 32 pairs of
+    # f16), not converted through shared memory: the barriers are the output store's two
+    # (through shared memory, 16-byte stores) and the ring's end.
+    assert consumers.count("ld.global.b32") == 32 and "st.shared.b16" not in consumers
+    assert consumers.count("barrier.sync \t1, 256;") == 3
+
+
+def test_unaligned_columns_assemble(tmp_path):
+    # N not a multiple of 16: the output is stored from the accumulator's registers.
+    info = _assemble(_linear_persistent(stages=3, mn="i32").asm["ptx"], tmp_path)
+    assert "Used 168 registers" in info
+
+
+def test_stored_preactivation_fits():
+    # Training's forward stores Z (the pre-activation) and C: both conversions through shared
+    # memory share one buffer (the ring, which the producer keeps filling, cannot lend it).
+    sig = {p: "*fp16:16" for p in ("A", "B", "BIAS", "C", "Z")}
+    sig.update({p: "i32:16" for p in ("M", "N", "K", "s_ab", "s_am", "s_bb", "s_bn", "s_cb")})
+    sig.update(scale="fp32", batches="i32")
+    ce = dict(s_ak=1, s_bk=1, A_MMAJOR=False, B_KMAJOR=True, ACT=L.ACT_GELU, HAS_BIAS=True, STORE_Z=True, SCALE=False,
+              ACC=tl.float32, BATCHED=False, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=1, WARP_SPECIALIZE=True)
+    ck = tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=8, num_stages=3)
+    ring = 3 * (128 + 256) * 64 * 2
+    store = 128 * (256 + 8) * 2  # one padded 128x256 f16 buffer
+    assert ck.metadata["threads"] == "384" and ring + store <= int(ck.metadata["shared"]) < ring + store + 1024
+
+
+def test_four_stages_store_in_column_halves(tmp_path):
+    # 4 stages of 128x256x64 (192 KB) leave no room for the 128x256 output's 66 KB conversion
+    # buffer: the tile goes through one 128x128 buffer in two passes (two barriers each),
+    # 8 16-byte stores per thread per pass.
+    ck = _linear_persistent(stages=4)
+    ring, half = 4 * (128 + 256) * 64 * 2, 128 * (128 + 8) * 2
+    assert ring + half <= int(ck.metadata["shared"]) < ring + half + 1024
+    _, _, consumers = _split(ck.asm["ptx"])
+    assert consumers.count("barrier.sync \t1, 256;") == 2 * 2 + 1
+    assert consumers.count("st.global.v4.b32") == 2 * 8
+    _assemble(ck.asm["ptx"], tmp_path)
+
+
+def test_producer_parity_with_four_stages():
+    # The w-th issue (w >= 4) waits for the (w/4 - 1)-th release of stage w % 4: parity
+    # (w/4 - 1) & 1, which is bit 2 of ~w.
+    _, producer, _ = _split(_linear_persistent(bn=128, stages=4).asm["ptx"])
+    assert re.search(r"not\.b32\s+(%r\d+), %r\d+;\s*\n\s*bfe\.u32\s+%r\d+, \1, 2, 1;", producer)
+    assert re.search(r"setp\.gt\.u32\s+%p\d+, %r\d+, 3;", producer)  # no wait for the first 4 issues
+
+
+def test_unaligned_rows_run_unspecialized():
+    # K not known to be a multiple of 16 elements: the rows may not be 16-byte aligned, no
+    # TMA ring for this specialization, so the loop runs as written (other launches of the
+    # same kernel may still specialize it).
+    sig = {p: "*fp16:16" for p in ("A", "B", "BIAS", "C", "Z")}
+    sig.update({p: "i32" for p in ("K", "s_am", "s_bn")})
+    sig.update({p: "i32:16" for p in ("s_ab", "s_bb", "s_cb")})
+    sig.update(M="i32", N="i32", scale="fp32", batches="i32")
+    ce = dict(s_ak=1, s_bk=1, A_MMAJOR=False, B_KMAJOR=True, ACT=1, HAS_BIAS=True, STORE_Z=False, SCALE=False,
+              ACC=tl.float32, BATCHED=False, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, WARP_SPECIALIZE=True)
+    ck = tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=8, num_stages=3)
+    assert ck.metadata["threads"] == "256" and "setmaxnreg" not in ck.asm["ptx"]
+
+
+def test_unspecialized_kernel_unchanged():
+    ck = _linear_persistent(ws=False, stages=3)
+    ptx = ck.asm["ptx"]
+    assert ck.metadata["threads"] == "256" and ".maxntid 256" in ptx
+    assert "barrier.sync" not in ptx and "setp.lt.u32 \t%p9, %r1, 256" not in ptx
+    # Thread 0 of the consumers issues the copies: two stages before the loop, one per iteration.
+    assert ptx.count("cp.async.bulk.tensor.2d") == 2 * 3
+
+
+def test_other_targets_ignore_it():
+    # sm_80 (no TMA, no wgmma): a schedule hint the same source may carry everywhere.
+    ck = _linear_persistent(target="cuda:80", stages=3, bn=128)
+    assert ck.metadata["threads"] == "256" and "barrier.sync" not in ck.asm["ptx"]
+
+
+def test_cpu_and_interpreter_ignore_it(monkeypatch):
+    # The CPU back end: the specialized persistent kernel through L.matmul's GPU plan (4 "SMs").
+    import test_kernels_linear as T
+    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    monkeypatch.setattr(L, "_sm_count", lambda like: 4)
+    for product in T.PERSISTENT_PRODUCTS:
+        c, want = T._persistent_product("cpu", torch.float32, *product,
+                                        (32, 16, 16, {"persistent": 1, "warp_specialize": True}), L.ACT_RELU)
+        T._close(c, want, T.TOL[torch.float32], f"warp-specialized on the CPU {product}")
+
+    @tessera.kernel
+    def partial_sums(x, out, n, BLOCK: tl.constexpr):
+        acc = tl.zeros([BLOCK], tl.float32)
+        for i in tl.range(0, n, BLOCK, warp_specialize=True):
+            acc += tl.load(x + i + tl.arange(0, BLOCK), mask=i + tl.arange(0, BLOCK) < n, other=0.0)
+        tl.store(out + tl.arange(0, BLOCK), acc)
+
+    x = np.arange(100, dtype=np.float32)
+    want = np.zeros(16, np.float32)
+    for i in range(0, 100, 16):
+        chunk = x[i:i + 16]
+        want[:len(chunk)] += chunk
+    for interpret in ("0", "1"):
+        monkeypatch.setenv("TESSERA_INTERPRET", interpret)
+        out = np.full(16, np.nan, np.float32)
+        partial_sums[(1,)](x, out, 100, BLOCK=16)
+        np.testing.assert_array_equal(out, want)
+
+
+def _gpu_compile(fn, sig, ce, num_stages=3):
+    return tessera.compile(tessera.kernel(fn), sig, ce, target="cuda:90a", num_warps=4, num_stages=num_stages)
+
+
+def _no_ring(x, out, n, BLOCK: tl.constexpr):
+    acc = tl.zeros([BLOCK], tl.float32)
+    for i in tl.range(0, n, BLOCK, warp_specialize=True):
+        acc += tl.load(x + i + tl.arange(0, BLOCK))
+    tl.store(out + tl.arange(0, BLOCK), acc)
+
+
+def _nested(a, b, c, M, N, K, s_am, s_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    for t in range(0, 2):
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, warp_specialize=True):
+            x = tl.load(a + rm[:, None] * s_am + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K),
+                        other=0.0)
+            y = tl.load(b + (k + rk)[:, None] * s_bk + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N),
+                        other=0.0)
+            acc = tl.dot(x, y, acc)
+        tl.store(c + t * BM * N + rm[:, None] * N + rn[None, :], acc)
+
+
+def _outer(a, b, c, M, N, K, s_am, s_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    for t in tl.range(0, 2, warp_specialize=True):
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in range(0, K, BK):
+            x = tl.load(a + rm[:, None] * s_am + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K),
+                        other=0.0)
+            y = tl.load(b + (k + rk)[:, None] * s_bk + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N),
+                        other=0.0)
+            acc = tl.dot(x, y, acc)
+        tl.store(c + t * BM * N + rm[:, None] * N + rn[None, :], acc)
+
+
+MM_SIG = {"a": "*fp16:16", "b": "*fp16:16", "c": "*fp32:16", "M": "i32", "N": "i32", "K": "i32", "s_am": "i32:16",
+          "s_bk": "i32:16"}
+
+
+@pytest.mark.parametrize("fn, sig, ce, message", [
+    (_no_ring, {"x": "*fp32:16", "out": "*fp32:16", "n": "i32"}, {"BLOCK": 128}, "loads no tl.dot operand"),
+    (_nested, MM_SIG, {"BM": 64, "BN": 64, "BK": 64}, "inside another loop"),
+    (_outer, MM_SIG, {"BM": 64, "BN": 64, "BK": 64}, "loaded in an inner loop"),
+], ids=["no_ring", "nested", "ring_in_inner_loop"])
+def test_where_it_cannot_apply(fn, sig, ce, message):
+    with pytest.raises(tessera.CompilationError) as e:
+        _gpu_compile(fn, sig, ce)
+    text = str(e.value)
+    assert message in text and "warp_specialize=True" in text and fn.__name__ in text
+
+
+def test_warp_specialize_must_be_compile_time():
+    def runtime_flag(x, out, n, flag):
+        for i in tl.range(0, n, warp_specialize=flag):
+            tl.store(out + i, tl.load(x + i))
+
+    with pytest.raises(tessera.CompilationError, match="warp_specialize must be a compile-time bool"):
+        tessera.compile(tessera.kernel(runtime_flag), {"x": "*fp32", "out": "*fp32", "n": "i32", "flag": "i32"})
+
+
+def test_ir_carries_the_attribute():
+    ck = _linear_persistent(stages=3)
+    assert re.search(r"= for .*warp_specialize = 1", ck.asm["tir"]) or "warp_specialize = 1" in ck.asm["tir"]
+
+
+# --------------------------------------------------------------------------- GPU
+
+def _poisoned_outputs(monkeypatch):
+    """L.matmul's C (and Z) start as NaN: an element no program wrote stays NaN."""
+    real = L.H.empty
+
+    def empty(like, shape):
+        out = real(like, shape)
+        if hasattr(out, "fill_") and out.is_floating_point():
+            out.fill_(float("nan"))
+        return out
+    monkeypatch.setattr(L.H, "empty", empty)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_specialized_linear_on_gpu(dtype, monkeypatch):
+    import test_kernels_linear as T
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    _poisoned_outputs(monkeypatch)
+    # Edges: M, N not multiples of the tile, K not a multiple of BK (80), K < BK (48), one K
+    # step (64), K 1024; several tiles per program (297 tiles of 128x128 on one CTA per SM);
+    # bias or not, relu and gelu; N-major B (dX = dZ W); stage counts with and without a wgmma
+    # group in flight. K = 200 (rows not 16-byte aligned: no TMA) runs unspecialized.
+    for per_sm, stages, bn, bk in ((1, 3, 256, 64), (1, 4, 256, 64), (1, 6, 256, 32), (1, 4, 128, 64),
+                                   (2, 3, 128, 64)):
+        tiles = (128, bn, bk, {"num_warps": 8, "num_stages": stages, "persistent": per_sm, "warp_specialize": True})
+        for product, act in [((1, 4097, 80, 1030, False, True), L.ACT_RELU),
+                             ((1, 4097, 80, 1030, False, True), L.ACT_GELU),
+                             ((1, 4097, 80, 1030, False, True), L.ACT_NONE),
+                             ((1, 300, 48, 520, False, True), L.ACT_RELU),
+                             ((1, 1030, 64, 4097, False, True), L.ACT_GELU),
+                             ((1, 2048, 1024, 2048, False, True), L.ACT_RELU),
+                             ((1, 4097, 80, 1030, False, False), L.ACT_NONE),
+                             ((1, 1000, 200, 1030, False, True), L.ACT_RELU)]:
+            c, want = T._persistent_product("cuda", dtype, *product, tiles, act)
+            assert not torch.isnan(c).any(), f"unwritten outputs {tiles} {product}"
+            T._close(c, want, T.TOL[dtype], f"warp-specialized s{stages} 128x{bn}x{bk} x{per_sm} {product} act {act}")
+
+
+def test_gpu_tiles_pick_it_on_sm90_wide_products():
+    ws = (128, 256, 64, {"num_warps": 8, "num_stages": 4, "persistent": 1, "warp_specialize": True})
+    assert L._gpu_tiles("float16", 4096, 2048, 1024, 1, tma=True) == ws
+    assert L._gpu_tiles("bfloat16", 4096, 1024, 2048, 1, tma=True) == ws
+    # Elsewhere (no TMA device, dW's M-major A, batched, few tiles, unaligned rows): unchanged.
+    assert L._gpu_tiles("float16", 4096, 2048, 1024, 1) == (128, 256, 64, {"num_warps": 8, "num_stages": 4})
+    for args, kw in [(("float16", 2048, 1024, 4096, 1), {"a_mmajor": True}), (("float16", 2048, 2048, 1024, 8), {}),
+                     (("float16", 4096, 768, 2048, 1), {}), (("float16", 4096, 2048, 1000, 1), {"rows_aligned": False}),
+                     (("float32", 4096, 2048, 1024, 1), {})]:
+        assert "warp_specialize" not in L._gpu_tiles(*args, tma=True, **kw)[3], args
+    assert not L._has_tma(torch.empty(1))  # a CPU tensor
