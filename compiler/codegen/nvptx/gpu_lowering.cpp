@@ -247,6 +247,26 @@ void GpuLowering::plan_load_layouts(const Block& b) {
     }
     if (v->def() && v->def()->kind == OpKind::Load && !load_layout_.count(v)) load_layout_.emplace(v, l);
   }
+  // A 2-D load combined elementwise with a dot's accumulator (a split-K matmul adding
+  // another program's fp32 partial, a residual added in an epilogue) is loaded in the
+  // accumulator's layout: otherwise each element would move through shared memory
+  // (a 128x256 fp32 tile: 128 KB next to the K loop's ring, more than fits).
+  for (auto& op : b.ops) {
+    if (op->kind == OpKind::Load || !op_has_trait(op->kind, 'E') || op->results.empty() ||
+        op->result()->type.rank() != 2)
+      continue;
+    for (const Value* v : op->operands) {
+      if (!v->def() || v->def()->kind != OpKind::Load || v->type.shape != op->result()->type.shape ||
+          load_layout_.count(v))
+        continue;
+      for (const Value* other : op->operands)
+        if (other != v && other->type.shape == v->type.shape)
+          if (auto l = planned_layout(other)) {
+            load_layout_.emplace(v, *l);
+            break;
+          }
+    }
+  }
 }
 
 void GpuLowering::lower_block(const Block& b) {
