@@ -252,7 +252,7 @@ def backward_table(dtype):
             L._weight_gradient(plan, dz, x, dw)
             return dw
         fns = {"cuBLAS mm(dz^T, x)": lambda: torch.mm(dz.t(), x), "tk linear_backward's dW plan": planned}
-        for bn, st in ((256, 4), (256, 3), (128, 4)):
+        for bn, st in ((256, 4), (256, 3), (128, 3), (128, 2)):
             t = (128, bn, 64, {"num_warps": 8, "num_stages": st})
             fns[f"split-K 2, 128x{bn}x64 s{st}"] = lambda t=t, kk=f"s{bn}{st}": split(t, kk)
         for bn, st in ((128, 4), (256, 4)):
@@ -296,7 +296,7 @@ def backward_table(dtype):
     fns = {f"copy of the model's {model / 1e6:.0f} MB": lambda: dst.copy_(src),
            "torch bmm(ds, k) + bmm(ds^T, q) (no scale)": lambda: (torch.bmm(ds, kk), torch.bmm(ds.transpose(1, 2), q)),
            "tk two matmul launches (before)": two_launches}
-    for cfg in ((128, 8, 2), (128, 8, 3), (64, 4, 3), (64, 4, 4)):
+    for cfg in ((128, 8, 2), (128, 8, 3), (128, 8, 4), (64, 4, 3), (64, 4, 4), (64, 4, 6)):
         fns[f"tk one launch {cfg[0]}x{d} w{cfg[1]} s{cfg[2]}"] = lambda cfg=cfg: fused(cfg)
 
     def check_score(cfg):

@@ -241,12 +241,14 @@ def _split_k_matmul_kernel(A, B, C, PART, ARRIVED, M, N, K, s_am, s_ak, s_bk, s_
     0.68 of cuBLAS; the wide tile's ring and wgmma run at 0.95 where there are enough
     of them, as dX = dz @ W's 128 tiles). Split, dW is 128 programs of 128x256 with
     K / 2 steps each: dX's work exactly.
-    Each half stores its fp32 partial to PART[split] (M x N), then counts itself in
-    ARRIVED[tile] (the barrier orders all threads' stores before the acq_rel atomic);
-    the second to arrive adds the other's partial to its accumulator in registers and
-    stores C, and resets the counter (zero again for the next launch in stream order).
-    One fp32 addition of two numbers is commutative, so C does not depend on which
-    half arrives last. k_per_split is a multiple of BLOCK_K."""
+    Each half stores its fp32 partial to PART[split] (M x N) from the accumulator's
+    registers, then counts itself in ARRIVED[tile] (the barrier orders all threads'
+    stores before the acq_rel atomic); the second to arrive sums PART[0] + PART[1] in
+    64-column slices (always in that order: C does not depend on which half is last),
+    stores C and resets the counter (zero again for the next launch in stream order).
+    Adding the other half straight into the accumulator instead held a second
+    128-register tile: 255 registers and spills (0.65 of cuBLAS against 0.80 unsplit).
+    k_per_split is a multiple of BLOCK_K."""
     t = tl.program_id(0)
     split = tl.program_id(1)
     pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -256,14 +258,16 @@ def _split_k_matmul_kernel(A, B, C, PART, ARRIVED, M, N, K, s_am, s_ak, s_bk, s_
     for k in range(k_first, tl.minimum(K, k_first + k_per_split), BLOCK_K):
         a, b = _operand_tiles(a_base, b_base, rm, rn, k + rk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, B_KMAJOR)
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
-    out_mask = (rm[:, None] < M) & (rn[None, :] < N)
-    offs = rm[:, None] * N + rn[None, :]
     plane = M.to(tl.int64) * N
-    tl.store(PART + split * plane + offs, acc, mask=out_mask)
+    tl.store(PART + split * plane + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
     tl.debug_barrier()
     if tl.atomic_add(ARRIVED + t, 1, sem="acq_rel") == 1:
-        acc += tl.load(PART + (1 - split) * plane + offs, mask=out_mask, other=0.0)
-        tl.store(C + offs, acc, mask=out_mask)
+        for c in range(0, BLOCK_N, 64):
+            cn = pid_n * BLOCK_N + c + tl.arange(0, 64)
+            offs = rm[:, None] * N + cn[None, :]
+            cmask = (rm[:, None] < M) & (cn[None, :] < N)
+            total = tl.load(PART + offs, mask=cmask, other=0.0) + tl.load(PART + plane + offs, mask=cmask, other=0.0)
+            tl.store(C + offs, total, mask=cmask)
         tl.store(ARRIVED + t, 0)
 
 
@@ -629,26 +633,34 @@ def _product_launch(a_strides, b_strides, m, n, k, like):
     return _matmul_plan(a_strides, b_strides, 1, m, n, k, like, None, ACT_NONE, None, False, None) if m and n else None
 
 
-def _split_k_tiles(dtype_name, m, n, k, a_strides, b_strides):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, launch options) for _split_k_matmul_kernel, or None
-    where the one-program-per-tile kernel is the better choice. Split: a 16-bit product
-    with an M-major A (dW = dz^T @ x) and TMA-ready rows whose 128x256 tiles are too few
-    for a wave (WIDE_TILES_FROM) but twice them are not too few (half a wave), with
-    at least 16 K steps in each half. dW at 2048x1024x4096 ran 0.68 of cuBLAS on 128x128
-    tiles, one CTA per SM (bench/results/kernels_cuda_float16_mmbwd.md has the split)."""
+def _weight_gradient_tiles(dtype_name, m, n, k, a_strides, b_strides):
+    """(tiles, split) for dW = dz^T @ x, the one product with an M-major A (M, N, K =
+    out_features, in_features, rows), or None for _gpu_tiles' choice. 16-bit, rows
+    16-byte aligned (the TMA's), from bench/linear_gpu.py --backward on an H100
+    (bench/results/kernels_cuda_float16_mmbwd.md):
+    - at least WIDE_TILES_FROM 128x256 tiles: 128x256, 4 stages, one program per
+      tile (4096x4096x8192: 0.93 of cuBLAS, 128x128 0.67-0.72);
+    - fewer: split (tiles, True) when SPLIT_K_DW and each half keeps at least 16 K steps
+      (_split_k_matmul_kernel), else None."""
     if dtype_name not in ("float16", "bfloat16") or a_strides[1] != 1 or a_strides[2] == 1:
         return None
     if not all(st % 16 == 0 for st in a_strides[1:] + b_strides[1:] if st != 1):
         return None
     wide = tessera.cdiv(m, 128) * tessera.cdiv(n, 256)
-    if not (WIDE_TILES_FROM // 4 <= wide < WIDE_TILES_FROM) or k < 2 * 16 * 64:
-        return None
-    return 128, 256, 64, {"num_warps": 8, "num_stages": 4}
+    if wide >= WIDE_TILES_FROM:
+        return (128, 256, 64, {"num_warps": 8, "num_stages": 4}), False
+    if SPLIT_K_DW is not None and wide >= WIDE_TILES_FROM // 4 and k >= 2 * 16 * 64:
+        return SPLIT_K_DW, True
+    return None
+
+
+# _split_k_matmul_kernel's tiles for dW (None: no split).
+SPLIT_K_DW = (128, 256, 64, {"num_warps": 8, "num_stages": 4})
 
 
 def _split_k_launch(a_strides, b_strides, m, n, k, like, tiles):
     """(kernel, grid, arguments after the five arrays, constexpr and launch keywords) of
-    _split_k_matmul_kernel for an unbatched product A @ B; tiles from _split_k_tiles."""
+    _split_k_matmul_kernel for an unbatched product A @ B with an M-major A."""
     bm, bn, bk, opts = tiles
     k_per_split = tessera.cdiv(tessera.cdiv(k, bk), 2) * bk
     sizes = (m, n, k, a_strides[1], a_strides[2], b_strides[1], b_strides[2], k_per_split)
@@ -665,13 +677,17 @@ def _linear_bwd_plan(x, weight, dz, has_bias):
     plan = _LinearBwdPlan()
     plan.dz_direct, plan.x_direct = dzv is dz, xv is x
     plan.dx_launch = _product_launch((0,) + zs, (0,) + ws, rows, k, n, x)                  # dz @ W
-    split = _split_k_tiles(H.dtype_name(x), n, k, rows, (0, zs[1], zs[0]), (0,) + xs) if H.on_gpu(x) else None
+    dw_tiles = _weight_gradient_tiles(H.dtype_name(x), n, k, rows, (0, zs[1], zs[0]), (0,) + xs) \
+        if H.on_gpu(x) and n and k else None
     plan.dw_split = None
-    if split is not None:  # dz^T @ x, each tile's K range in two halves
-        plan.dw_launch = _split_k_launch((0, zs[1], zs[0]), (0,) + xs, n, k, rows, weight, split)
+    if dw_tiles is not None and dw_tiles[1]:  # dz^T @ x, each tile's K range in two halves
+        plan.dw_launch = _split_k_launch((0, zs[1], zs[0]), (0,) + xs, n, k, rows, weight, dw_tiles[0])
         plan.dw_split = (H.allocator(weight, (2, n, k), "acc"), plan.dw_launch[1][0])
+    elif n and k:  # dz^T @ x
+        plan.dw_launch = _matmul_plan((0, zs[1], zs[0]), (0,) + xs, 1, n, k, rows, weight, None, ACT_NONE, None,
+                                      False, dw_tiles[0] if dw_tiles is not None else None)
     else:
-        plan.dw_launch = _product_launch((0, zs[1], zs[0]), (0,) + xs, n, k, rows, weight)    # dz^T @ x
+        plan.dw_launch = None
     # The products' outputs are contiguous: made in the gradients' shapes directly.
     plan.new_dx, plan.new_dw = H.allocator(x, tuple(x.shape)), H.allocator(weight, (n, k))
     plan.sum_steps = plan.grad_dtype = None
