@@ -262,7 +262,7 @@ def _split_k_matmul_kernel(A, B, C, PART, ARRIVED, M, N, K, s_am, s_ak, s_bk, s_
     tl.store(PART + split * plane + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
     tl.debug_barrier()
     if tl.atomic_add(ARRIVED + t, 1, sem="acq_rel") == 1:
-        for c in range(0, BLOCK_N, 64):
+        for c in tl.static_range(0, BLOCK_N, 64):
             cn = pid_n * BLOCK_N + c + tl.arange(0, 64)
             offs = rm[:, None] * N + cn[None, :]
             cmask = (rm[:, None] < M) & (cn[None, :] < N)
@@ -521,7 +521,7 @@ def _score_backward_tiles(dtype_name, d, qs, ks, dss):
 
 # (BLOCK_M, num_warps, num_stages) of _score_backward_kernel: its two branches' rings
 # both take shared memory (2 x stages x (BLOCK_M + BLOCK_D) x 64 x 2 bytes).
-SCORE_BACKWARD_TILES = (128, 8, 2)
+SCORE_BACKWARD_TILES = (128, 8, 3)
 
 
 def attention_score_backward(q, k, ds, scale):
@@ -654,8 +654,10 @@ def _weight_gradient_tiles(dtype_name, m, n, k, a_strides, b_strides):
     return None
 
 
-# _split_k_matmul_kernel's tiles for dW (None: no split).
-SPLIT_K_DW = (128, 256, 64, {"num_warps": 8, "num_stages": 4})
+# _split_k_matmul_kernel's tiles for dW, or None: no split. None: on an H100 every split
+# measured ran behind one program per 128x128 tile at 2048x1024x4096 (0.66-0.69 of
+# cuBLAS against 0.78-0.80; bench/results/kernels_cuda_float16_mmbwd.md).
+SPLIT_K_DW = None
 
 
 def _split_k_launch(a_strides, b_strides, m, n, k, like, tiles):

@@ -155,8 +155,8 @@ def test_ptx_split_k_dw_runs_wide_wgmma_from_a_tma_ring(dtype, monkeypatch, tmp_
     # TMA boxes of 64 columns for dz^T (M-major: imm-trans-a) and x (N-major: imm-trans-b),
     # one wgmma group in flight; the partial stored from the accumulator's registers
     # (8-byte pairs: 64 per thread), the two partials summed in 64-column slices of 16-byte
-    # loads (4 slices x 2 x 8 per thread, a loop of 16), no spills, and shared memory the
-    # ring's 4 x 48 KB and its barriers only.
+    # loads (4 slices, unrolled, x 2 partials x 8 per thread), no spills, and shared memory
+    # the ring's 4 x 48 KB and its barriers only.
     tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
     monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
     monkeypatch.setattr(L, "SPLIT_K_DW", (128, 256, 64, {"num_warps": 8, "num_stages": 4}))
@@ -173,7 +173,7 @@ def test_ptx_split_k_dw_runs_wide_wgmma_from_a_tma_ring(dtype, monkeypatch, tmp_
     assert steps == [("1", "1")] * 4, ptx
     assert ck.metadata["tensor_maps"].count("|") == 2 and "cp.async.cg" not in ptx
     assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", ptx)[0] == "1"
-    assert len(re.findall(r"ld\.global\.v4\.f32", ptx)) == 16 and "ld.global.v2.f32" not in ptx
+    assert len(re.findall(r"ld\.global\.v4\.f32", ptx)) == 64 and "ld.global.v2.f32" not in ptx
     assert len(re.findall(r"st\.global\.v2\.f32", ptx)) == 64       # this half's partial
     assert int(ck.metadata["shared"]) < 4 * 48 * 1024 + 1024
     assert len(re.findall(r"atom\.global\.acq_rel\.gpu\.add|atom\.global\.add", ptx)) == 1
@@ -208,13 +208,17 @@ def _skip_without_cuda():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("split", [False, True], ids=["shipped", "split"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("rows,k,n", [(4096, 1024, 2048), (4100, 1008, 2050), (2048, 2048, 1536), (4096, 1024, 4096)])
-def test_linear_backward_dw_on_gpu(rows, k, n, dtype):
-    # dW through the ops' autograd: 2048x1024x4096 and 1536x2048x2048 split (64 and 48
-    # wide tiles), 4100x1008x2050 split with partial M, N and K tiles (the second half
-    # masked), 4096 out-features (128 wide tiles) one program per tile; fp32 never splits.
+def test_linear_backward_dw_on_gpu(rows, k, n, dtype, split, monkeypatch):
+    # dW through the ops' autograd, as shipped and with split-K planned (SPLIT_K_DW): then
+    # 2048x1024x4096 and 1536x2048x2048 split (64 and 48 wide tiles), 4100x1008x2050 too,
+    # with partial M, N and K tiles (the second half masked); 4096 out-features (128 wide
+    # tiles: 128x256, one program per tile) and fp32 never split.
     _skip_without_cuda()
+    monkeypatch.setattr(L, "SPLIT_K_DW", (128, 256, 64, {"num_warps": 8, "num_stages": 4}) if split else None)
+    monkeypatch.setattr(L, "_LINEAR_BWD_PLANS", H.Plans())
     gen = torch.Generator().manual_seed(rows + k + n)
     x = torch.randn(rows, k, generator=gen).to("cuda", dtype).requires_grad_(True)
     w = (torch.randn(n, k, generator=gen) * k ** -0.5).to("cuda", dtype).requires_grad_(True)
