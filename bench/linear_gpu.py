@@ -258,7 +258,8 @@ def backward_table(dtype):
         for bn, st in splits:
             t = (128, bn, 64, {"num_warps": 8, "num_stages": st})
             fns[f"split-K 2, 128x{bn}x64 s{st}"] = lambda t=t, kk=f"s{bn}{st}": split(t, kk)
-        for bn, st in ((128, 4), (256, 4)):
+        one_pass = ((128, 4), (256, 4)) + (((128, 5), (128, 6)) if splits else ())
+        for bn, st in one_pass:
             t = (128, bn, 64, {"num_warps": 8, "num_stages": st})
             fns[f"one pass, 128x{bn}x64 s{st}"] = lambda t=t, kk=f"o{bn}{st}": single(t, kk)
 
@@ -299,8 +300,10 @@ def backward_table(dtype):
     fns = {f"copy of the model's {model / 1e6:.0f} MB": lambda: dst.copy_(src),
            "torch bmm(ds, k) + bmm(ds^T, q) (no scale)": lambda: (torch.bmm(ds, kk), torch.bmm(ds.transpose(1, 2), q)),
            "tk two matmul launches (before)": two_launches}
-    for cfg in ((128, 8, 3), (128, 8, 4), (64, 4, 6), (256, 16, 2), (256, 16, 3), (256, 16, 4)):
-        fns[f"tk one launch {cfg[0]}x{d} w{cfg[1]} s{cfg[2]}"] = lambda cfg=cfg: fused(cfg)
+    # (BLOCK_K 128 would give ds K-major rows of 256 bytes, which wgmma does not read: mma.sync)
+    for cfg in ((128, 64, 8, 3), (64, 64, 4, 6), (256, 64, 16, 3), (128, 32, 8, 6), (128, 32, 8, 8),
+                (64, 32, 4, 8)):
+        fns[f"tk one launch {cfg[0]}x{d}x{cfg[1]} w{cfg[2]} s{cfg[3]}"] = lambda cfg=cfg: fused(cfg)
 
     def check_score(cfg):
         if not cfg.startswith("tk"):

@@ -515,13 +515,17 @@ def _score_backward_tiles(dtype_name, d, qs, ks, dss):
         return None
     if qs[2] != 1 or ks[2] != 1 or dss[2] != 1 or any(st % 16 for st in (qs[1], ks[1], dss[1])):
         return None
-    bm, warps, stages = SCORE_BACKWARD_TILES
-    return bm, max(16, tessera.next_power_of_2(d)), 64, {"num_warps": warps, "num_stages": stages}
+    bm, bk, warps, stages = SCORE_BACKWARD_TILES
+    return bm, max(16, tessera.next_power_of_2(d)), bk, {"num_warps": warps, "num_stages": stages}
 
 
-# (BLOCK_M, num_warps, num_stages) of _score_backward_kernel: its two branches' rings
-# both take shared memory (2 x stages x (BLOCK_M + BLOCK_D) x 64 x 2 bytes).
-SCORE_BACKWARD_TILES = (128, 8, 3)
+# (BLOCK_M, BLOCK_K, num_warps, num_stages) of _score_backward_kernel, from bench/linear_gpu.py
+# --backward on an H100 at 8x2048x2048x64 (bench/results/kernels_cuda_float16_mmbwd.md):
+# 128x64 rows x K, 3 stages, 0.039 ms (0.73 of a copy of the model's bytes); 64x64 4 warps
+# 6 stages and 256x64 16 warps 3-4 stages within 2%, 256 rows 2 stages 0.044. The two
+# branches' rings share shared memory (lower_if): stages x (BLOCK_M + BLOCK_D) x BLOCK_K x
+# 2 bytes, 72 KB here (three CTAs per SM).
+SCORE_BACKWARD_TILES = (128, 64, 8, 3)
 
 
 def attention_score_backward(q, k, ds, scale):

@@ -74,8 +74,8 @@ def test_linear_backward_plans_split_k_on_a_gpu_only(monkeypatch):
 def test_score_backward_tiles():
     qs = ks = (2048 * 64, 64, 1)
     dss = (2048 * 2048, 2048, 1)
-    bm, warps, stages = L.SCORE_BACKWARD_TILES
-    assert L._score_backward_tiles("float16", 64, qs, ks, dss) == (bm, 64, 64, {"num_warps": warps,
+    bm, bk, warps, stages = L.SCORE_BACKWARD_TILES
+    assert L._score_backward_tiles("float16", 64, qs, ks, dss) == (bm, 64, bk, {"num_warps": warps,
                                                                                 "num_stages": stages})
     assert L._score_backward_tiles("bfloat16", 48, (2048 * 48, 48, 1), (2048 * 48, 48, 1), dss)[1] == 64
     # rows of 40 elements: the launch knows divisibility by 16 only, no ring could take them
