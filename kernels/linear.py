@@ -238,16 +238,18 @@ def _split_k_matmul_kernel(A, B, C, PART, ARRIVED, M, N, K, s_am, s_ak, s_bk, s_
     """C = A @ B (one batch, no epilogue) with each tile's K range in two halves, run by
     two programs (grid (tiles, 2, 1)): the backward's dW = dz^T @ x, whose 2048x1024
     output at 128x256 is 64 tiles for 132 SMs (the 128x128 tiles that fill them ran at
-    0.68 of cuBLAS; the wide tile's ring and wgmma run at 0.95 where there are enough
+    0.68-0.81 of cuBLAS; the wide tile's ring and wgmma run at 0.95 where there are enough
     of them, as dX = dz @ W's 128 tiles). Split, dW is 128 programs of 128x256 with
-    K / 2 steps each: dX's work exactly.
+    K / 2 steps each: dX's work, plus the halves' sum (measured slower: see below).
     Each half stores its fp32 partial to PART[split] (M x N) from the accumulator's
     registers, then counts itself in ARRIVED[tile] (the barrier orders all threads'
     stores before the acq_rel atomic); the second to arrive sums PART[0] + PART[1] in
     64-column slices (always in that order: C does not depend on which half is last),
     stores C and resets the counter (zero again for the next launch in stream order).
     Adding the other half straight into the accumulator instead held a second
-    128-register tile: 255 registers and spills (0.65 of cuBLAS against 0.80 unsplit).
+    128-register tile: 255 registers and spills (0.65 of cuBLAS); summed in slices, 155
+    registers, 0.67-0.69 -- still behind one pass over 128x128 tiles (0.78-0.81), so
+    linear_backward plans it only when SPLIT_K_DW is set.
     k_per_split is a multiple of BLOCK_K."""
     t = tl.program_id(0)
     split = tl.program_id(1)
@@ -520,12 +522,12 @@ def _score_backward_tiles(dtype_name, d, qs, ks, dss):
 
 
 # (BLOCK_M, BLOCK_K, num_warps, num_stages) of _score_backward_kernel, from bench/linear_gpu.py
-# --backward on an H100 at 8x2048x2048x64 (bench/results/kernels_cuda_float16_mmbwd.md):
-# 128x64 rows x K, 3 stages, 0.039 ms (0.73 of a copy of the model's bytes); 64x64 4 warps
-# 6 stages and 256x64 16 warps 3-4 stages within 2%, 256 rows 2 stages 0.044. The two
-# branches' rings share shared memory (lower_if): stages x (BLOCK_M + BLOCK_D) x BLOCK_K x
-# 2 bytes, 72 KB here (three CTAs per SM).
-SCORE_BACKWARD_TILES = (128, 64, 8, 3)
+# --backward on an H100 at 8x2048x2048x64 (bench/results/kernels_cuda_float16_mmbwd.md, runs
+# 2-4): 64x64 rows x K over 4 warps, 6 stages, 0.038 ms (0.74-0.75 of a copy of the model's
+# bytes); 128 rows 3-4 stages and 256 rows 3 stages 1-4% slower; 32-wide K steps 0.65 or less.
+# The two branches' rings share shared memory (lower_if): stages x (BLOCK_M + BLOCK_D) x
+# BLOCK_K x 2 bytes, 96 KB here (two CTAs per SM).
+SCORE_BACKWARD_TILES = (64, 64, 4, 6)
 
 
 def attention_score_backward(q, k, ds, scale):
@@ -643,7 +645,7 @@ def _weight_gradient_tiles(dtype_name, m, n, k, a_strides, b_strides):
     16-byte aligned (the TMA's), from bench/linear_gpu.py --backward on an H100
     (bench/results/kernels_cuda_float16_mmbwd.md):
     - at least WIDE_TILES_FROM 128x256 tiles: 128x256, 4 stages, one program per
-      tile (4096x4096x8192: 0.93 of cuBLAS, 128x128 0.67-0.72);
+      tile (4096x4096x8192: 0.92-0.94 of cuBLAS, 128x128 0.65-0.68);
     - fewer: split (tiles, True) when SPLIT_K_DW and each half keeps at least 16 K steps
       (_split_k_matmul_kernel), else None."""
     if dtype_name not in ("float16", "bfloat16") or a_strides[1] != 1 or a_strides[2] == 1:
@@ -659,8 +661,8 @@ def _weight_gradient_tiles(dtype_name, m, n, k, a_strides, b_strides):
 
 
 # _split_k_matmul_kernel's tiles for dW, or None: no split. None: on an H100 every split
-# measured ran behind one program per 128x128 tile at 2048x1024x4096 (0.66-0.69 of
-# cuBLAS against 0.78-0.80; bench/results/kernels_cuda_float16_mmbwd.md).
+# measured ran behind one program per 128x128 tile at 2048x1024x4096 (128x256 and 128x128
+# halves 0.66-0.69 of cuBLAS against 0.78-0.81; bench/results/kernels_cuda_float16_mmbwd.md).
 SPLIT_K_DW = None
 
 
