@@ -307,13 +307,13 @@ def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, 
     if t < q_blocks:
         # dq[b, m, :] = sum_n ds[b, m, n] k[b, n, :]: A = ds (K-major), B = k (N-major).
         rm = t * BLOCK_M + tl.arange(0, BLOCK_M)
-        _score_product_tile(DS + batch * s_db, KEY + batch * s_kb, DQ, rm, rd, batch, M, D, N, s_dm, 1, s_kn, 1, M * D, scale, False, ACC, BLOCK_M, BLOCK_D,
-                            BLOCK_K)
+        _score_product_tile(DS + batch * s_db, KEY + batch * s_kb, DQ, rm, rd, batch, M, D, N, s_dm, 1, s_kn, 1,
+                            M * D, scale, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K)
     else:
         # dk[b, n, :] = sum_m ds[b, m, n] q[b, m, :]: A = ds^T (M-major), B = q (N-major).
         rn = (t - q_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
-        _score_product_tile(DS + batch * s_db, Q + batch * s_qb, DK, rn, rd, batch, N, D, M, 1, s_dm, s_qm, 1, N * D, scale, True, ACC, BLOCK_M, BLOCK_D,
-                            BLOCK_K)
+        _score_product_tile(DS + batch * s_db, Q + batch * s_qb, DK, rn, rd, batch, N, D, M, 1, s_dm, s_qm, 1,
+                            N * D, scale, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K)
 
 
 _MATMUL_PLANS = H.Plans()
@@ -534,7 +534,9 @@ def attention_score_backward(q, k, ds, scale):
     (qv, qs), (kv, ks), (dsv, dss) = _score_views((H.layout(q), H.layout(k), H.layout(ds)), (q, k, ds), None)
     bt, m, d = qv.shape
     n = kv.shape[1]
-    tiles = _score_backward_tiles(H.dtype_name(q), d, qs, ks, dss) if H.on_gpu(q) and m and n else None
+    name = H.dtype_name(q)
+    tiles = _score_backward_tiles(name, d, qs, ks, dss) if H.on_gpu(q) and bt and m and n and \
+        H.dtype_name(ds) == name else None
     if tiles is not None:
         bm, bd, bk, opts = tiles
         dq, dk = H.empty(q, (bt, m, d)), H.empty(q, (bt, n, d))

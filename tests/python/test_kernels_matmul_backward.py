@@ -23,6 +23,7 @@ H = importlib.import_module("tessera.kernels._host")
 PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
                                   else None)
 GRAD_TOL = {torch.float32: 5e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+DTYPES, DTYPE_IDS = [torch.float16, torch.bfloat16, torch.float32], ["float16", "bfloat16", "float32"]
 
 
 def _close(got, want, tol, what):
@@ -209,7 +210,7 @@ def _skip_without_cuda():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("split", [False, True], ids=["shipped", "split"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("rows,k,n", [(4096, 1024, 2048), (4100, 1008, 2050), (2048, 2048, 1536), (4096, 1024, 4096)])
 def test_linear_backward_dw_on_gpu(rows, k, n, dtype, split, monkeypatch):
     # dW through the ops' autograd, as shipped and with split-K planned (SPLIT_K_DW): then
@@ -237,7 +238,7 @@ def test_linear_backward_dw_on_gpu(rows, k, n, dtype, split, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", [(8, 2048, 2048, 64), (3, 200, 336, 48), (2, 130, 80, 128), (1, 1, 32, 16),
                                    (2, 4, 64, 96, 32), (3, 200, 333, 40)], ids=lambda s: "x".join(map(str, s)))
 def test_attention_score_backward_on_gpu(shape, dtype):
@@ -255,3 +256,29 @@ def test_attention_score_backward_on_gpu(shape, dtype):
     qd, kd, dsd = q.detach().double(), k.detach().double(), ds.double()
     _close(dq, dsd @ kd * scale, GRAD_TOL[dtype], f"dq {shape}")
     _close(dk, dsd.transpose(-1, -2) @ qd * scale, GRAD_TOL[dtype], f"dk {shape}")
+
+
+@pytest.mark.parametrize("shape", [(2, 70, 96, 64), (1, 2, 3, 33, 48, 32)], ids=lambda s: "x".join(map(str, s)))
+def test_attention_score_backward_launches_the_fused_kernel(shape, monkeypatch):
+    # attention_score_backward's GPU plan run on the CPU (the launch's strides, grid and
+    # tiles as on a GPU): float16 q, k, ds; leading dimensions collapsed into the batch.
+    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    *lead, m, n, d = shape
+    gen = torch.Generator().manual_seed(m + n + d)
+    q, k, ds = (torch.randn(*lead, m, d, generator=gen).half(), torch.randn(*lead, n, d, generator=gen).half(),
+                torch.randn(*lead, m, n, generator=gen).half())
+    launched = []
+    real = L._score_backward_kernel.__class__.__getitem__
+
+    def spy(kernel, grid):
+        launched.append((kernel.__name__, grid))
+        return real(kernel, grid)
+    monkeypatch.setattr(L._score_backward_kernel.__class__, "__getitem__", spy)
+    dq, dk = L.attention_score_backward(q, k, ds, 0.25)
+    bm = L.SCORE_BACKWARD_TILES[0]
+    batch = 1
+    for v in lead:
+        batch *= v
+    assert launched == [("_score_backward_kernel", (-(-m // bm) + -(-n // bm), 1, batch))]
+    _close(dq, ds.double() @ k.double() * 0.25, 4e-3, "dq")
+    _close(dk, ds.double().transpose(-1, -2) @ q.double() * 0.25, 4e-3, "dk")
