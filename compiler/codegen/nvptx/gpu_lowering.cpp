@@ -785,12 +785,17 @@ bool GpuLowering::branches_share_smem(const Op& op, int start, bool dot_staging_
   for (const Block* b = op.parent; b && b->parent() && b->parent()->parent(); b = b->parent()->parent()->parent)
     if (b->parent()->parent()->kind == OpKind::For || b->parent()->parent()->kind == OpKind::While) return false;
   if (!dot_staging_before && dot_smem_[0]) return false;
+  forget_smem_from(start);
+  return true;
+}
+
+// Drops the conversion buffers (read_through_smem) allocated from offset `start` on.
+void GpuLowering::forget_smem_from(int start) {
   for (auto it = smem_of_.begin(); it != smem_of_.end();) {
     auto off = smem_offset_.find(it->second);
     if (off != smem_offset_.end() && off->second >= start) it = smem_of_.erase(it);
     else ++it;
   }
-  return true;
 }
 
 void GpuLowering::lower_if(const Op& op) {
@@ -808,8 +813,9 @@ void GpuLowering::lower_if(const Op& op) {
   const bool dot_staging_before = dot_smem_[0] != nullptr;
   int shared_then = shared_before;
   std::vector<std::pair<int64_t, int64_t>> dead_then;
+  bool shared = false;
   for (int r = 0; r < 2; ++r) {
-    if (r == 1 && branches_share_smem(op, shared_before, dot_staging_before)) {
+    if (r == 1 && (shared = branches_share_smem(op, shared_before, dot_staging_before))) {
       shared_then = shared_bytes_;
       shared_bytes_ = shared_before;
       dead_then.assign(dead_smem_.begin() + static_cast<std::ptrdiff_t>(dead_before), dead_smem_.end());
@@ -854,6 +860,9 @@ void GpuLowering::lower_if(const Op& op) {
   }
   shared_bytes_ = std::max(shared_bytes_, shared_then);
   dead_smem_.insert(dead_smem_.end(), dead_then.begin(), dead_then.end());  // past the if, both are scratch
+  // ... so the else branch's conversion buffers may overlap the then branch's dead ring,
+  // which a store after the if may take (store_through_smem): forget them too.
+  if (shared) forget_smem_from(shared_before);
   b_.SetInsertPoint(join);
   if (!slots_made) {
     if (n) b_.CreateUnreachable();
