@@ -218,6 +218,119 @@ def _row(op, shape, flops, fns, dtype, inputs, name):
     return row
 
 
+def backward_table(dtype):
+    """The backward's products beside their peers (one process): dW = dZ^T X (split-K, the
+    shipped plan, and single-pass tiles) beside cuBLAS's torch.mm(dz.t(), x); linear's
+    whole backward (dX, dW: two products) beside torch's two mms; attention_score's
+    backward (one launch of both products, in each candidate tiling, and the two matmul
+    launches it replaced) beside torch's two bmms and a copy of the model's bytes
+    (bench/kernels.py backward_bytes: read q, k, ds once, write dq, dk)."""
+    g = torch.Generator(device="cpu").manual_seed(2)
+    r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to("cuda", dtype)  # noqa: E731
+    rows = []
+
+    def emit(product, flops, fns, peer, check=None):
+        with torch.no_grad():
+            res = {k: v.min for k, v in measure_cuda_events(fns).items()}
+            q, underran = measure_queued(fns)
+        for cfg in fns:
+            rows.append([product, cfg, res[cfg] * 1e3, flops / res[cfg] / 1e12 if flops else "", res[peer] / res[cfg],
+                         q[cfg] * 1e3, q[peer] / q[cfg], check(cfg) if check else "",
+                         "host underran" if cfg in underran else "ok"])
+            print(" | ".join(str(round(v, 4)) if isinstance(v, float) else str(v) for v in rows[-1]), flush=True)
+
+    for (m, k, n) in ((4096, 1024, 2048), (8192, 4096, 4096)):
+        x, w, dz = r(m, k), r(n, k, sc=k ** -0.5), r(m, n)
+        zs, xs = dz.stride(), x.stride()
+        a_st, b_st = (0, zs[1], zs[0]), (0,) + xs
+        want = torch.mm(dz.t(), x).double()
+        outs = {}
+
+        def split(tiles, key):
+            kernel, grid, sizes, meta = L._split_k_launch(a_st, b_st, n, k, m, w, tiles)
+            dw = torch.empty(n, k, device="cuda", dtype=dtype)
+            kernel[grid](dz, x, dw, torch.empty(2, n, k, device="cuda"), L.H.arrival_counters(dw, grid[0]),
+                         *sizes, **meta)
+            outs[key] = dw
+            return dw
+
+        def single(tiles, key):
+            outs[key] = L.matmul(dz, x, a_st, b_st, 1, n, k, m, w, tiles=tiles)[0]
+            return outs[key]
+
+        plan = L._linear_bwd_plan(x, w, dz, False)
+
+        def planned():
+            dw = torch.empty(n, k, device="cuda", dtype=dtype)
+            L._weight_gradient(plan, dz, x, dw)
+            return dw
+        fns = {"cuBLAS mm(dz^T, x)": lambda: torch.mm(dz.t(), x), "tk linear_backward's dW plan": planned}
+        # Candidates: split-K (two halves) and one program per tile. At 4096x4096x8192 the
+        # splits ran 0.66-0.79 of cuBLAS in run 2 (extra partial traffic): one pass only.
+        splits = ((256, 4), (128, 3)) if (m, k, n) == (4096, 1024, 2048) else ()
+        for bn, st in splits:
+            t = (128, bn, 64, {"num_warps": 8, "num_stages": st})
+            fns[f"split-K 2, 128x{bn}x64 s{st}"] = lambda t=t, kk=f"s{bn}{st}": split(t, kk)
+        one_pass = ((128, 4), (256, 4)) + (((128, 5), (128, 6)) if splits else ())
+        for bn, st in one_pass:
+            t = (128, bn, 64, {"num_warps": 8, "num_stages": st})
+            fns[f"one pass, 128x{bn}x64 s{st}"] = lambda t=t, kk=f"o{bn}{st}": single(t, kk)
+
+        def check(cfg):
+            if cfg.startswith("cuBLAS"):
+                return ""
+            got = fns[cfg]().double()
+            err = (got - want).abs().max().item() / max(1.0, want.abs().max().item())
+            return "ok" if err < 2e-2 else f"WRONG ({err:.2g})"
+        emit(f"dW dZ^T@X {n}x{k}x{m}", 2 * m * n * k, fns, "cuBLAS mm(dz^T, x)", check)
+        emit(f"linear backward dX + dW {m}x{k} @ {n}x{k}^T", 4 * m * n * k,
+             {"torch mm(dz, W) + mm(dz^T, x)": lambda: (torch.mm(dz, w), torch.mm(dz.t(), x)),
+              "tk linear_backward (no activation, no bias)": lambda: L.linear_backward(x, w, dz, dz, L.ACT_NONE,
+                                                                                       False)},
+             "torch mm(dz, W) + mm(dz^T, x)")
+
+    heads, seq, d = 8, 2048, 64
+    q, kk, ds = r(heads, seq, d), r(heads, seq, d), r(heads, seq, seq)
+    model = (2 * q.numel() + 2 * kk.numel() + ds.numel()) * q.element_size()
+    src = torch.empty(model // 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    want = (ds.double() @ kk.double() * 0.125, ds.double().transpose(1, 2) @ q.double() * 0.125)
+    shipped = L.SCORE_BACKWARD_TILES
+
+    def fused(cfg):
+        L.SCORE_BACKWARD_TILES = cfg
+        try:
+            return L.attention_score_backward(q, kk, ds, 0.125)
+        finally:
+            L.SCORE_BACKWARD_TILES = shipped
+
+    def two_launches():
+        qs, ks, dss = q.stride(), kk.stride(), ds.stride()
+        dq, _ = L.matmul(ds, kk, dss, ks, heads, seq, d, seq, q, scale=0.125)
+        dk, _ = L.matmul(ds, q, (dss[0], dss[2], dss[1]), qs, heads, seq, d, seq, q, scale=0.125)
+        return dq, dk
+
+    fns = {f"copy of the model's {model / 1e6:.0f} MB": lambda: dst.copy_(src),
+           "torch bmm(ds, k) + bmm(ds^T, q) (no scale)": lambda: (torch.bmm(ds, kk), torch.bmm(ds.transpose(1, 2), q)),
+           "tk two matmul launches (before)": two_launches}
+    # (BLOCK_K 128 would give ds K-major rows of 256 bytes, which wgmma does not read: mma.sync)
+    for cfg in ((128, 64, 8, 3), (64, 64, 4, 6), (256, 64, 16, 3), (128, 32, 8, 6), (128, 32, 8, 8),
+                (64, 32, 4, 8)):
+        fns[f"tk one launch {cfg[0]}x{d}x{cfg[1]} w{cfg[2]} s{cfg[3]}"] = lambda cfg=cfg: fused(cfg)
+
+    def check_score(cfg):
+        if not cfg.startswith("tk"):
+            return ""
+        got = fns[cfg]()
+        err = max((g_.double() - w_).abs().max().item() / max(1.0, w_.abs().max().item()) for g_, w_ in zip(got, want))
+        return "ok" if err < 2e-2 else f"WRONG ({err:.2g})"
+    emit(f"attention_score backward {heads}x{seq}x{seq}x{d}", 2 * 2 * heads * seq * seq * d, fns,
+         f"copy of the model's {model / 1e6:.0f} MB", check_score)
+    return rows
+
+
+BACKWARD_HEADER = ["product", "config", "ms", "TFLOP/s", "peer / this", "GPU-queued ms", "GPU-queued peer / this",
+                   "check", "queue"]
 HEADER = ["op", "shape", "tk ms", "cuBLAS mm alone ms", "torch eager ms", "triton ms", "tk TFLOP/s",
           "cuBLAS alone / tk", "torch / tk", "tk GPU-queued ms", "cuBLAS GPU-queued ms", "cuBLAS / tk GPU-queued",
           "tk host us/call", "tk fwd+bwd ms", "torch fwd+bwd ms", "torch/tk fwd+bwd", "check"]
@@ -237,18 +350,21 @@ def main():
                     "comma-separated strings (e.g. 'fwd,dW')")
     ap.add_argument("--configs", default="", help="sweep only the tile configurations whose names contain one of "
                     "these comma-separated strings (e.g. 'ws,w8 s4 g1')")
+    ap.add_argument("--backward", action="store_true", help="the backward products beside their peers")
     ap.add_argument("--shapes", default="", help="only these linear shapes of the ops table, e.g. 4096x1024x2048 "
                     "(M x K x N, comma-separated); attention_score only when empty")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     sw = sweep(dtype, args.products, args.configs) if args.sweep else []
+    bw = backward_table(dtype) if args.backward else []
     ops = [] if args.no_ops else ops_table(dtype, args.triton, args.shapes)
     machine = machine_info()
     machine["gpu"] = torch.cuda.get_device_name()
     tag = f"kernels_cuda_{args.dtype}_{args.tag}"
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, tag + ".json"), "w") as fh:
-        json.dump({"machine": machine, "args": vars(args), "ops": ops, "sweep": sw}, fh, indent=1, default=str)
+        json.dump({"machine": machine, "args": vars(args), "ops": ops, "sweep": sw, "backward": bw}, fh, indent=1,
+                  default=str)
     md = [f"# tessera.kernels matmul ops vs cuBLAS alone ({args.dtype}, {machine['gpu']})", "",
           f"Generated by `python bench/linear_gpu.py {' '.join(sys.argv[1:])}` on "
           f"{machine['date']}. GPU time per call from CUDA events around batches of back-to-back calls, best "
@@ -263,6 +379,9 @@ def main():
     if sw:
         md += ["", "Tile configurations of kernels/linear.py's matmul kernel on each product (--sweep):", ""]
         md += table_lines(SWEEP_HEADER, sw, markdown=True)
+    if bw:
+        md += ["", "Backward products (--backward; 'peer': the first row of each product's group):", ""]
+        md += table_lines(BACKWARD_HEADER, bw, markdown=True)
     with open(os.path.join(args.out, tag + ".md"), "w") as fh:
         fh.write("\n".join(md) + "\n")
     print(f"wrote {os.path.join(args.out, tag)}.{{md,json}}")

@@ -230,6 +230,92 @@ def _matmul_kernel_cpu(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, 
     _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC)
 
 
+@tessera.kernel
+def _split_k_matmul_kernel(A, B, C, PART, ARRIVED, M, N, K, s_am, s_ak, s_bk, s_bn, k_per_split,
+                           A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACC: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                           GROUP_M: tl.constexpr):
+    """C = A @ B (one batch, no epilogue) with each tile's K range in two halves, run by
+    two programs (grid (tiles, 2, 1)): the backward's dW = dz^T @ x, whose 2048x1024
+    output at 128x256 is 64 tiles for 132 SMs (the 128x128 tiles that fill them ran at
+    0.68-0.81 of cuBLAS; the wide tile's ring and wgmma run at 0.95 where there are enough
+    of them, as dX = dz @ W's 128 tiles). Split, dW is 128 programs of 128x256 with
+    K / 2 steps each: dX's work, plus the halves' sum (measured slower: see below).
+    Each half stores its fp32 partial to PART[split] (M x N) from the accumulator's
+    registers, then counts itself in ARRIVED[tile] (the barrier orders all threads'
+    stores before the acq_rel atomic); the second to arrive sums PART[0] + PART[1] in
+    64-column slices (always in that order: C does not depend on which half is last),
+    stores C and resets the counter (zero again for the next launch in stream order).
+    Adding the other half straight into the accumulator instead held a second
+    128-register tile: 255 registers and spills (0.65 of cuBLAS); summed in slices, 155
+    registers, 0.67-0.69 -- still behind one pass over 128x128 tiles (0.78-0.81), so
+    linear_backward plans it only when SPLIT_K_DW is set.
+    k_per_split is a multiple of BLOCK_K."""
+    t = tl.program_id(0)
+    split = tl.program_id(1)
+    pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rm, rn, rk, a_base, b_base = _tile_operands(A, B, 0, 0, pid_m, pid_n, 0, False, BLOCK_M, BLOCK_N, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    k_first = split * k_per_split
+    for k in range(k_first, tl.minimum(K, k_first + k_per_split), BLOCK_K):
+        a, b = _operand_tiles(a_base, b_base, rm, rn, k + rk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, B_KMAJOR)
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
+    plane = M.to(tl.int64) * N
+    tl.store(PART + split * plane + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.debug_barrier()
+    if tl.atomic_add(ARRIVED + t, 1, sem="acq_rel") == 1:
+        for c in tl.static_range(0, BLOCK_N, 64):
+            cn = pid_n * BLOCK_N + c + tl.arange(0, 64)
+            offs = rm[:, None] * N + cn[None, :]
+            cmask = (rm[:, None] < M) & (cn[None, :] < N)
+            total = tl.load(PART + offs, mask=cmask, other=0.0) + tl.load(PART + plane + offs, mask=cmask, other=0.0)
+            tl.store(C + offs, total, mask=cmask)
+        tl.store(ARRIVED + t, 0)
+
+
+@tessera.kernel
+def _score_product_tile(a_base, b_base, C, rm, rn, batch, M, N, K, s_am, s_ak, s_bk, s_bn, s_cb, scale,
+                        A_MMAJOR: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr):
+    """One [BLOCK_M, BLOCK_N] tile of C[batch] = A[batch] @ B[batch] * scale (B N-major),
+    for _score_backward_kernel (inlined into each of its two branches)."""
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    for k in range(0, K, BLOCK_K):
+        a, b = _operand_tiles(a_base, b_base, rm, rn, k + rk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, False)
+        acc = tl.dot(a, b, acc)
+    _epilogue(acc, rm, rn, batch, M, N, s_cb, a_base, C, C, scale, 0, False, False, True, ACC)
+
+
+@tessera.kernel
+def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, s_kb, s_kn, scale,
+                           ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
+    """attention_score's backward in one launch: dq = ds @ k * scale and dk = ds^T @ q *
+    scale, q (batch, M, D), k (batch, N, D), ds (batch, M, N), rows contiguous; grid
+    (cdiv(M, BLOCK_M) + cdiv(N, BLOCK_M), 1, batch). A batch's programs are its dq
+    row blocks, then its dk row blocks; CTAs start in grid order, x fastest, so the
+    programs in flight are those of a few consecutive batches: the dq programs read
+    the batch's ds along its rows, the dk programs along its columns, at about the same
+    time, and the second read of each ds tile hits the L2 (8 MB of ds per 2048x2048
+    batch; a few such batches fit the 50 MB of an H100). Two launches read all of ds
+    twice from memory (64 MB each for 8 heads: 2x the bytes).
+    dk's A operand is ds^T, M-major (wgmma's transposed A)."""
+    batch = tl.program_id(2).to(tl.int64)
+    t = tl.program_id(0)
+    q_blocks = tl.cdiv(M, BLOCK_M)
+    rd = tl.arange(0, BLOCK_D)
+    if t < q_blocks:
+        # dq[b, m, :] = sum_n ds[b, m, n] k[b, n, :]: A = ds (K-major), B = k (N-major).
+        rm = t * BLOCK_M + tl.arange(0, BLOCK_M)
+        _score_product_tile(DS + batch * s_db, KEY + batch * s_kb, DQ, rm, rd, batch, M, D, N, s_dm, 1, s_kn, 1,
+                            M * D, scale, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K)
+    else:
+        # dk[b, n, :] = sum_m ds[b, m, n] q[b, m, :]: A = ds^T (M-major), B = q (N-major).
+        rn = (t - q_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+        _score_product_tile(DS + batch * s_db, Q + batch * s_qb, DK, rn, rd, batch, N, D, M, 1, s_dm, s_qm, 1,
+                            N * D, scale, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K)
+
+
 _MATMUL_PLANS = H.Plans()
 
 
@@ -454,10 +540,43 @@ def attention_score_forward(q, k, scale):
     return H.shaped(s, tuple(q.shape[:-1]) + (n,))
 
 
+def _score_backward_tiles(dtype_name, d, qs, ks, dss):
+    """(BLOCK_M, BLOCK_D, BLOCK_K, launch options) of _score_backward_kernel, or None
+    where the two products run as two matmuls: the fused kernel takes 16-bit q, k, ds
+    with contiguous rows whose strides are multiples of 16 elements (the cp.async ring's
+    16-byte copies) and a head dim of at most 128 (one wgmma N). Tiles: see
+    SCORE_BACKWARD_TILES."""
+    if dtype_name not in ("float16", "bfloat16") or not 0 < d <= 128:
+        return None
+    if qs[2] != 1 or ks[2] != 1 or dss[2] != 1 or any(st % 16 for st in (qs[1], ks[1], dss[1])):
+        return None
+    bm, bk, warps, stages = SCORE_BACKWARD_TILES
+    return bm, max(16, tessera.next_power_of_2(d)), bk, {"num_warps": warps, "num_stages": stages}
+
+
+# (BLOCK_M, BLOCK_K, num_warps, num_stages) of _score_backward_kernel, from bench/linear_gpu.py
+# --backward on an H100 at 8x2048x2048x64 (bench/results/kernels_cuda_float16_mmbwd.md, runs
+# 2-4): 64x64 rows x K over 4 warps, 6 stages, 0.038 ms (0.74-0.75 of a copy of the model's
+# bytes); 128 rows 3-4 stages and 256 rows 3 stages 1-4% slower; 32-wide K steps 0.65 or less.
+# The two branches' rings share shared memory (lower_if): stages x (BLOCK_M + BLOCK_D) x
+# BLOCK_K x 2 bytes, 96 KB here (two CTAs per SM).
+SCORE_BACKWARD_TILES = (64, 64, 4, 6)
+
+
 def attention_score_backward(q, k, ds, scale):
     (qv, qs), (kv, ks), (dsv, dss) = _score_views((H.layout(q), H.layout(k), H.layout(ds)), (q, k, ds), None)
     bt, m, d = qv.shape
     n = kv.shape[1]
+    name = H.dtype_name(q)
+    tiles = _score_backward_tiles(name, d, qs, ks, dss) if H.on_gpu(q) and bt and m and n and \
+        H.dtype_name(ds) == name else None
+    if tiles is not None:
+        bm, bd, bk, opts = tiles
+        dq, dk = H.empty(q, (bt, m, d)), H.empty(q, (bt, n, d))
+        _score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+            dsv, qv, kv, dq, dk, m, n, d, dss[0], dss[1], qs[0], qs[1], ks[0], ks[1], H.scalar(q, scale),
+            ACC=H.acc_dtype(q), BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, **opts)
+        return H.shaped(dq, tuple(q.shape)), H.shaped(dk, tuple(k.shape))
     dq, _ = matmul(dsv, kv, dss, ks, bt, m, d, n, q, scale=scale)            # dq = ds @ k * scale
     dk, _ = matmul(dsv, qv, (dss[0], dss[2], dss[1]), qs, bt, n, d, m, q, scale=scale)  # dk = ds^T @ q * scale
     return H.shaped(dq, tuple(q.shape)), H.shaped(dk, tuple(k.shape))
@@ -546,13 +665,51 @@ class _LinearBwdPlan:
     launches (None when a product is empty) and allocators, the bias gradient's column
     sum (see H.Plans)."""
     __slots__ = ("dz_direct", "x_direct", "dz_contiguous", "dx_launch", "dw_launch", "new_dx", "new_dw",
-                 "sum_steps", "grad_dtype")
+                 "dw_split", "sum_steps", "grad_dtype")
 
 
 def _product_launch(a_strides, b_strides, m, n, k, like):
     """matmul's launch of an unbatched product without bias or activation, or None when
     its output is empty."""
     return _matmul_plan(a_strides, b_strides, 1, m, n, k, like, None, ACT_NONE, None, False, None) if m and n else None
+
+
+def _weight_gradient_tiles(dtype_name, m, n, k, a_strides, b_strides):
+    """(tiles, split) for dW = dz^T @ x, the one product with an M-major A (M, N, K =
+    out_features, in_features, rows), or None for _gpu_tiles' choice. 16-bit, rows
+    16-byte aligned (the TMA's), from bench/linear_gpu.py --backward on an H100
+    (bench/results/kernels_cuda_float16_mmbwd.md):
+    - at least WIDE_TILES_FROM 128x256 tiles: 128x256, 4 stages, one program per
+      tile (4096x4096x8192: 0.92-0.94 of cuBLAS, 128x128 0.65-0.68);
+    - fewer: split (tiles, True) when SPLIT_K_DW and each half keeps at least 16 K steps
+      (_split_k_matmul_kernel), else None."""
+    if dtype_name not in ("float16", "bfloat16") or a_strides[1] != 1 or a_strides[2] == 1:
+        return None
+    if not all(st % 16 == 0 for st in a_strides[1:] + b_strides[1:] if st != 1):
+        return None
+    wide = tessera.cdiv(m, 128) * tessera.cdiv(n, 256)
+    if wide >= WIDE_TILES_FROM:
+        return (128, 256, 64, {"num_warps": 8, "num_stages": 4}), False
+    if SPLIT_K_DW is not None and wide >= WIDE_TILES_FROM // 4 and k >= 2 * 16 * 64:
+        return SPLIT_K_DW, True
+    return None
+
+
+# _split_k_matmul_kernel's tiles for dW, or None: no split. None: on an H100 every split
+# measured ran behind one program per 128x128 tile at 2048x1024x4096 (128x256 and 128x128
+# halves 0.66-0.69 of cuBLAS against 0.78-0.81; bench/results/kernels_cuda_float16_mmbwd.md).
+SPLIT_K_DW = None
+
+
+def _split_k_launch(a_strides, b_strides, m, n, k, like, tiles):
+    """(kernel, grid, arguments after the five arrays, constexpr and launch keywords) of
+    _split_k_matmul_kernel for an unbatched product A @ B with an M-major A."""
+    bm, bn, bk, opts = tiles
+    k_per_split = tessera.cdiv(tessera.cdiv(k, bk), 2) * bk
+    sizes = (m, n, k, a_strides[1], a_strides[2], b_strides[1], b_strides[2], k_per_split)
+    meta = dict(A_MMAJOR=True, B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACC=H.acc_dtype(like),
+                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, **opts)
+    return _split_k_matmul_kernel, (tessera.cdiv(m, bm) * tessera.cdiv(n, bn), 2, 1), sizes, meta
 
 
 def _linear_bwd_plan(x, weight, dz, has_bias):
@@ -563,7 +720,17 @@ def _linear_bwd_plan(x, weight, dz, has_bias):
     plan = _LinearBwdPlan()
     plan.dz_direct, plan.x_direct = dzv is dz, xv is x
     plan.dx_launch = _product_launch((0,) + zs, (0,) + ws, rows, k, n, x)                  # dz @ W
-    plan.dw_launch = _product_launch((0, zs[1], zs[0]), (0,) + xs, n, k, rows, weight)    # dz^T @ x
+    dw_tiles = _weight_gradient_tiles(H.dtype_name(x), n, k, rows, (0, zs[1], zs[0]), (0,) + xs) \
+        if H.on_gpu(x) and n and k else None
+    plan.dw_split = None
+    if dw_tiles is not None and dw_tiles[1]:  # dz^T @ x, each tile's K range in two halves
+        plan.dw_launch = _split_k_launch((0, zs[1], zs[0]), (0,) + xs, n, k, rows, weight, dw_tiles[0])
+        plan.dw_split = (H.allocator(weight, (2, n, k), "acc"), plan.dw_launch[1][0])
+    elif n and k:  # dz^T @ x
+        plan.dw_launch = _matmul_plan((0, zs[1], zs[0]), (0,) + xs, 1, n, k, rows, weight, None, ACT_NONE, None,
+                                      False, dw_tiles[0] if dw_tiles is not None else None)
+    else:
+        plan.dw_launch = None
     # The products' outputs are contiguous: made in the gradients' shapes directly.
     plan.new_dx, plan.new_dw = H.allocator(x, tuple(x.shape)), H.allocator(weight, (n, k))
     plan.sum_steps = plan.grad_dtype = None
@@ -597,13 +764,22 @@ def linear_backward(x, weight, z_or_y, dy, act, has_bias):
     if plan.dx_launch is not None:
         kernel, grid, sizes, meta = plan.dx_launch
         kernel[grid](dzv, weight, dzv, dx, dx, *sizes, **meta)
-    if plan.dw_launch is not None:
-        kernel, grid, sizes, meta = plan.dw_launch
-        kernel[grid](dzv, xv, dzv, dw, dw, *sizes, **meta)
+    _weight_gradient(plan, dzv, xv, dw)
     db = None
     if has_bias:
         db = column_sum_run(plan.sum_steps, dzv if plan.dz_contiguous else H.contiguous(dzv), plan.grad_dtype)
     return dx, dw, db
+
+
+def _weight_gradient(plan, dzv, xv, dw):
+    """dw = dz^T @ x as the plan launches it (split-K or one program per tile)."""
+    if plan.dw_split is not None:
+        kernel, grid, sizes, meta = plan.dw_launch
+        new_partials, tiles = plan.dw_split
+        kernel[grid](dzv, xv, dw, new_partials(), H.arrival_counters(dw, tiles), *sizes, **meta)
+    elif plan.dw_launch is not None:
+        kernel, grid, sizes, meta = plan.dw_launch
+        kernel[grid](dzv, xv, dzv, dw, dw, *sizes, **meta)
 
 
 _FAST_NAMES = {}  # torch dtype -> its name, for the dtypes the fast paths take

@@ -272,6 +272,26 @@ void GpuLowering::plan_load_layouts(const Block& b) {
     }
     if (v->def() && v->def()->kind == OpKind::Load && !load_layout_.count(v)) load_layout_.emplace(v, l);
   }
+  // A 2-D load combined elementwise with a dot's accumulator (a split-K matmul adding
+  // another program's fp32 partial, a residual added in an epilogue) is loaded in the
+  // accumulator's layout: otherwise each element would move through shared memory
+  // (a 128x256 fp32 tile: 128 KB next to the K loop's ring, more than fits).
+  for (auto& op : b.ops) {
+    if (op->kind == OpKind::Load || !op_has_trait(op->kind, 'E') || op->results.empty() ||
+        op->result()->type.rank() != 2)
+      continue;
+    for (const Value* v : op->operands) {
+      if (!v->def() || v->def()->kind != OpKind::Load || v->type.shape != op->result()->type.shape ||
+          load_layout_.count(v))
+        continue;
+      for (const Value* other : op->operands)
+        if (other != v && other->type.shape == v->type.shape)
+          if (auto l = planned_layout(other)) {
+            load_layout_.emplace(v, *l);
+            break;
+          }
+    }
+  }
 }
 
 void GpuLowering::lower_block(const Block& b) {
@@ -812,6 +832,29 @@ void GpuLowering::lower_while(const Op& op) {
   load_from(p, results);
 }
 
+// Whether lower_if may give the else branch of `op` the shared memory its then branch
+// used (from offset `start`): not inside a loop (one iteration's then branch could still
+// be read by slow warps while fast ones start the next iteration's else branch), and
+// not when the then branch allocated the kernel-wide dot staging buffers (the else
+// branch's dots use them too). Conversion buffers the then branch made for values of
+// the enclosing code are forgotten, so the else branch makes its own.
+bool GpuLowering::branches_share_smem(const Op& op, int start, bool dot_staging_before) {
+  for (const Block* b = op.parent; b && b->parent() && b->parent()->parent(); b = b->parent()->parent()->parent)
+    if (b->parent()->parent()->kind == OpKind::For || b->parent()->parent()->kind == OpKind::While) return false;
+  if (!dot_staging_before && dot_smem_[0]) return false;
+  forget_smem_from(start);
+  return true;
+}
+
+// Drops the conversion buffers (read_through_smem) allocated from offset `start` on.
+void GpuLowering::forget_smem_from(int start) {
+  for (auto it = smem_of_.begin(); it != smem_of_.end();) {
+    auto off = smem_offset_.find(it->second);
+    if (off != smem_offset_.end() && off->second >= start) it = smem_of_.erase(it);
+    else ++it;
+  }
+}
+
 void GpuLowering::lower_if(const Op& op) {
   size_t n = op.results.size();
   std::vector<Carried> c(n);
@@ -820,7 +863,21 @@ void GpuLowering::lower_if(const Op& op) {
   auto* join = llvm::BasicBlock::Create(ctx_, "if.join", fn_);
   b_.CreateCondBr(scalar(op.operands[0]), thenbb, elsebb);
   bool slots_made = false;
+  // A program runs one branch (scalars are the same in all its threads), so outside a
+  // loop the else branch's shared memory may start where the then branch's did.
+  const int shared_before = shared_bytes_;
+  const size_t dead_before = dead_smem_.size();
+  const bool dot_staging_before = dot_smem_[0] != nullptr;
+  int shared_then = shared_before;
+  std::vector<std::pair<int64_t, int64_t>> dead_then;
+  bool shared = false;
   for (int r = 0; r < 2; ++r) {
+    if (r == 1 && (shared = branches_share_smem(op, shared_before, dot_staging_before))) {
+      shared_then = shared_bytes_;
+      shared_bytes_ = shared_before;
+      dead_then.assign(dead_smem_.begin() + static_cast<std::ptrdiff_t>(dead_before), dead_smem_.end());
+      dead_smem_.resize(dead_before);
+    }
     b_.SetInsertPoint(r == 0 ? thenbb : elsebb);
     const Block& blk = *op.regions[r]->block;
     // In-flight wgmma accumulators this branch reads (pipeline_nvptx.cpp): wait for
@@ -858,6 +915,11 @@ void GpuLowering::lower_if(const Op& op) {
     }
     b_.CreateBr(join);
   }
+  shared_bytes_ = std::max(shared_bytes_, shared_then);
+  dead_smem_.insert(dead_smem_.end(), dead_then.begin(), dead_then.end());  // past the if, both are scratch
+  // ... so the else branch's conversion buffers may overlap the then branch's dead ring,
+  // which a store after the if may take (store_through_smem): forget them too.
+  if (shared) forget_smem_from(shared_before);
   b_.SetInsertPoint(join);
   if (!slots_made) {
     if (n) b_.CreateUnreachable();

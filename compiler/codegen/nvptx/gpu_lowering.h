@@ -79,6 +79,8 @@ class GpuLowering {
   void lower_op(const ir::Op& op);
   void lower_tile_op(const ir::Op& op);
   void lower_for(const ir::Op& op);
+  bool branches_share_smem(const ir::Op& op, int start, bool dot_staging_before);
+  void forget_smem_from(int start);
   void lower_while(const ir::Op& op);
   void lower_if(const ir::Op& op);
   llvm::Value* scalar(const ir::Value* v);

@@ -139,6 +139,13 @@ std::optional<BlockedLayout> GpuLowering::planned_layout(const Value* v, int dep
     }
     return std::nullopt;
   }
+  if (op->kind == OpKind::For) {  // lower_for carries a value in the layout planned for its yield
+    const Op* y = op->regions[0]->block->terminator();
+    for (size_t i = 0; i < op->results.size(); ++i)
+      if (op->result(i) == v && y && y->kind == OpKind::Yield && i < y->operands.size())
+        return planned_layout(y->operands[i], depth + 1);
+    return std::nullopt;
+  }
   if (op->kind == OpKind::Reduce) {  // lower_reduce slices its operand's layout
     auto l = planned_layout(op->operands[0], depth + 1);
     if (!l) return std::nullopt;

@@ -1,0 +1,284 @@
+"""The matmul backwards' own GPU kernels (kernels/linear.py): linear's dW = dz^T @ x as a
+split-K product (_split_k_matmul_kernel) and attention_score's dq and dk in one launch
+(_score_backward_kernel). Their plans, the kernels compiled for the CPU against torch
+(odd sizes, every masked edge), their PTX for sm_90a (no GPU needed), and the ops'
+gradients on a GPU (`gpu` marker)."""
+import importlib
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import tessera
+import tessera.kernels as tk
+import tessera.language as tl
+
+torch = pytest.importorskip("torch")
+
+L = importlib.import_module("tessera.kernels.linear")
+H = importlib.import_module("tessera.kernels._host")
+
+PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
+                                  else None)
+GRAD_TOL = {torch.float32: 5e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
+DTYPES, DTYPE_IDS = [torch.float16, torch.bfloat16, torch.float32], ["float16", "bfloat16", "float32"]
+
+
+def _close(got, want, tol, what):
+    got, want = got.detach().double().cpu(), want.detach().double().cpu()
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(want.shape)}"
+    scale = max(1.0, want.abs().max().item())
+    err = (got - want).abs().max().item()
+    assert err <= tol * scale, f"{what}: max abs error {err:.3g} > {tol * scale:.3g}"
+
+
+def _counters_are_zero():
+    return all(not (c.cpu() if H.is_torch(c) else torch.as_tensor(c)).any() for c in H._ARRIVAL_COUNTERS.values())
+
+
+# --------------------------------------------------------------------------- plans
+
+def test_weight_gradient_tiles():
+    # dW = dz^T @ x (A M-major): (M, N, K) = (out_features, in_features, rows).
+    dz_t = lambda rows, n: (0, 1, n)  # noqa: E731  (dz (rows, n) read transposed)
+    x = lambda k: (0, k, 1)  # noqa: E731
+    pick = L._weight_gradient_tiles
+    wide = ((128, 256, 64, {"num_warps": 8, "num_stages": 4}), False)
+    assert pick("float16", 4096, 4096, 8192, dz_t(8192, 4096), x(4096)) == wide       # 512 wide tiles
+    assert pick("bfloat16", 2048, 2048, 4096, dz_t(4096, 2048), x(2048)) == wide      # 128
+    split = pick("float16", 2048, 1024, 4096, dz_t(4096, 2048), x(1024))              # 64: split, if planned
+    assert split == ((L.SPLIT_K_DW, True) if L.SPLIT_K_DW is not None else None)
+    assert pick("float16", 512, 512, 4096, dz_t(4096, 512), x(512)) is None      # 8 wide tiles: too few even split
+    assert pick("float16", 2048, 1024, 1024, dz_t(1024, 2048), x(1024)) is None   # 8 K steps per half
+    assert pick("float32", 2048, 1024, 4096, dz_t(4096, 2048), x(1024)) is None   # tf32x3: mma.sync
+    assert pick("float16", 2048, 1000, 4096, dz_t(4096, 2048), x(1000)) is None   # x's rows not 16-byte aligned
+    assert pick("float16", 2048, 1024, 4096, (0, 2048, 1), x(1024)) is None       # A K-major: not dW's layout
+
+
+def test_linear_backward_plans_split_k_on_a_gpu_only(monkeypatch):
+    x, w, dz = torch.empty(4096, 1024, dtype=torch.float16), torch.empty(2048, 1024, dtype=torch.float16), \
+        torch.empty(4096, 2048, dtype=torch.float16)
+    assert L._linear_bwd_plan(x, w, dz, False).dw_split is None
+    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    monkeypatch.setattr(L, "SPLIT_K_DW", (128, 256, 64, {"num_warps": 8, "num_stages": 4}))
+    plan = L._linear_bwd_plan(x, w, dz, False)
+    kernel, grid, sizes, meta = plan.dw_launch
+    assert kernel is L._split_k_matmul_kernel and grid == (64, 2, 1) and plan.dw_split[1] == 64
+    # M N K, A's (row, col) strides (dz^T: M-major), B's (x), then K per half: 32 steps of 64.
+    assert sizes == (2048, 1024, 4096, 1, 2048, 1024, 1, 2048)
+    assert meta["A_MMAJOR"] and not meta["B_KMAJOR"] and (meta["BLOCK_M"], meta["BLOCK_N"]) == (128, 256)
+    assert tuple(plan.dw_split[0]().shape) == (2, 2048, 1024) and plan.dw_split[0]().dtype == torch.float32
+
+
+def test_score_backward_tiles():
+    qs = ks = (2048 * 64, 64, 1)
+    dss = (2048 * 2048, 2048, 1)
+    bm, bk, warps, stages = L.SCORE_BACKWARD_TILES
+    assert L._score_backward_tiles("float16", 64, qs, ks, dss) == (bm, 64, bk, {"num_warps": warps,
+                                                                                "num_stages": stages})
+    assert L._score_backward_tiles("bfloat16", 48, (2048 * 48, 48, 1), (2048 * 48, 48, 1), dss)[1] == 64
+    # rows of 40 elements: the launch knows divisibility by 16 only, no ring could take them
+    assert L._score_backward_tiles("float16", 40, (2048 * 40, 40, 1), (2048 * 40, 40, 1), dss) is None
+    assert L._score_backward_tiles("float16", 128, qs, ks, dss)[1] == 128
+    assert L._score_backward_tiles("float16", 256, qs, ks, dss) is None               # past one wgmma N
+    assert L._score_backward_tiles("float32", 64, qs, ks, dss) is None                # two tf32x3 matmuls
+    assert L._score_backward_tiles("float16", 64, qs, ks, (2048 * 2050, 2050, 1)) is None  # ds rows unaligned
+    assert L._score_backward_tiles("float16", 64, qs, ks, (2048 * 2048, 1, 2048)) is None  # ds transposed
+
+
+# --------------------------------------------------------------------------- the kernels on the CPU
+
+@pytest.mark.parametrize("rows,n,k", [(200, 70, 90), (256, 64, 128), (131, 33, 17)])
+def test_split_k_kernel_on_the_cpu(rows, n, k):
+    # dW = dz^T @ x with 32x64x32 tiles: both halves of each tile's K range, the K edge in
+    # the second half (rows = 200: 7 steps, halves of 4 and 3), partial M and N tiles.
+    gen = torch.Generator().manual_seed(rows + n + k)
+    dz, x = torch.randn(rows, n, generator=gen), torch.randn(rows, k, generator=gen)
+    zs, xs = dz.stride(), x.stride()
+    kernel, grid, sizes, meta = L._split_k_launch((0, zs[1], zs[0]), (0,) + xs, n, k, rows, dz, (32, 64, 32, {}))
+    dw = torch.full((n, k), float("nan"))
+    kernel[grid](dz, x, dw, torch.empty(2, n, k), H.arrival_counters(dw, grid[0]), *sizes, **meta)
+    _close(dw, dz.double().t() @ x.double(), 3e-5, f"split-K dW {rows}x{n}x{k}")
+    assert _counters_are_zero()
+
+
+@pytest.mark.parametrize("bt,m,n,d", [(2, 70, 50, 24), (3, 128, 64, 64), (1, 33, 97, 40)])
+def test_score_backward_kernel_on_the_cpu(bt, m, n, d):
+    # dq and dk of one launch: a batch's dq row blocks, then its dk row blocks (32 rows
+    # each here), partial row blocks and K steps on both sides, D below its block.
+    gen = torch.Generator().manual_seed(bt * m + n + d)
+    q, k, ds = (torch.randn(bt, m, d, generator=gen), torch.randn(bt, n, d, generator=gen),
+                torch.randn(bt, m, n, generator=gen))
+    dq, dk = torch.full((bt, m, d), float("nan")), torch.full((bt, n, d), float("nan"))
+    bm, bd = 32, tessera.next_power_of_2(d)
+    L._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+        ds, q, k, dq, dk, m, n, d, ds.stride(0), ds.stride(1), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        0.25, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=32)
+    _close(dq, ds.double() @ k.double() * 0.25, 3e-5, "dq")
+    _close(dk, ds.double().transpose(1, 2) @ q.double() * 0.25, 3e-5, "dk")
+
+
+# --------------------------------------------------------------------------- PTX (no GPU needed)
+
+def _assembled(ck, tmp_path):
+    """The PTX, assembled by ptxas when installed (no register spills)."""
+    ptx = ck.asm["ptx"]
+    if PTXAS is not None:
+        (tmp_path / "k.ptx").write_text(ptx)
+        r = subprocess.run([PTXAS, "-v", "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert "0 bytes spill stores" in r.stderr, r.stderr
+    return ptx
+
+
+def _signature(kernel, sizes, pointer_types, meta):
+    """The launch's specialization: pointers 16-byte aligned, ints divisible by 16 as
+    such, ints equal to 1 as constants (as a launch specializes them)."""
+    names = [n for i, n in enumerate(kernel.arg_names) if not kernel.constexpr_mask[i]]
+    sig, ce = dict(pointer_types), dict(meta)
+    for name, v in zip(names[len(pointer_types):], sizes):
+        if isinstance(v, float):
+            sig[name] = "fp32"
+        elif v == 1:
+            ce[name] = 1
+        else:
+            sig[name] = "i32:16" if v % 16 == 0 else "i32"
+    opts = {o: ce.pop(o) for o in ("num_warps", "num_stages") if o in ce}
+    return sig, ce, opts
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_ptx_split_k_dw_runs_wide_wgmma_from_a_tma_ring(dtype, monkeypatch, tmp_path):
+    # dW at 2048x1024x4096 as linear_backward plans it on a GPU when split: 128x256 tiles,
+    # TMA boxes of 64 columns for dz^T (M-major: imm-trans-a) and x (N-major: imm-trans-b),
+    # one wgmma group in flight; the partial stored from the accumulator's registers
+    # (8-byte pairs: 64 per thread), the two partials summed in 64-column slices of 16-byte
+    # loads (4 slices, unrolled, x 2 partials x 8 per thread), no spills, and shared memory
+    # the ring's 4 x 48 KB and its barriers only.
+    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    monkeypatch.setattr(L, "SPLIT_K_DW", (128, 256, 64, {"num_warps": 8, "num_stages": 4}))
+    plan = L._linear_bwd_plan(torch.empty(4096, 1024, dtype=tdt), torch.empty(2048, 1024, dtype=tdt),
+                              torch.empty(4096, 2048, dtype=tdt), False)
+    kernel, grid, sizes, meta = plan.dw_launch
+    ptr = f"*{dtype}:16"
+    sig, ce, opts = _signature(kernel, sizes, {"A": ptr, "B": ptr, "C": ptr, "PART": "*fp32:16",
+                                               "ARRIVED": "*i32:16"}, meta)
+    ck = tessera.compile(kernel, sig, ce, target="cuda:90a", **opts)
+    ptx = _assembled(ck, tmp_path)
+    t = {"fp16": "f16", "bf16": "bf16"}[dtype]
+    steps = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.{t}\.{t} .*, p, 1, 1, (\d), (\d);", ptx)
+    assert steps == [("1", "1")] * 4, ptx
+    assert ck.metadata["tensor_maps"].count("|") == 2 and "cp.async.cg" not in ptx
+    assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", ptx)[0] == "1"
+    assert len(re.findall(r"ld\.global\.v4\.f32", ptx)) == 64 and "ld.global.v2.f32" not in ptx
+    assert len(re.findall(r"st\.global\.v2\.f32", ptx)) == 64       # this half's partial
+    assert int(ck.metadata["shared"]) < 4 * 48 * 1024 + 1024
+    assert len(re.findall(r"atom\.global\.acq_rel\.gpu\.add|atom\.global\.add", ptx)) == 1
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_ptx_score_backward_runs_both_products_on_wgmma(dtype, tmp_path):
+    # One kernel, two branches: dq's ds tile K-major (imm-trans-a 0), dk's ds^T M-major
+    # (1); k and q N-major (1); m64n64k16 over BLOCK_K 64 (4 per step); cp.async rings
+    # (batched bases: no tensor map); the branches' rings share shared memory (one ring's
+    # stages x (BLOCK_M + BLOCK_D) x 64 x 2 bytes).
+    bm, bd, bk, opts = L._score_backward_tiles(dtype.replace("fp", "float") if dtype == "fp16" else "bfloat16", 64,
+                                               (2048 * 64, 64, 1), (2048 * 64, 64, 1), (2048 * 2048, 2048, 1))
+    ptr = f"*{dtype}:16"
+    sizes = (2048, 2048, 64, 2048 * 2048, 2048, 2048 * 64, 64, 2048 * 64, 64, 0.125)
+    sig, ce, opts = _signature(L._score_backward_kernel, sizes, {p: ptr for p in ("DS", "Q", "KEY", "DQ", "DK")},
+                               dict(ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, **opts))
+    ck = tessera.compile(L._score_backward_kernel, sig, ce, target="cuda:90a", **opts)
+    ptx = _assembled(ck, tmp_path)
+    t = {"fp16": "f16", "bf16": "bf16"}[dtype]
+    steps = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.{t}\.{t} .*, p, 1, 1, (\d), (\d);", ptx)
+    assert steps == [("0", "1")] * 4 + [("1", "1")] * 4, ptx
+    assert "cp.async.cg.shared.global" in ptx and not ck.metadata.get("tensor_maps") and "mma.sync" not in ptx
+    assert int(ck.metadata["shared"]) == opts["num_stages"] * (bm + bd) * bk * 2
+
+
+# --------------------------------------------------------------------------- the ops on a GPU
+
+def _skip_without_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [False, True], ids=["shipped", "split"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("rows,k,n", [(4096, 1024, 2048), (4100, 1008, 2050), (2048, 2048, 1536), (4096, 1024, 4096)])
+def test_linear_backward_dw_on_gpu(rows, k, n, dtype, split, monkeypatch):
+    # dW through the ops' autograd, as shipped and with split-K planned (SPLIT_K_DW): then
+    # 2048x1024x4096 and 1536x2048x2048 split (64 and 48 wide tiles), 4100x1008x2050 too,
+    # with partial M, N and K tiles (the second half masked); 4096 out-features (128 wide
+    # tiles: 128x256, one program per tile) and fp32 never split.
+    _skip_without_cuda()
+    monkeypatch.setattr(L, "SPLIT_K_DW", (128, 256, 64, {"num_warps": 8, "num_stages": 4}) if split else None)
+    monkeypatch.setattr(L, "_LINEAR_BWD_PLANS", H.Plans())
+    gen = torch.Generator().manual_seed(rows + k + n)
+    x = torch.randn(rows, k, generator=gen).to("cuda", dtype).requires_grad_(True)
+    w = (torch.randn(n, k, generator=gen) * k ** -0.5).to("cuda", dtype).requires_grad_(True)
+    b = torch.randn(n, generator=gen).to("cuda", dtype).requires_grad_(True)
+    dy = torch.randn(rows, n, generator=gen).to("cuda", dtype)
+    for _ in range(2):  # the second call reuses the plan and the counters (zero again after the first)
+        y = tk.linear_relu(x, w, b)
+        dx, dw, db = torch.autograd.grad(y, (x, w, b), dy)
+    xd, wd = x.detach().double(), w.detach().double()
+    dz = dy.double() * (y.detach() > 0)  # the forward's own ReLU mask (a float64 one differs near 0)
+    _close(dw, dz.t() @ xd, GRAD_TOL[dtype], f"dW {rows}x{k}x{n}")
+    _close(dx, dz @ wd, GRAD_TOL[dtype], f"dX {rows}x{k}x{n}")
+    _close(db, dz.sum(0), GRAD_TOL[dtype], "db")
+    torch.cuda.synchronize()
+    assert _counters_are_zero()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", [(8, 2048, 2048, 64), (3, 200, 336, 48), (2, 130, 80, 128), (1, 1, 32, 16),
+                                   (2, 4, 64, 96, 32), (3, 200, 333, 40)], ids=lambda s: "x".join(map(str, s)))
+def test_attention_score_backward_on_gpu(shape, dtype):
+    # dq and dk in one launch (16-bit; fp32 the two matmuls): 8 heads of 2048, partial row
+    # blocks on both sides, D of 48 and 32 (below their 64 block) and 128, a single query
+    # row, two leading dimensions; rows of 333 and 40 elements take the two matmuls.
+    _skip_without_cuda()
+    *lead, m, n, d = shape
+    gen = torch.Generator().manual_seed(sum(shape))
+    q = torch.randn(*lead, m, d, generator=gen).to("cuda", dtype).requires_grad_(True)
+    k = torch.randn(*lead, n, d, generator=gen).to("cuda", dtype).requires_grad_(True)
+    ds = torch.randn(*lead, m, n, generator=gen).to("cuda", dtype)
+    dq, dk = torch.autograd.grad(tk.attention_score(q, k), (q, k), ds)
+    scale = d ** -0.5
+    qd, kd, dsd = q.detach().double(), k.detach().double(), ds.double()
+    _close(dq, dsd @ kd * scale, GRAD_TOL[dtype], f"dq {shape}")
+    _close(dk, dsd.transpose(-1, -2) @ qd * scale, GRAD_TOL[dtype], f"dk {shape}")
+
+
+@pytest.mark.parametrize("shape", [(2, 70, 96, 64), (1, 2, 3, 33, 48, 32)], ids=lambda s: "x".join(map(str, s)))
+def test_attention_score_backward_launches_the_fused_kernel(shape, monkeypatch):
+    # attention_score_backward's GPU plan run on the CPU (the launch's strides, grid and
+    # tiles as on a GPU): float16 q, k, ds; leading dimensions collapsed into the batch.
+    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    *lead, m, n, d = shape
+    gen = torch.Generator().manual_seed(m + n + d)
+    q, k, ds = (torch.randn(*lead, m, d, generator=gen).half(), torch.randn(*lead, n, d, generator=gen).half(),
+                torch.randn(*lead, m, n, generator=gen).half())
+    launched = []
+    real = L._score_backward_kernel.__class__.__getitem__
+
+    def spy(kernel, grid):
+        launched.append((kernel.__name__, grid))
+        return real(kernel, grid)
+    monkeypatch.setattr(L._score_backward_kernel.__class__, "__getitem__", spy)
+    dq, dk = L.attention_score_backward(q, k, ds, 0.25)
+    bm = L.SCORE_BACKWARD_TILES[0]
+    batch = 1
+    for v in lead:
+        batch *= v
+    assert launched == [("_score_backward_kernel", (-(-m // bm) + -(-n // bm), 1, batch))]
+    _close(dq, ds.double() @ k.double() * 0.25, 4e-3, "dq")
+    _close(dk, ds.double().transpose(-1, -2) @ q.double() * 0.25, 4e-3, "dk")
