@@ -95,9 +95,12 @@ void emit_asm(llvm::IRBuilderBase& b, const std::string& text) {
 }  // namespace
 
 std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& body) {
-  if (cc_ < 80 || num_stages_ < 2) return std::nullopt;
+  // The loop's own num_stages (tl.range(..., num_stages=n)) before the kernel's.
+  const Op* loop = body.parent() ? body.parent()->parent() : nullptr;
+  const int stages = loop ? static_cast<int>(loop->int_attr("num_stages", num_stages_)) : num_stages_;
+  if (cc_ < 80 || stages < 2) return std::nullopt;
   Pipeline p;
-  p.stages = num_stages_;
+  p.stages = stages;
   std::set<const Op*> slice;
   for (auto& op : body.ops) {
     if (op->kind != OpKind::Dot) continue;
@@ -218,7 +221,6 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   // 1-3% with 4 (bench/results/gpu_matmul_notes.md). A warp-specialized loop's producer
   // (warp_specialize_nvptx.cpp) fills every stage the consumers released, so there a
   // group in flight costs one stage of S: from 3 stages (bench/results/kernels_cuda_float16_wspec.md).
-  const Op* loop = body.parent() ? body.parent()->parent() : nullptr;
   const bool specialized = p.tma && !tma_cta_barrier_ && ws_inflight_from_3_ && loop && loop->kind == OpKind::For &&
                            asks_warp_specialize(*loop);
   if (p.async_proxy && p.stages >= (specialized ? 3 : 4)) {

@@ -486,9 +486,16 @@ class StatementsMixin:
         ws = ws.value if isinstance(ws, core.constexpr) else ws
         if is_runtime(ws) or not isinstance(ws, (bool, int)):
             raise self.error(node.iter, f"tl.range's warp_specialize must be a compile-time bool, got {describe(ws)}")
+        loop_attrs = {"warp_specialize": 1} if ws else {}
+        stages = rng.num_stages
+        stages = stages.value if isinstance(stages, core.constexpr) else stages
+        if stages is not None:
+            if is_runtime(stages) or not isinstance(stages, int) or isinstance(stages, bool) or stages < 0:
+                raise self.error(node.iter, f"tl.range's num_stages must be a compile-time integer >= 0, got "
+                                            f"{describe(stages)}")
+            loop_attrs["num_stages"] = stages  # GPU: this loop's ring depth (0, 1: no ring)
         op = self.builder.create("for", [lb.handle, ub.handle, step.handle] + [v.handle for v in init],
-                                 [v.type for v in init], regions=[region],
-                                 attrs={"warp_specialize": 1} if ws else None)
+                                 [v.type for v in init], regions=[region], attrs=loop_attrs or None)
         outer = self.scope
         with self.builder.at_end_of(region):
             self.scope = dict(outer)
