@@ -492,7 +492,8 @@ def test_loops():
                      r".*\n    %\d+ = sub %\d+, %\1", text)
     # static_range unrolled: 3 adds of k * N folded
     assert "const {value = 5} : i32" in text and "const {value = 10} : i32" in text
-    assert re.search(r"%\d+, %\d+ = for %\d+, %n, %\d+, %\d+, %\d+ : i32, f32", text)
+    # tl.range's num_stages is the loop's own attribute (the GPU pipeline depth)
+    assert re.search(r"%\d+, %\d+ = for %\d+, %n, %\d+, %\d+, %\d+ \{num_stages = 2\} : i32, f32", text)
     assert re.search(r"condition %\d+, %\d+", text)
 
 
