@@ -164,9 +164,37 @@ def _bias_act_row_loads(A, DY, row, stride_a, stride_dy, cols, mask):
 
 
 @tessera.kernel
+def _bias_act_row_grad(DA, row, n_cols, cols, g, first, mask, a_raw, dy_raw, b, p, seed, keep_from,
+                       TANH: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, TANH_VIA_EXP: tl.constexpr):
+    """One row of _bias_act_bwd_kernel's column block: stores da = dy * gelu'(a + b)
+    (after dropout's mask) and returns it, zero past the row's end, for the bias sums."""
+    x = a_raw.to(ACC) + b
+    dy = dy_raw.to(ACC)
+    if DROPOUT:
+        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
+        dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
+    if TANH and TANH_VIA_EXP:
+        # With s = (1 + tanh(u)) / 2 = 1 / (1 + e^-2u): 1 - tanh(u)^2 = 4 s (1 - s), so
+        # dgelu = s + 2 x s (1 - s) u'. One exp and one division (x -> -inf: e^-2u = inf, s = 0).
+        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        s = 1.0 / (1.0 + tl.exp(-2.0 * u))
+        dgelu = s + 2.0 * x * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+    elif TANH:
+        t = tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
+        dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+    else:
+        cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
+        dgelu = cdf + x * (0.3989422804014327 * tl.exp(-0.5 * x * x))
+    da = tl.where(mask, dy * dgelu, 0.0)
+    tl.store(DA + row * n_cols + cols, da, mask=mask)
+    return da
+
+
+@tessera.kernel
 def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols, p, seed, keep_from,
                          TANH: tl.constexpr, DROPOUT: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr,
-                         ROWS: tl.constexpr, BLOCK: tl.constexpr, TANH_VIA_EXP: tl.constexpr = False):
+                         ROWS: tl.constexpr, BLOCK: tl.constexpr, TANH_VIA_EXP: tl.constexpr = False,
+                         TWO_ROWS: tl.constexpr = False):
     # gelu(a + bias) (optionally then dropout) backward with the bias gradient fused:
     # program (i, j) writes da for rows [i * ROWS, (i + 1) * ROWS) of column block j and
     # the sum of those rows of da as row i of DBP (fp32 partials, one column sum away
@@ -177,49 +205,53 @@ def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols,
     # PREFETCH (the GPU plan) issues row i + 1's loads before row i's arithmetic and
     # store: without it a program's loads wait for its previous row's store (da may
     # alias a as far as the compiler knows), so each row costs a full memory latency.
+    # TWO_ROWS (with PREFETCH; ROWS even) steps over rows i, i + 1 and issues the loads of
+    # i + 2 and i + 3 first: two rows' loads in flight where PREFETCH alone has one
+    # during the arithmetic, in separate registers (no copies waiting on a load).
     first = tl.program_id(1) * BLOCK
     if DROPOUT:
         g = tl.arange(0, BLOCK // 8)
         cols = first + 8 * g[:, None] + tl.arange(0, 8)[None, :]
     else:
+        g = 0
         cols = first + tl.arange(0, BLOCK)
     cmask = cols < n_cols
     b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
     acc = tl.zeros(cols.shape, ACC)
     r0 = tl.program_id(0) * ROWS
-    if PREFETCH:
+    if TWO_ROWS:
         a_next, dy_next = _bias_act_row_loads(A, DY, r0.to(tl.int64), stride_a, stride_dy, cols,
                                               cmask & (r0 < n_rows))
-    for i in range(0, ROWS):
-        r = r0 + i
-        row = r.to(tl.int64)
-        mask = cmask & (r < n_rows)
+        a_next2, dy_next2 = _bias_act_row_loads(A, DY, r0.to(tl.int64) + 1, stride_a, stride_dy, cols,
+                                                cmask & (r0 + 1 < n_rows))
+        for i in range(0, ROWS, 2):
+            r = r0 + i
+            row = r.to(tl.int64)
+            a_raw, dy_raw, a_raw2, dy_raw2 = a_next, dy_next, a_next2, dy_next2
+            a_next, dy_next = _bias_act_row_loads(A, DY, row + 2, stride_a, stride_dy, cols,
+                                                  cmask & (r + 2 < n_rows) & (i + 2 < ROWS))
+            a_next2, dy_next2 = _bias_act_row_loads(A, DY, row + 3, stride_a, stride_dy, cols,
+                                                    cmask & (r + 3 < n_rows) & (i + 3 < ROWS))
+            acc += _bias_act_row_grad(DA, row, n_cols, cols, g, first, cmask & (r < n_rows), a_raw, dy_raw, b,
+                                      p, seed, keep_from, TANH, DROPOUT, ACC, TANH_VIA_EXP)
+            acc += _bias_act_row_grad(DA, row + 1, n_cols, cols, g, first, cmask & (r + 1 < n_rows), a_raw2,
+                                      dy_raw2, b, p, seed, keep_from, TANH, DROPOUT, ACC, TANH_VIA_EXP)
+    else:
         if PREFETCH:
-            a_raw, dy_raw = a_next, dy_next
-            a_next, dy_next = _bias_act_row_loads(A, DY, row + 1, stride_a, stride_dy, cols,
-                                                  cmask & (r + 1 < n_rows) & (i + 1 < ROWS))
-        else:
-            a_raw, dy_raw = _bias_act_row_loads(A, DY, row, stride_a, stride_dy, cols, mask)
-        x = a_raw.to(ACC) + b
-        dy = dy_raw.to(ACC)
-        if DROPOUT:
-            keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
-            dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
-        if TANH and TANH_VIA_EXP:
-            # With s = (1 + tanh(u)) / 2 = 1 / (1 + e^-2u): 1 - tanh(u)^2 = 4 s (1 - s), so
-            # dgelu = s + 2 x s (1 - s) u'. One exp and one division (x -> -inf: e^-2u = inf, s = 0).
-            u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-            s = 1.0 / (1.0 + tl.exp(-2.0 * u))
-            dgelu = s + 2.0 * x * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
-        elif TANH:
-            t = tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
-            dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
-        else:
-            cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
-            dgelu = cdf + x * (0.3989422804014327 * tl.exp(-0.5 * x * x))
-        da = tl.where(mask, dy * dgelu, 0.0)
-        tl.store(DA + row * n_cols + cols, da, mask=mask)
-        acc += da
+            a_next, dy_next = _bias_act_row_loads(A, DY, r0.to(tl.int64), stride_a, stride_dy, cols,
+                                                  cmask & (r0 < n_rows))
+        for i in range(0, ROWS):
+            r = r0 + i
+            row = r.to(tl.int64)
+            mask = cmask & (r < n_rows)
+            if PREFETCH:
+                a_raw, dy_raw = a_next, dy_next
+                a_next, dy_next = _bias_act_row_loads(A, DY, row + 1, stride_a, stride_dy, cols,
+                                                      cmask & (r + 1 < n_rows) & (i + 1 < ROWS))
+            else:
+                a_raw, dy_raw = _bias_act_row_loads(A, DY, row, stride_a, stride_dy, cols, mask)
+            acc += _bias_act_row_grad(DA, row, n_cols, cols, g, first, mask, a_raw, dy_raw, b, p, seed, keep_from,
+                                      TANH, DROPOUT, ACC, TANH_VIA_EXP)
     tl.store(DBP + tl.program_id(0).to(tl.int64) * n_cols + cols, acc, mask=cmask)
 
 
@@ -299,12 +331,22 @@ BIAS_BWD_PREFETCH = True
 # 0.884 -> 0.902 of copy at 512 columns (0.880 -> 0.898 at 1024), same run as above;
 # run3: 0.875 -> 0.892 (1024: 0.876 -> 0.892).
 BIAS_BWD_TANH_VIA_EXP = True
+# GPU: two rows a step (TWO_ROWS), and programs resident per SM under a register cap
+# (None: as ptxas chooses; n: maxnreg from H.max_registers(n, warps)).
+BIAS_BWD_TWO_ROWS = False
+BIAS_BWD_PER_SM = None
 
 
 def _bias_bwd_prefetch(a) -> bool:
     """The bias-gradient backward loads row i + 1 during row i on a GPU
     (BIAS_BWD_PREFETCH); the CPU's loop does not. Tests patch it."""
     return BIAS_BWD_PREFETCH and H.on_gpu(a)
+
+
+def _bias_bwd_two_rows(a) -> bool:
+    """Two rows a step in the bias-gradient backward (BIAS_BWD_TWO_ROWS, GPU; with
+    PREFETCH and an even BIAS_BWD_ROWS). Tests patch it to run the CPU through it."""
+    return BIAS_BWD_TWO_ROWS and H.on_gpu(a)
 
 
 class _EwPlan:
@@ -343,9 +385,13 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
             plan.kw = dict(TANH=tanh, DROPOUT=p > 0, PREFETCH=_bias_bwd_prefetch(a), ACC=H.acc_dtype(a),
                            ROWS=BIAS_BWD_ROWS, BLOCK=block,
-                           TANH_VIA_EXP=tanh and BIAS_BWD_TANH_VIA_EXP and H.on_gpu(a))
+                           TANH_VIA_EXP=tanh and BIAS_BWD_TANH_VIA_EXP and H.on_gpu(a),
+                           TWO_ROWS=_bias_bwd_two_rows(a) and BIAS_BWD_ROWS % 2 == 0 and _bias_bwd_prefetch(a))
             if H.on_gpu(a):
                 plan.kw["num_warps"] = max(1, min(BIAS_BWD_MAX_WARPS, block // 256))
+                maxnreg = H.max_registers(BIAS_BWD_PER_SM, plan.kw["num_warps"]) if BIAS_BWD_PER_SM else None
+                if maxnreg is not None:
+                    plan.kw["maxnreg"] = maxnreg
         elif dy is not None:
             plan.kw["WRITE_DB"] = bias_mode == SAME_SHAPE
     return plan
