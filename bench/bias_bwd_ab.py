@@ -22,7 +22,7 @@ import bwd_profile as P  # noqa: E402
 
 from tessera.kernels import activation as A  # noqa: E402
 
-NAMES = ("BIAS_BWD_ROWS", "BIAS_BWD_BLOCK", "BIAS_BWD_MAX_WARPS", "BIAS_BWD_PREFETCH", "BIAS_BWD_TWO_ROWS",
+NAMES = ("BIAS_BWD_ROWS", "BIAS_BWD_BLOCK", "BIAS_BWD_WARPS", "BIAS_BWD_PREFETCH", "BIAS_BWD_TWO_ROWS",
          "BIAS_BWD_PER_SM")
 
 

@@ -98,14 +98,17 @@ def norm_plans(inputs):
 NORM_CONFIGS = [(1, 16, True, True, False), (1, 16, True, True, True), (2, 8, True, True, False),
                 (2, 16, True, True, False)]
 # (rows per program, column block, warps, next row's loads ahead, two rows a step,
-# programs per SM under a register cap or None); the first is main's plan. Registers
-# (ptxas for sm_90a, erf / tanh-exp form): 63 / 47 (16 / 21 programs per SM); two rows at
-# 4 warps 40 / 40 (12 per SM), capped at 32 (16 per SM) 48 / 16 bytes of spills; one row
-# at 4 warps 39 / 32, capped at 32 4 / 0 bytes; two rows at 2 warps 80 / 71 (12 / 14 per SM).
-# Earlier alternatives (rows 32/48/96 at one row a step, 256 or 1024 columns, no prefetch,
-# the unfused plan, tl.tanh) are in bench/results/bwd_sweep_normbwd*_run*.log.
-BIAS_CONFIGS = [(64, 512, 2, True, False, None), (64, 512, 4, True, True, 16), (96, 512, 4, True, True, None),
-                (128, 512, 4, True, True, None), (64, 512, 4, True, False, 16), (128, 512, 2, True, True, None)]
+# programs per SM under a register cap or None); the first is the default. Registers
+# (ptxas for sm_90a, erf / tanh-exp form, 2 warps): one row 63 / 47 (16 / 21 programs per
+# SM), two rows 80 / 71 (12 / 14 per SM); at 4 warps (4 elements a thread) two rows 40 / 40
+# (12 per SM), one row capped at 32 (16 per SM) 4 / 0 bytes of spills. The biasbwd run
+# (bench/results/bias_bwd_ab_biasbwd_run1.log) timed the 2-warp plans here (its 4-warp
+# labels ran 2 warps: the plan then allowed a warp per 256 columns at most). Earlier
+# alternatives (rows 32/48 a row a step, 256 or 1024 columns, no prefetch, the unfused
+# plan, tl.tanh) are in bench/results/bwd_sweep_normbwd*_run*.log.
+BIAS_CONFIGS = [(128, 512, 2, True, True, None), (64, 512, 2, True, False, None), (96, 512, 2, True, True, None),
+                (64, 512, 2, True, False, 16), (96, 512, 4, True, True, None), (128, 512, 4, True, True, None),
+                (64, 512, 4, True, False, 16)]
 BIAS_SWEEP_RESULTS = {}  # (form, config) -> ms, for bench/bias_bwd_ab.py
 
 
@@ -160,7 +163,7 @@ def sweep_bias(all_cases, copy_ms_per_byte):
 
 def _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp):
     from tessera.kernels import activation as A
-    names = ("BIAS_BWD_ROWS", "BIAS_BWD_BLOCK", "BIAS_BWD_MAX_WARPS", "BIAS_BWD_PREFETCH", "BIAS_BWD_TWO_ROWS",
+    names = ("BIAS_BWD_ROWS", "BIAS_BWD_BLOCK", "BIAS_BWD_WARPS", "BIAS_BWD_PREFETCH", "BIAS_BWD_TWO_ROWS",
              "BIAS_BWD_PER_SM", "BIAS_BWD_TANH_VIA_EXP")
     saved = [getattr(A, n) for n in names]
     A.BIAS_BWD_TANH_VIA_EXP = via_exp

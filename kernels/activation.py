@@ -320,21 +320,35 @@ DROPOUT_BWD_BLOCK = 4096
 # GPU: 512-column blocks of 2 warps (bench/results/bwd_sweep_normbwd2_run1.log, same run:
 # 1024 / 4 warps 0.895, 512 / 2 0.906; rows 32: 0.875, 128: 0.777; the run3 log has them
 # the other way round, 0.894 / 0.883: level within noise; rows 48/96 and 256 columns of one
-# warp 0.74-0.78); the CPU keeps 1024.
-BIAS_BWD_ROWS = 64
+# warp 0.74-0.78); the CPU keeps 1024 (and 64 rows).
+# GPU: 128 rows a program, two rows a step (TWO_ROWS below): bias_gelu 0.1546 -> 0.1502 ms
+# (0.893 -> 0.920 of copy, kernel + column sum, CUDA events); bias_gelu_tanh 0.1548 ->
+# 0.1562 ms (0.892 -> 0.885); torch.profiler's kernel time of the backward with it: 148 and
+# 146 us, 0.919 and 0.928 of copy (bench/results/kernels_cuda_float16_biasbwd.md, one run).
+# Two rows a step take 80 / 71 registers (erf / tanh form), so 12 / 14 programs of 2 warps
+# fit an SM: 1024 programs of 128 rows are one wave, 2048 of 64 rows would not be (and
+# capped at 64 registers the walk spills 92 bytes: 0.568); 96 rows: 0.882 / 0.859.
+BIAS_BWD_ROWS = 128
+BIAS_BWD_CPU_ROWS = 64
 BIAS_BWD_BLOCK = 512
 BIAS_BWD_CPU_BLOCK = 1024
-BIAS_BWD_MAX_WARPS = 2
+BIAS_BWD_WARPS = 2  # of a BIAS_BWD_BLOCK-column block; narrower blocks get proportionally fewer
 BIAS_BWD_PREFETCH = True
 # GPU: the tanh form's derivative through one exp and one division (TANH_VIA_EXP)
 # instead of tl.tanh (an accurate polynomial and exp, ~25 instructions): bias_gelu_tanh
 # 0.884 -> 0.902 of copy at 512 columns (0.880 -> 0.898 at 1024), same run as above;
 # run3: 0.875 -> 0.892 (1024: 0.876 -> 0.892).
 BIAS_BWD_TANH_VIA_EXP = True
-# GPU: two rows a step (TWO_ROWS), and programs resident per SM under a register cap
-# (None: as ptxas chooses; n: maxnreg from H.max_registers(n, warps)).
-BIAS_BWD_TWO_ROWS = False
+# GPU: two rows a step (TWO_ROWS, with PREFETCH and an even row count), and programs
+# resident per SM under a register cap (None: as ptxas chooses; n: maxnreg from
+# H.max_registers(n, warps); the sweep's capped plans were slower, 0.568-0.83).
+BIAS_BWD_TWO_ROWS = True
 BIAS_BWD_PER_SM = None
+
+
+def _bias_bwd_rows(a) -> int:
+    """Rows per program of the bias-gradient backward (each writes one partial row)."""
+    return BIAS_BWD_ROWS if H.on_gpu(a) else BIAS_BWD_CPU_ROWS
 
 
 def _bias_bwd_prefetch(a) -> bool:
@@ -345,7 +359,7 @@ def _bias_bwd_prefetch(a) -> bool:
 
 def _bias_bwd_two_rows(a) -> bool:
     """Two rows a step in the bias-gradient backward (BIAS_BWD_TWO_ROWS, GPU; with
-    PREFETCH and an even BIAS_BWD_ROWS). Tests patch it to run the CPU through it."""
+    PREFETCH and an even row count). Tests patch it to run the CPU through it."""
     return BIAS_BWD_TWO_ROWS and H.on_gpu(a)
 
 
@@ -376,7 +390,8 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             # Row groups of BIAS_BWD_ROWS, column blocks of BIAS_BWD_BLOCK (8 elements a
             # thread with the GPU's warps).
             block = min(max(H.block_for(n, 1 << 30), 8), BIAS_BWD_BLOCK if H.on_gpu(a) else BIAS_BWD_CPU_BLOCK)
-            plan.bias_groups = tessera.cdiv(rows, BIAS_BWD_ROWS)
+            group_rows = _bias_bwd_rows(a)
+            plan.bias_groups = tessera.cdiv(rows, group_rows)
             plan.sum_steps = column_sum_steps(a, plan.bias_groups, n)  # a: the partials' device and precision
             plan.bias_dtype = H.dtype_name(b)
             # One row group's partial row is the bias gradient when it needs no cast.
@@ -384,11 +399,11 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             plan.new_parts = H.allocator(a, (n,) if plan.sums_direct else (plan.bias_groups, n), "acc")
             plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
             plan.kw = dict(TANH=tanh, DROPOUT=p > 0, PREFETCH=_bias_bwd_prefetch(a), ACC=H.acc_dtype(a),
-                           ROWS=BIAS_BWD_ROWS, BLOCK=block,
+                           ROWS=group_rows, BLOCK=block,
                            TANH_VIA_EXP=tanh and BIAS_BWD_TANH_VIA_EXP and H.on_gpu(a),
-                           TWO_ROWS=_bias_bwd_two_rows(a) and BIAS_BWD_ROWS % 2 == 0 and _bias_bwd_prefetch(a))
+                           TWO_ROWS=_bias_bwd_two_rows(a) and group_rows % 2 == 0 and _bias_bwd_prefetch(a))
             if H.on_gpu(a):
-                plan.kw["num_warps"] = max(1, min(BIAS_BWD_MAX_WARPS, block // 256))
+                plan.kw["num_warps"] = max(1, BIAS_BWD_WARPS * block // BIAS_BWD_BLOCK)
                 maxnreg = H.max_registers(BIAS_BWD_PER_SM, plan.kw["num_warps"]) if BIAS_BWD_PER_SM else None
                 if maxnreg is not None:
                     plan.kw["maxnreg"] = maxnreg

@@ -104,7 +104,7 @@ def test_bias_gelu_backward_row_groups(monkeypatch, prefetch, form, rows):
     from tessera.kernels import activation as A
     monkeypatch.setattr(A, "_bias_bwd_prefetch", lambda a: bool(prefetch))
     monkeypatch.setattr(A, "_bias_bwd_two_rows", lambda a: prefetch == "two-rows")
-    monkeypatch.setattr(A, "BIAS_BWD_ROWS", 4)
+    monkeypatch.setattr(A, "BIAS_BWD_CPU_ROWS", 4)
     A._BWD_PLANS.clear()
     try:
         g = torch.Generator().manual_seed(rows)
@@ -182,7 +182,7 @@ def test_last_dim_reduction_backward_row_kernel(op, layout):
 
 # --------------------------------------------------------------------------- GPU (the lead's round)
 # Tall shapes on the GPU plans: more rows than the norm walk's programs (one per SM), so
-# each program walks several rows with a ragged last step; bias_gelu's row groups of 64
+# each program walks several rows with a ragged last step; bias_gelu's row groups of 128
 # with a partial last group; the rope walk; the last-dimension reduction's row kernel.
 
 @pytest.mark.gpu
@@ -217,9 +217,9 @@ def test_gpu_norm_backward_two_rows_a_step(monkeypatch, shape, dtype):
 
 # (rows per program, column block, warps, two rows a step, programs per SM under a
 # register cap or None): the bias-gradient backward's GPU plans that bench/bwd_profile.py
-# --sweep times.
-BIAS_GPU_PLANS = [(64, 512, 2, False, None), (64, 512, 4, True, 16), (96, 512, 4, True, None),
-                  (128, 512, 4, True, None), (64, 512, 4, False, 16), (128, 512, 2, True, None)]
+# --sweep times (the default: 128 rows, two rows a step).
+BIAS_GPU_PLANS = [(128, 512, 2, True, None), (64, 512, 2, False, None), (96, 512, 2, True, None),
+                  (96, 512, 4, True, None), (128, 512, 4, True, None), (64, 512, 4, False, 16)]
 
 
 @pytest.mark.gpu
@@ -235,7 +235,7 @@ def test_gpu_bias_gelu_backward_plans(monkeypatch, plan, shape):
     from tessera.kernels import activation as A
     from test_kernels_ops import ALL_CASES, check_case
     rows, block, warps, two_rows, per_sm = plan
-    for name, value in (("BIAS_BWD_ROWS", rows), ("BIAS_BWD_BLOCK", block), ("BIAS_BWD_MAX_WARPS", warps),
+    for name, value in (("BIAS_BWD_ROWS", rows), ("BIAS_BWD_BLOCK", block), ("BIAS_BWD_WARPS", warps),
                         ("BIAS_BWD_TWO_ROWS", two_rows), ("BIAS_BWD_PER_SM", per_sm)):
         monkeypatch.setattr(A, name, value)
     A._BWD_PLANS.clear()
