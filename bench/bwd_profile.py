@@ -12,9 +12,8 @@ plans), bwd_profile_h100_host.log (after). bench/host_time.py measures the host 
 the norm walk's programs per SM x warps x prefetch x layer norm's row sums as one pair
 reduction or two x one or two rows a step (kernels/norm.py BWD_*), the rope backward's
 walk (kernels/rope.py BWD_*), and the bias-gradient backward of bias_gelu
-(kernels/activation.py BIAS_BWD_*, with and without the next row's loads ahead) next to
-the unfused plan it replaced (the elementwise backward kernel, then a column sum of da),
-each checked against torch's gradients.
+(kernels/activation.py BIAS_BWD_*: rows per program, column block, warps, two rows a
+step, a register cap), each checked against torch's gradients.
 """
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import tessera.language as tl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -99,9 +97,19 @@ def norm_plans(inputs):
 # warps, 64 at 16), so both are resident; each writes its own partial row.
 NORM_CONFIGS = [(1, 16, True, True, False), (1, 16, True, True, True), (2, 8, True, True, False),
                 (2, 16, True, True, False)]
-# (rows per program, column block, warps, next row's loads ahead); the first is main's plan.
-BIAS_CONFIGS = [(64, 1024, 4, True), (64, 512, 2, True), (96, 512, 2, True), (48, 512, 2, True),
-                (64, 256, 1, True)]
+# (rows per program, column block, warps, next row's loads ahead, two rows a step,
+# programs per SM under a register cap or None); the first is the default. Registers
+# (ptxas for sm_90a, erf / tanh-exp form, 2 warps): one row 63 / 47 (16 / 21 programs per
+# SM), two rows 80 / 71 (12 / 14 per SM); at 4 warps (4 elements a thread) two rows 40 / 40
+# (12 per SM), one row capped at 32 (16 per SM) 4 / 0 bytes of spills. The biasbwd run
+# (bench/results/bias_bwd_ab_biasbwd_run1.log) timed the 2-warp plans here (its 4-warp
+# labels ran 2 warps: the plan then allowed a warp per 256 columns at most). Earlier
+# alternatives (rows 32/48 a row a step, 256 or 1024 columns, no prefetch, the unfused
+# plan, tl.tanh) are in bench/results/bwd_sweep_normbwd*_run*.log.
+BIAS_CONFIGS = [(128, 512, 2, True, True, None), (64, 512, 2, True, False, None), (96, 512, 2, True, True, None),
+                (64, 512, 2, True, False, 16), (96, 512, 4, True, True, None), (128, 512, 4, True, True, None),
+                (64, 512, 4, True, False, 16)]
+BIAS_SWEEP_RESULTS = {}  # (form, config) -> ms, for bench/bias_bwd_ab.py
 
 
 def sweep_norm(all_cases, copy_ms_per_byte):
@@ -147,51 +155,41 @@ def sweep_norm(all_cases, copy_ms_per_byte):
 
 
 def sweep_bias(all_cases, copy_ms_per_byte):
-    """bias_gelu's backward alone: the fused bias-gradient kernel per plan (rows per
-    program, column block, warps, prefetch), and the unfused plan (elementwise kernel +
-    column sum)."""
-    from tessera.kernels import activation as A
-    from tessera.kernels.reduce import column_sum
-    for tanh in (False, True):
-        for via_exp in ((False, True) if tanh else (False,)):
-            _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp)
+    """bias_gelu's and bias_gelu_tanh's backward alone: the fused bias-gradient kernel
+    (+ its column sum) per plan of BIAS_CONFIGS."""
+    for tanh in (False, True):  # the tanh form as it ships (its exp form)
+        _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, tanh)
 
 
 def _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp):
     from tessera.kernels import activation as A
-    from tessera.kernels.reduce import column_sum
-    saved = A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH, A.BIAS_BWD_TANH_VIA_EXP
+    names = ("BIAS_BWD_ROWS", "BIAS_BWD_BLOCK", "BIAS_BWD_WARPS", "BIAS_BWD_PREFETCH", "BIAS_BWD_TWO_ROWS",
+             "BIAS_BWD_PER_SM", "BIAS_BWD_TANH_VIA_EXP")
+    saved = [getattr(A, n) for n in names]
     A.BIAS_BWD_TANH_VIA_EXP = via_exp
     x, b = all_cases["bias_gelu"][0]
     dy = torch.randn_like(x)
     xr, br = x.float().requires_grad_(True), b.float().requires_grad_(True)
     ref = torch.autograd.grad(F.gelu(xr + br, approximate="tanh" if tanh else "none"), (xr, br), dy.float())
     n_bytes = 3 * x.numel() * x.element_size()
-    rows, n = x.shape
     form = ("bias_gelu_tanh" + (" (exp form)" if via_exp else "")) if tanh else "bias_gelu"
 
-    def unfused():
-        da = torch.empty_like(x)
-        A._ew_bwd_kernel[(rows, -(-n // 2048))](x, b, dy, da, da, n, 0, n, n, 0.0, 0, 0, OP=A.GELU, TANH=False,
-                                             HAS_B=True, WRITE_DB=False, DROPOUT=False, ACC=tl.float32, BLOCK=2048)
-        return da, column_sum(da, "float16")
-    plans = [("unfused (ew kernel + column sum of da)", None)] if not tanh else []
-    plans += [(f"fused rows {r} block {bl} warps {wp} prefetch {int(pf)}", (r, bl, wp, pf))
-              for r, bl, wp, pf in BIAS_CONFIGS]
+    plans = [(f"fused rows {r} block {bl} warps {wp} prefetch {int(pf)} rows a step {1 + tw} per SM {ps}",
+               (r, bl, wp, pf, tw, ps)) for r, bl, wp, pf, tw, ps in BIAS_CONFIGS]
     for label, cfg in plans:
-        if cfg is None:
-            run = unfused
-        else:
-            A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH = cfg
-            A._BWD_PLANS.clear()
-            run = lambda: A.elementwise_backward(A.GELU, x, b, dy, 0.0, 0, A.BIAS, tanh)  # noqa: E731
+        for n, v in zip(names, cfg):
+            setattr(A, n, v)
+        A._BWD_PLANS.clear()
+        run = lambda: A.elementwise_backward(A.GELU, x, b, dy, 0.0, 0, A.BIAS, tanh)  # noqa: E731
         da, db = run()
         err = max((da.float() - ref[0]).abs().max().item() / ref[0].abs().max().item(),
                   (db.float() - ref[1]).abs().max().item() / ref[1].abs().max().item())
         t = gpu_ms(run)
+        BIAS_SWEEP_RESULTS[(form, cfg)] = t
         print(f"  {form} backward {label:45s}: {t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
               f"err {err:.2g}", flush=True)
-    A.BIAS_BWD_ROWS, A.BIAS_BWD_BLOCK, A.BIAS_BWD_MAX_WARPS, A.BIAS_BWD_PREFETCH, A.BIAS_BWD_TANH_VIA_EXP = saved
+    for n, v in zip(names, saved):
+        setattr(A, n, v)
     A._BWD_PLANS.clear()
 
 

@@ -164,9 +164,37 @@ def _bias_act_row_loads(A, DY, row, stride_a, stride_dy, cols, mask):
 
 
 @tessera.kernel
+def _bias_act_row_grad(DA, row, n_cols, cols, g, first, mask, a_raw, dy_raw, b, p, seed, keep_from,
+                       TANH: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr, TANH_VIA_EXP: tl.constexpr):
+    """One row of _bias_act_bwd_kernel's column block: stores da = dy * gelu'(a + b)
+    (after dropout's mask) and returns it, zero past the row's end, for the bias sums."""
+    x = a_raw.to(ACC) + b
+    dy = dy_raw.to(ACC)
+    if DROPOUT:
+        keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
+        dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
+    if TANH and TANH_VIA_EXP:
+        # With s = (1 + tanh(u)) / 2 = 1 / (1 + e^-2u): 1 - tanh(u)^2 = 4 s (1 - s), so
+        # dgelu = s + 2 x s (1 - s) u'. One exp and one division (x -> -inf: e^-2u = inf, s = 0).
+        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        s = 1.0 / (1.0 + tl.exp(-2.0 * u))
+        dgelu = s + 2.0 * x * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+    elif TANH:
+        t = tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
+        dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+    else:
+        cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
+        dgelu = cdf + x * (0.3989422804014327 * tl.exp(-0.5 * x * x))
+    da = tl.where(mask, dy * dgelu, 0.0)
+    tl.store(DA + row * n_cols + cols, da, mask=mask)
+    return da
+
+
+@tessera.kernel
 def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols, p, seed, keep_from,
                          TANH: tl.constexpr, DROPOUT: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr,
-                         ROWS: tl.constexpr, BLOCK: tl.constexpr, TANH_VIA_EXP: tl.constexpr = False):
+                         ROWS: tl.constexpr, BLOCK: tl.constexpr, TANH_VIA_EXP: tl.constexpr = False,
+                         TWO_ROWS: tl.constexpr = False):
     # gelu(a + bias) (optionally then dropout) backward with the bias gradient fused:
     # program (i, j) writes da for rows [i * ROWS, (i + 1) * ROWS) of column block j and
     # the sum of those rows of da as row i of DBP (fp32 partials, one column sum away
@@ -177,49 +205,53 @@ def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols,
     # PREFETCH (the GPU plan) issues row i + 1's loads before row i's arithmetic and
     # store: without it a program's loads wait for its previous row's store (da may
     # alias a as far as the compiler knows), so each row costs a full memory latency.
+    # TWO_ROWS (with PREFETCH; ROWS even) steps over rows i, i + 1 and issues the loads of
+    # i + 2 and i + 3 first: two rows' loads in flight where PREFETCH alone has one
+    # during the arithmetic, in separate registers (no copies waiting on a load).
     first = tl.program_id(1) * BLOCK
     if DROPOUT:
         g = tl.arange(0, BLOCK // 8)
         cols = first + 8 * g[:, None] + tl.arange(0, 8)[None, :]
     else:
+        g = 0
         cols = first + tl.arange(0, BLOCK)
     cmask = cols < n_cols
     b = tl.load(B + cols, mask=cmask, other=0.0).to(ACC)
     acc = tl.zeros(cols.shape, ACC)
     r0 = tl.program_id(0) * ROWS
-    if PREFETCH:
+    if TWO_ROWS:
         a_next, dy_next = _bias_act_row_loads(A, DY, r0.to(tl.int64), stride_a, stride_dy, cols,
                                               cmask & (r0 < n_rows))
-    for i in range(0, ROWS):
-        r = r0 + i
-        row = r.to(tl.int64)
-        mask = cmask & (r < n_rows)
+        a_next2, dy_next2 = _bias_act_row_loads(A, DY, r0.to(tl.int64) + 1, stride_a, stride_dy, cols,
+                                                cmask & (r0 + 1 < n_rows))
+        for i in range(0, ROWS, 2):
+            r = r0 + i
+            row = r.to(tl.int64)
+            a_raw, dy_raw, a_raw2, dy_raw2 = a_next, dy_next, a_next2, dy_next2
+            a_next, dy_next = _bias_act_row_loads(A, DY, row + 2, stride_a, stride_dy, cols,
+                                                  cmask & (r + 2 < n_rows) & (i + 2 < ROWS))
+            a_next2, dy_next2 = _bias_act_row_loads(A, DY, row + 3, stride_a, stride_dy, cols,
+                                                    cmask & (r + 3 < n_rows) & (i + 3 < ROWS))
+            acc += _bias_act_row_grad(DA, row, n_cols, cols, g, first, cmask & (r < n_rows), a_raw, dy_raw, b,
+                                      p, seed, keep_from, TANH, DROPOUT, ACC, TANH_VIA_EXP)
+            acc += _bias_act_row_grad(DA, row + 1, n_cols, cols, g, first, cmask & (r + 1 < n_rows), a_raw2,
+                                      dy_raw2, b, p, seed, keep_from, TANH, DROPOUT, ACC, TANH_VIA_EXP)
+    else:
         if PREFETCH:
-            a_raw, dy_raw = a_next, dy_next
-            a_next, dy_next = _bias_act_row_loads(A, DY, row + 1, stride_a, stride_dy, cols,
-                                                  cmask & (r + 1 < n_rows) & (i + 1 < ROWS))
-        else:
-            a_raw, dy_raw = _bias_act_row_loads(A, DY, row, stride_a, stride_dy, cols, mask)
-        x = a_raw.to(ACC) + b
-        dy = dy_raw.to(ACC)
-        if DROPOUT:
-            keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
-            dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
-        if TANH and TANH_VIA_EXP:
-            # With s = (1 + tanh(u)) / 2 = 1 / (1 + e^-2u): 1 - tanh(u)^2 = 4 s (1 - s), so
-            # dgelu = s + 2 x s (1 - s) u'. One exp and one division (x -> -inf: e^-2u = inf, s = 0).
-            u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-            s = 1.0 / (1.0 + tl.exp(-2.0 * u))
-            dgelu = s + 2.0 * x * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
-        elif TANH:
-            t = tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
-            dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
-        else:
-            cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
-            dgelu = cdf + x * (0.3989422804014327 * tl.exp(-0.5 * x * x))
-        da = tl.where(mask, dy * dgelu, 0.0)
-        tl.store(DA + row * n_cols + cols, da, mask=mask)
-        acc += da
+            a_next, dy_next = _bias_act_row_loads(A, DY, r0.to(tl.int64), stride_a, stride_dy, cols,
+                                                  cmask & (r0 < n_rows))
+        for i in range(0, ROWS):
+            r = r0 + i
+            row = r.to(tl.int64)
+            mask = cmask & (r < n_rows)
+            if PREFETCH:
+                a_raw, dy_raw = a_next, dy_next
+                a_next, dy_next = _bias_act_row_loads(A, DY, row + 1, stride_a, stride_dy, cols,
+                                                      cmask & (r + 1 < n_rows) & (i + 1 < ROWS))
+            else:
+                a_raw, dy_raw = _bias_act_row_loads(A, DY, row, stride_a, stride_dy, cols, mask)
+            acc += _bias_act_row_grad(DA, row, n_cols, cols, g, first, mask, a_raw, dy_raw, b, p, seed, keep_from,
+                                      TANH, DROPOUT, ACC, TANH_VIA_EXP)
     tl.store(DBP + tl.program_id(0).to(tl.int64) * n_cols + cols, acc, mask=cmask)
 
 
@@ -288,23 +320,47 @@ DROPOUT_BWD_BLOCK = 4096
 # GPU: 512-column blocks of 2 warps (bench/results/bwd_sweep_normbwd2_run1.log, same run:
 # 1024 / 4 warps 0.895, 512 / 2 0.906; rows 32: 0.875, 128: 0.777; the run3 log has them
 # the other way round, 0.894 / 0.883: level within noise; rows 48/96 and 256 columns of one
-# warp 0.74-0.78); the CPU keeps 1024.
-BIAS_BWD_ROWS = 64
+# warp 0.74-0.78); the CPU keeps 1024 (and 64 rows).
+# GPU: 128 rows a program, two rows a step (TWO_ROWS below): bias_gelu 0.1546 -> 0.1502 ms
+# (0.893 -> 0.920 of copy, kernel + column sum, CUDA events); bias_gelu_tanh 0.1548 ->
+# 0.1562 ms (0.892 -> 0.885); torch.profiler's kernel time of the backward with it: 148 and
+# 146 us, 0.919 and 0.928 of copy (bench/results/kernels_cuda_float16_biasbwd.md, one run).
+# Two rows a step take 80 / 71 registers (erf / tanh form), so 12 / 14 programs of 2 warps
+# fit an SM: 1024 programs of 128 rows are one wave, 2048 of 64 rows would not be (and
+# capped at 64 registers the walk spills 92 bytes: 0.568); 96 rows: 0.882 / 0.859.
+BIAS_BWD_ROWS = 128
+BIAS_BWD_CPU_ROWS = 64
 BIAS_BWD_BLOCK = 512
 BIAS_BWD_CPU_BLOCK = 1024
-BIAS_BWD_MAX_WARPS = 2
+BIAS_BWD_WARPS = 2  # of a BIAS_BWD_BLOCK-column block; narrower blocks get proportionally fewer
 BIAS_BWD_PREFETCH = True
 # GPU: the tanh form's derivative through one exp and one division (TANH_VIA_EXP)
 # instead of tl.tanh (an accurate polynomial and exp, ~25 instructions): bias_gelu_tanh
 # 0.884 -> 0.902 of copy at 512 columns (0.880 -> 0.898 at 1024), same run as above;
 # run3: 0.875 -> 0.892 (1024: 0.876 -> 0.892).
 BIAS_BWD_TANH_VIA_EXP = True
+# GPU: two rows a step (TWO_ROWS, with PREFETCH and an even row count), and programs
+# resident per SM under a register cap (None: as ptxas chooses; n: maxnreg from
+# H.max_registers(n, warps); the sweep's capped plans were slower, 0.568-0.83).
+BIAS_BWD_TWO_ROWS = True
+BIAS_BWD_PER_SM = None
+
+
+def _bias_bwd_rows(a) -> int:
+    """Rows per program of the bias-gradient backward (each writes one partial row)."""
+    return BIAS_BWD_ROWS if H.on_gpu(a) else BIAS_BWD_CPU_ROWS
 
 
 def _bias_bwd_prefetch(a) -> bool:
     """The bias-gradient backward loads row i + 1 during row i on a GPU
     (BIAS_BWD_PREFETCH); the CPU's loop does not. Tests patch it."""
     return BIAS_BWD_PREFETCH and H.on_gpu(a)
+
+
+def _bias_bwd_two_rows(a) -> bool:
+    """Two rows a step in the bias-gradient backward (BIAS_BWD_TWO_ROWS, GPU; with
+    PREFETCH and an even row count). Tests patch it to run the CPU through it."""
+    return BIAS_BWD_TWO_ROWS and H.on_gpu(a)
 
 
 class _EwPlan:
@@ -334,7 +390,8 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             # Row groups of BIAS_BWD_ROWS, column blocks of BIAS_BWD_BLOCK (8 elements a
             # thread with the GPU's warps).
             block = min(max(H.block_for(n, 1 << 30), 8), BIAS_BWD_BLOCK if H.on_gpu(a) else BIAS_BWD_CPU_BLOCK)
-            plan.bias_groups = tessera.cdiv(rows, BIAS_BWD_ROWS)
+            group_rows = _bias_bwd_rows(a)
+            plan.bias_groups = tessera.cdiv(rows, group_rows)
             plan.sum_steps = column_sum_steps(a, plan.bias_groups, n)  # a: the partials' device and precision
             plan.bias_dtype = H.dtype_name(b)
             # One row group's partial row is the bias gradient when it needs no cast.
@@ -342,10 +399,14 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             plan.new_parts = H.allocator(a, (n,) if plan.sums_direct else (plan.bias_groups, n), "acc")
             plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
             plan.kw = dict(TANH=tanh, DROPOUT=p > 0, PREFETCH=_bias_bwd_prefetch(a), ACC=H.acc_dtype(a),
-                           ROWS=BIAS_BWD_ROWS, BLOCK=block,
-                           TANH_VIA_EXP=tanh and BIAS_BWD_TANH_VIA_EXP and H.on_gpu(a))
+                           ROWS=group_rows, BLOCK=block,
+                           TANH_VIA_EXP=tanh and BIAS_BWD_TANH_VIA_EXP and H.on_gpu(a),
+                           TWO_ROWS=_bias_bwd_two_rows(a) and group_rows % 2 == 0 and _bias_bwd_prefetch(a))
             if H.on_gpu(a):
-                plan.kw["num_warps"] = max(1, min(BIAS_BWD_MAX_WARPS, block // 256))
+                plan.kw["num_warps"] = max(1, BIAS_BWD_WARPS * block // BIAS_BWD_BLOCK)
+                maxnreg = H.max_registers(BIAS_BWD_PER_SM, plan.kw["num_warps"]) if BIAS_BWD_PER_SM else None
+                if maxnreg is not None:
+                    plan.kw["maxnreg"] = maxnreg
         elif dy is not None:
             plan.kw["WRITE_DB"] = bias_mode == SAME_SHAPE
     return plan

@@ -94,15 +94,17 @@ def test_gpu_partials_programs_are_whole_waves(monkeypatch):
     assert H.num_programs_for_partials(FakeCuda(), 100) == 100
 
 
-@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+@pytest.mark.parametrize("prefetch", [True, False, "two-rows"], ids=["prefetch", "no-prefetch", "two-rows"])
 @pytest.mark.parametrize("form", ["erf", "tanh", "dropout"])
-@pytest.mark.parametrize("rows", [1, 9, 12])
+@pytest.mark.parametrize("rows", [1, 9, 11, 12])
 def test_bias_gelu_backward_row_groups(monkeypatch, prefetch, form, rows):
     # The bias-gradient backward's plans on the CPU: groups of 4 rows (a ragged last
-    # group with 9 rows), with the GPU plan's next-row loads (PREFETCH) or without.
+    # group with 9 and 11 rows: 1 and 3 rows, so a step of two rows without its second),
+    # with the GPU plan's next-row loads (PREFETCH), two rows a step, or neither.
     from tessera.kernels import activation as A
-    monkeypatch.setattr(A, "_bias_bwd_prefetch", lambda a: prefetch)
-    monkeypatch.setattr(A, "BIAS_BWD_ROWS", 4)
+    monkeypatch.setattr(A, "_bias_bwd_prefetch", lambda a: bool(prefetch))
+    monkeypatch.setattr(A, "_bias_bwd_two_rows", lambda a: prefetch == "two-rows")
+    monkeypatch.setattr(A, "BIAS_BWD_CPU_ROWS", 4)
     A._BWD_PLANS.clear()
     try:
         g = torch.Generator().manual_seed(rows)
@@ -180,7 +182,7 @@ def test_last_dim_reduction_backward_row_kernel(op, layout):
 
 # --------------------------------------------------------------------------- GPU (the lead's round)
 # Tall shapes on the GPU plans: more rows than the norm walk's programs (one per SM), so
-# each program walks several rows with a ragged last step; bias_gelu's row groups of 64
+# each program walks several rows with a ragged last step; bias_gelu's row groups of 128
 # with a partial last group; the rope walk; the last-dimension reduction's row kernel.
 
 @pytest.mark.gpu
@@ -211,6 +213,37 @@ def test_gpu_norm_backward_two_rows_a_step(monkeypatch, shape, dtype):
             check_case(next(c for c in ALL_CASES if c.name == name), shape, dtype, device="cuda")
     finally:
         N._BWD_PLANS.clear()
+
+
+# (rows per program, column block, warps, two rows a step, programs per SM under a
+# register cap or None): the bias-gradient backward's GPU plans that bench/bwd_profile.py
+# --sweep times (the default: 128 rows, two rows a step).
+BIAS_GPU_PLANS = [(128, 512, 2, True, None), (64, 512, 2, False, None), (96, 512, 2, True, None),
+                  (96, 512, 4, True, None), (128, 512, 4, True, None), (64, 512, 4, False, 16)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", BIAS_GPU_PLANS, ids=lambda p: "-".join(map(str, p)))
+@pytest.mark.parametrize("shape", [(1, 4096), (301, 17), (300, 4097), (531, 2048)],
+                         ids=["1x4096", "301x17", "300x4097", "531x2048"])
+def test_gpu_bias_gelu_backward_plans(monkeypatch, plan, shape):
+    # Each plan on one row, a short row, a row one past a power of two, and rows that
+    # are not a multiple of the rows per program (odd too: a last step of two rows
+    # without its second row).
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from tessera.kernels import activation as A
+    from test_kernels_ops import ALL_CASES, check_case
+    rows, block, warps, two_rows, per_sm = plan
+    for name, value in (("BIAS_BWD_ROWS", rows), ("BIAS_BWD_BLOCK", block), ("BIAS_BWD_WARPS", warps),
+                        ("BIAS_BWD_TWO_ROWS", two_rows), ("BIAS_BWD_PER_SM", per_sm)):
+        monkeypatch.setattr(A, name, value)
+    A._BWD_PLANS.clear()
+    try:
+        for name in ("bias_gelu", "bias_gelu_tanh"):
+            check_case(next(c for c in ALL_CASES if c.name == name), shape, torch.float16, device="cuda")
+    finally:
+        A._BWD_PLANS.clear()
 
 
 @pytest.mark.gpu
