@@ -44,6 +44,8 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     # two column halves through a half-size buffer.)
     (128, 256, 64, 8, 3, 1, 1, True), (128, 256, 64, 8, 4, 1, 1, True), (128, 256, 32, 8, 6, 1, 1, True), (128, 128, 64, 8, 4, 1, 1, True),
     (128, 128, 64, 8, 3, 1, 2, True), (256, 128, 64, 16, 3, 1, 1, True),
+    # grouped tile order (GROUP_M rows of tiles share B's columns in L2) for the specialized 128x256
+    (128, 256, 64, 8, 4, 4, 1, True), (128, 256, 64, 8, 4, 8, 1, True),
 ]
 
 
