@@ -129,12 +129,12 @@ def sweep(dtype, only="", configs=""):
             if dtype == torch.float32 and bk > 32:
                 continue
             ws = bool(ws and ws[0])
-            name = f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") + (" ws" if ws else "")
-            if configs and not any(c in name for c in configs.split(",")):
+            cfg_name = f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") + (" ws" if ws else "")
+            if configs and not any(c in cfg_name for c in configs.split(",")):
                 continue
             t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g, **({"persistent": per_sm} if per_sm else {}),
                               **({"warp_specialize": True} if ws else {})})
-            fns[name] = (lambda t=t, f=f_tk: f(t))
+            fns[cfg_name] = (lambda t=t, f=f_tk: f(t))
         fns["heuristic"] = lambda f=f_tk: f(None)
         with torch.no_grad():
             res = measure_cuda_events(fns)
