@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -118,3 +119,49 @@ def test_paired_conversions_match_torch_bit_for_bit(dtype):
         got, want = out[~nan].view(torch.int16), ref[~nan].view(torch.int16)
         bad = (got != want).nonzero().flatten()
         assert bad.numel() == 0, f"{bad.numel()} differ, first x = {xs[~nan][bad[:5]].tolist()}"
+
+
+def _bench_persistent_matmul():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    import gpu_kernels  # the benchmark's kernels (bench/gpu_kernels.py)
+    return gpu_kernels.persistent_matmul_kernel
+
+
+@pytest.mark.parametrize("dtype,dt", [("fp16", "f16"), ("bf16", "bf16")])
+def test_conversions_reaching_the_store_through_phis_pair(dtype, dt):
+    # bench/gpu_kernels.py's persistent matmul rounds its accumulator in the K loop's drain
+    # block and reaches the store through phis (a 0 on the edge where no K step ran): the
+    # phis pair too, 128x256 over 8 warps = 128 elements per thread, 64 paired conversions.
+    sig = ",".join([f"*{dtype}:16"] * 3 + ["i32:16"] * 6)
+    ck = tessera.compile(_bench_persistent_matmul(), sig,
+                         dict(BM=128, BN=256, BK=64, GROUP_M=8, s_ak=1, s_bn=1, s_cn=1), target="cuda:90a",
+                         num_warps=8, num_stages=4)
+    assert _counts(ck.asm["ptx"], dt) == (0, 64)
+    assert f"phi {'half' if dtype == 'fp16' else 'bfloat'}" not in ck.asm["llir-opt"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("K", [320, 64])
+def test_paired_epilogue_rounds_the_accumulator_like_torch(dtype, K):
+    # The same kernel storing f32 and storing 16-bit: the 16-bit output must be the f32 one
+    # rounded by torch, bit for bit (the accumulation is the same; only the store differs).
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    tdt = torch.float16 if dtype == "fp16" else torch.bfloat16
+    M, N = 512, 1024
+    g = torch.Generator(device="cuda").manual_seed(2)
+    a = torch.randn(M, max(K, 16), device="cuda", generator=g).to(tdt)[:, :K]
+    b = torch.randn(max(K, 16), N, device="cuda", generator=g).to(tdt)[:K]
+    kernel = _bench_persistent_matmul()
+    outs = {}
+    for out_dtype in (torch.float32, tdt):
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=out_dtype)
+        kernel[(5,)](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                     BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=4)
+        outs[out_dtype] = c
+    torch.cuda.synchronize()
+    want = outs[torch.float32].to(tdt)
+    assert not torch.isnan(want).any()
+    assert torch.equal(outs[tdt].view(torch.int16), want.view(torch.int16))

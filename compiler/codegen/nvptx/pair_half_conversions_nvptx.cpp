@@ -21,6 +21,8 @@
 // not look through the intrinsic) and before instruction selection.
 #include "codegen/nvptx/pair_half_conversions_nvptx.h"
 
+#include <llvm/ADT/DenseMap.h>
+#include <llvm/IR/Constants.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -54,29 +56,92 @@ llvm::InsertElementInst* insertion_of_lane(llvm::InsertElementInst* ins, uint64_
   return nullptr;
 }
 
+// Two lanes' values that one paired conversion can produce: both rounded from f32, or two
+// constants (the other edge of a phi below).
+bool both_rounded(llvm::Value* lo, llvm::Value* hi) { return rounded_float(lo) && rounded_float(hi); }
+bool both_constant(llvm::Value* lo, llvm::Value* hi) {
+  return llvm::isa<llvm::Constant>(lo) && llvm::isa<llvm::Constant>(hi);
+}
+
+// The conversions may sit in another block than the store: a persistent matmul rounds its
+// accumulator in the K loop's drain and reaches the store through phis (phi [%c.rounded,
+// %drain], [0, %no_steps]). Two such phis of one block pair when every edge brings two
+// rounded values or two constants, at least one edge the former.
+bool pairable_phis(llvm::PHINode* lo, llvm::PHINode* hi) {
+  if (lo->getParent() != hi->getParent()) return false;
+  bool any_rounded = false;
+  for (unsigned i = 0; i < lo->getNumIncomingValues(); ++i) {
+    llvm::BasicBlock* from = lo->getIncomingBlock(i);
+    if (hi->getBasicBlockIndex(from) < 0) return false;
+    llvm::Value *l = lo->getIncomingValue(i), *h = hi->getIncomingValueForBlock(from);
+    if (!both_rounded(l, h) && !both_constant(l, h)) return false;
+    any_rounded |= both_rounded(l, h);
+  }
+  return any_rounded;
+}
+
+// <2 x T> of (lo, hi) from one paired conversion placed before `at`, or null where the lanes
+// are not two roundings from f32 (directly or through pairable phis).
+llvm::Value* paired_lanes(llvm::Instruction* at, llvm::Value* lo, llvm::Value* hi, llvm::Type* elem) {
+  llvm::IRBuilder<> b(at);
+  if (both_rounded(lo, hi)) return b.CreateIntrinsic(paired_conversion(elem), {}, {rounded_float(hi), rounded_float(lo)});
+  auto *plo = llvm::dyn_cast<llvm::PHINode>(lo), *phi_hi = llvm::dyn_cast<llvm::PHINode>(hi);
+  if (!plo || !phi_hi || !pairable_phis(plo, phi_hi)) return nullptr;
+  auto* pair_ty = llvm::FixedVectorType::get(elem, 2);
+  b.SetInsertPoint(plo->getParent()->getFirstNonPHI());
+  llvm::PHINode* phi = b.CreatePHI(pair_ty, plo->getNumIncomingValues());
+  llvm::DenseMap<llvm::BasicBlock*, llvm::Value*> per_edge;  // a block listed twice brings one value
+  for (unsigned i = 0; i < plo->getNumIncomingValues(); ++i) {
+    llvm::BasicBlock* from = plo->getIncomingBlock(i);
+    llvm::Value*& v = per_edge[from];
+    if (!v) {
+      llvm::Value *l = plo->getIncomingValue(i), *h = phi_hi->getIncomingValueForBlock(from);
+      if (both_constant(l, h)) {
+        v = llvm::ConstantVector::get({llvm::cast<llvm::Constant>(l), llvm::cast<llvm::Constant>(h)});
+      } else {
+        llvm::IRBuilder<> e(from->getTerminator());
+        v = e.CreateIntrinsic(paired_conversion(elem), {}, {rounded_float(h), rounded_float(l)});
+      }
+    }
+    phi->addIncoming(v, from);
+  }
+  return phi;
+}
+
+// Erases v if nothing uses it any more, and then the conversions a dead phi brought.
+void erase_if_dead(llvm::Value* v) {
+  auto* i = llvm::dyn_cast<llvm::Instruction>(v);
+  if (!i || !i->use_empty()) return;
+  std::vector<llvm::Value*> incoming;
+  if (auto* phi = llvm::dyn_cast<llvm::PHINode>(i)) incoming.assign(phi->incoming_values().begin(), phi->incoming_values().end());
+  i->eraseFromParent();
+  for (llvm::Value* in : incoming)
+    if (auto* t = llvm::dyn_cast<llvm::FPTruncInst>(in); t && t->use_empty()) t->eraseFromParent();
+}
+
 // Lane 2k+1 inserted at ins, lane 2k earlier in the same chain, both rounded from f32 to
 // the same 16-bit type: re-insert both lanes from one paired conversion at ins.
 bool pair_insertions(llvm::InsertElementInst* ins) {
   auto* idx = llvm::dyn_cast<llvm::ConstantInt>(ins->getOperand(2));
-  llvm::Value* hi = rounded_float(ins->getOperand(1));
-  if (!idx || idx->getZExtValue() % 2 != 1 || !hi) return false;
+  if (!idx || idx->getZExtValue() % 2 != 1) return false;
   llvm::InsertElementInst* low_ins = insertion_of_lane(ins, idx->getZExtValue() - 1);
-  llvm::Value* lo = low_ins ? rounded_float(low_ins->getOperand(1)) : nullptr;
   llvm::Type* elem = ins->getOperand(1)->getType();
-  if (!lo || low_ins->getOperand(1)->getType() != elem) return false;
-  llvm::IRBuilder<> b(ins);
-  llvm::Value* pair = b.CreateIntrinsic(paired_conversion(elem), {}, {hi, lo});
-  uint64_t lane = idx->getZExtValue() - 1;
-  // The earlier insertion of lane 2k stays (now overwritten); instruction selection folds it away.
-  llvm::Value* v = b.CreateInsertElement(ins->getOperand(0), b.CreateExtractElement(pair, uint64_t{0}), lane);
-  v = b.CreateInsertElement(v, b.CreateExtractElement(pair, uint64_t{1}), lane + 1);
+  if (!low_ins || (!elem->isHalfTy() && !elem->isBFloatTy())) return false;
   llvm::Value* old_lo = low_ins->getOperand(1);
   llvm::Value* old_hi = ins->getOperand(1);
+  llvm::Value* pair = paired_lanes(ins, old_lo, old_hi, elem);
+  if (!pair) return false;
+  llvm::IRBuilder<> b(ins);
+  uint64_t lane = idx->getZExtValue() - 1;
+  llvm::Value* v = b.CreateInsertElement(ins->getOperand(0), b.CreateExtractElement(pair, uint64_t{0}), lane);
+  v = b.CreateInsertElement(v, b.CreateExtractElement(pair, uint64_t{1}), lane + 1);
   ins->replaceAllUsesWith(v);
   ins->eraseFromParent();
-  // The chain link of lane 2k is used by the rest of the chain only; its conversion may die.
-  for (llvm::Value* t : {old_hi, old_lo})
-    if (auto* i = llvm::dyn_cast<llvm::Instruction>(t); i && i->use_empty()) i->eraseFromParent();
+  // Every link from lane 2k's insertion to ins had one use (insertion_of_lane), so no one
+  // saw lane 2k's old value but the chain, where it is now overwritten.
+  low_ins->setOperand(1, llvm::PoisonValue::get(elem));
+  erase_if_dead(old_hi);
+  if (old_lo != old_hi) erase_if_dead(old_lo);
   return true;
 }
 
