@@ -44,6 +44,8 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     # two column halves through a half-size buffer.)
     (128, 256, 64, 8, 3, 1, 1, True), (128, 256, 64, 8, 4, 1, 1, True), (128, 256, 32, 8, 6, 1, 1, True), (128, 128, 64, 8, 4, 1, 1, True),
     (128, 128, 64, 8, 3, 1, 2, True), (256, 128, 64, 16, 3, 1, 1, True),
+    # grouped tile order (GROUP_M rows of tiles share B's columns in L2) for the specialized 128x256
+    (128, 256, 64, 8, 4, 4, 1, True), (128, 256, 64, 8, 4, 8, 1, True),
 ]
 
 
@@ -127,12 +129,12 @@ def sweep(dtype, only="", configs=""):
             if dtype == torch.float32 and bk > 32:
                 continue
             ws = bool(ws and ws[0])
-            name = f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") + (" ws" if ws else "")
-            if configs and not any(c in name for c in configs.split(",")):
+            cfg_name = f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") + (" ws" if ws else "")
+            if configs and not any(c in cfg_name for c in configs.split(",")):
                 continue
             t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g, **({"persistent": per_sm} if per_sm else {}),
                               **({"warp_specialize": True} if ws else {})})
-            fns[name] = (lambda t=t, f=f_tk: f(t))
+            fns[cfg_name] = (lambda t=t, f=f_tk: f(t))
         fns["heuristic"] = lambda f=f_tk: f(None)
         with torch.no_grad():
             res = measure_cuda_events(fns)

@@ -446,7 +446,9 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
       SM. GPU-queued, of cuBLAS, against 128x256 s4 one tile per CTA: fp16 x @ W^T + b
       4096x1024x2048 relu 0.87 -> 0.94, gelu 0.72 -> 0.79 (3 stages: 0.92-0.94, 0.76-0.77),
       8192x4096x4096 relu 0.92-0.93 -> 0.94; bf16 (3 stages) relu 0.86 -> 0.91, 8192 0.88
-      -> 0.92; dX = dZ W 0.97 both (bench/results/kernels_cuda_float16_wspec.md)."""
+      -> 0.92; dX = dZ W 0.97 both (bench/results/kernels_cuda_float16_wspec.md). At fp16
+      4096x1024x2048, GROUP_M 8 (0.914 vs 0.916 GPU-queued relu) and 3 stages (0.908) are no
+      better (bench/results/kernels_cuda_float16_epi16.md)."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
     if name != "float32" and 0 < k <= 64 and rows_aligned:  # (K = 0: no step would run the epilogue)

@@ -305,7 +305,10 @@ TEST(NvptxMma, ChainedDotTakesAFromRegisters) {
   // A of the first dot and both B operands come from ldmatrix; P does not.
   EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), 2 * 4 + 4 * 4) << ptx;
   EXPECT_EQ(count(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), 4 * 4) << ptx;
-  EXPECT_EQ(count(ptx, "cvt.rn.f16.f32"), 32 * 64 / 32) << ptx;  // each P element of the warp's 32x64, once
+  // Each P element of the warp's 32x64 once, two per cvt.rn.f16x2.f32 (pair_half_conversions_nvptx.cpp:
+  // the two f16 of one A-operand register).
+  EXPECT_EQ(count(ptx, "cvt.rn.f16x2.f32"), 32 * 64 / 32 / 2) << ptx;
+  EXPECT_EQ(count(ptx, "cvt.rn.f16.f32"), 0) << ptx;
 }
 
 // A K loop whose operands come from carried pointer tiles advanced each iteration:

@@ -51,7 +51,9 @@ def test_sweep_config_compiles_for_sm90a(text, monkeypatch):
     assert ("cp.async.bulk.tensor" in ptx) == wgmma
     if not wgmma:
         assert "mma.sync" in ptx
-    # The bf16 epilogue rounds with the hardware's cvt (one per element of the thread's share of
-    # the tile), not the ~7-instruction integer rounding it ran before (test_gpu_bf16_convert.py).
-    assert ptx.count("cvt.rn.bf16.f32") == cfg["BM"] * cfg["BN"] // (32 * cfg["warps"])
+    # The bf16 epilogue rounds with the hardware's cvt (each element of the thread's share of the
+    # tile once, two per cvt.rn.bf16x2.f32: test_gpu_half_pair_convert.py), not the ~7-instruction
+    # integer rounding it ran before (test_gpu_bf16_convert.py).
+    assert ptx.count("cvt.rn.bf16x2.f32") == cfg["BM"] * cfg["BN"] // (32 * cfg["warps"]) // 2
+    assert "cvt.rn.bf16.f32" not in ptx
     assert "setp.nan" not in ptx

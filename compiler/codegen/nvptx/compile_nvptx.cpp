@@ -19,6 +19,7 @@
 #include <mutex>
 
 #include "codegen/nvptx/gpu_lowering.h"
+#include "codegen/nvptx/pair_half_conversions_nvptx.h"
 #include "codegen/nvptx/pin_fp_rounding_nvptx.h"
 #include "codegen/nvptx/tile_budget_nvptx.h"
 
@@ -133,6 +134,7 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
 
   optimize_llvm_module(*m, tm.get(), /*vectorize=*/false);
   if (fp_fusion) pin_uncontracted_fp_rounding(*m, cc);
+  pair_half_conversions(*m, cc);  // two f32 -> f16/bf16 per cvt from sm_80
   out.llir_opt = print_llvm_module(*m);
 
   llvm::SmallVector<char, 0> buf;
