@@ -1,8 +1,6 @@
 """Compiling kernels for the GPU without a GPU: tessera.compile(..., target='cuda:90a')
 gives PTX that ptxas (from the CUDA toolkit, when installed) assembles."""
 import importlib
-import os
-import shutil
 import subprocess
 
 import numpy as np
@@ -10,12 +8,10 @@ import pytest
 
 import tessera
 import tessera.language as tl
+from ptxas_check import PTXAS, assemble
 from tessera.language import dtypes as D
 
 J = importlib.import_module("tessera.jit")  # the module: tessera.jit is also the decorator
-
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
 
 
 # The tutorial's vector add (tutorials/01_vector_add.py).
@@ -43,16 +39,6 @@ def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, BLOCK
 
 
 ADD_SIG = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32"}
-
-
-def assemble(ptx, arch, tmp_path):
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    src = tmp_path / f"k_{arch}.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([PTXAS, f"-arch={arch}", str(src), "-o", str(tmp_path / f"k_{arch}.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr + "\n" + ptx
 
 
 def compile_specialized(kernel, signature, constexprs, attrs, target):
@@ -178,14 +164,7 @@ from matmul_kernels import matmul_kernel  # noqa: E402
 
 
 def ptxas_verbose(ptx, arch, tmp_path):
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    src = tmp_path / f"v_{arch}.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([PTXAS, f"-arch={arch}", "-v", str(src), "-o", str(tmp_path / f"v_{arch}.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr + "\n" + ptx
-    return r.stderr
+    return assemble(ptx, arch, tmp_path, verbose=True)
 
 
 MMA_INSTR = {
