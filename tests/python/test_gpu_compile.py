@@ -189,7 +189,8 @@ def test_matmul_uses_tensor_cores_on_ldmatrix_operands(dtype, target, arch, tmp_
         assert "mma.sync" not in ptx and "cvt.rna.tf32.f32" not in ptx and "fma.rn.f32" not in ptx
         assert "cp.async.ca.shared.global" in ptx and "fence.proxy.async" in ptx
         assert ptx.count("bar.sync") == 2  # the ring's prologue and per-iteration barriers
-        return assemble(ptx, arch, tmp_path)
+        assemble(ptx, arch, tmp_path)
+        return
     # 2x2 warps of 32x32: 2 m-tiles x 4 n-tiles x (32 / k per mma) k-steps, once per K iteration.
     assert ptx.count(MMA_INSTR[dtype]) == 2 * 4 * ksteps, ptx
     assert "ldmatrix.sync.aligned.m8n8.x4" in ptx
