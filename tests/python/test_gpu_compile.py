@@ -203,7 +203,8 @@ def test_matmul_uses_tensor_cores_on_ldmatrix_operands(dtype, target, arch, tmp_
         # one, and B's staging.
         assert "cp.async.ca.shared.global" in ptx and "cp.async.cg" not in ptx
         assert ptx.count("bar.sync") == 3
-        return assemble(ptx, arch, tmp_path)
+        assemble(ptx, arch, tmp_path)
+        return
     # 16-bit elements with unknown strides: 2-byte runs are below cp.async's 4 bytes, so no ring.
     # One barrier per iteration: staging alternates two copies of the buffers (so no barrier before
     # the stores), and the accumulator is never converted.
