@@ -6,6 +6,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include "codegen/common/elementwise.h"
+#include "codegen/common/loop_hints.h"
 #include "codegen/nvptx/float_remainder_nvptx.h"
 #include "codegen/nvptx/math_nvptx.h"
 
@@ -751,7 +752,7 @@ void GpuLowering::lower_for(const Op& op) {
     // copies of their initial values), and injects waits where a path leaves the loop
     // without one.
     auto* drain = llvm::BasicBlock::Create(ctx_, "for.drain", fn_);
-    b_.CreateCondBr(in_range(next), header, drain);
+    attach_loop_hints(op, b_.CreateCondBr(in_range(next), header, drain));
     b_.SetInsertPoint(drain);
     for (size_t i : pipe->async_results) {
       std::vector<llvm::Value*> regs;
@@ -761,7 +762,7 @@ void GpuLowering::lower_for(const Op& op) {
     }
     b_.CreateBr(exit);
   } else {
-    b_.CreateBr(header);
+    attach_loop_hints(op, b_.CreateBr(header));
   }
   b_.SetInsertPoint(exit);
   std::vector<Value*> results;

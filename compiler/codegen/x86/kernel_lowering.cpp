@@ -13,6 +13,7 @@
 #include <set>
 
 #include "codegen/common/elementwise.h"
+#include "codegen/common/loop_hints.h"
 
 namespace tessera::codegen::x86 {
 
@@ -254,7 +255,7 @@ void KernelLowering::lower_for(const Op& op) {
   }
   llvm::Value* next = b_.CreateAdd(iv, step);
   iv->addIncoming(next, b_.GetInsertBlock());
-  b_.CreateBr(header);
+  attach_loop_hints(op, b_.CreateBr(header));
   b_.SetInsertPoint(exit);
   for (size_t i = 0; i < n; ++i) {
     if (op.result(i)->type.is_tile()) tiles_[op.result(i)] = bufs[i];

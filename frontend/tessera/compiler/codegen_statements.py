@@ -494,6 +494,13 @@ class StatementsMixin:
                 raise self.error(node.iter, f"tl.range's num_stages must be a compile-time integer >= 0, got "
                                             f"{describe(stages)}")
             loop_attrs["num_stages"] = stages  # GPU: this loop's ring depth (0, 1: no ring)
+        unroll = rng.loop_unroll_factor
+        unroll = unroll.value if isinstance(unroll, core.constexpr) else unroll
+        if unroll is not None:
+            if is_runtime(unroll) or not isinstance(unroll, int) or isinstance(unroll, bool) or unroll < 1:
+                raise self.error(node.iter, f"tl.range's loop_unroll_factor must be a compile-time integer >= 1, got "
+                                            f"{describe(unroll)}")
+            loop_attrs["loop_unroll_factor"] = unroll  # LLVM unrolls by it (1: never)
         op = self.builder.create("for", [lb.handle, ub.handle, step.handle] + [v.handle for v in init],
                                  [v.type for v in init], regions=[region], attrs=loop_attrs or None)
         outer = self.scope

@@ -289,6 +289,7 @@ class range:
             self.start, self.end = arg1, arg2
         self.step = 1 if step is None else step
         self.num_stages = num_stages
+        self.loop_unroll_factor = loop_unroll_factor
         # A GPU schedule hint (sm_90a: a producer warp issues the loop's TMA copies;
         # docs/language.md); the CPU back end and the interpreter ignore it.
         self.warp_specialize = warp_specialize

@@ -1,7 +1,9 @@
-"""tl.range(lo, hi, step, num_stages=n): a loop's own pipeline depth on the GPU (the ring of
+"""tl.range's loop hints. num_stages=n: a loop's own pipeline depth on the GPU (the ring of
 its tl.dot operands), before the launch's num_stages; 0 or 1 turns the ring off for that
-loop. The CPU ignores it. Checked in the PTX (shared memory, cp.async groups, TMA) without
-a GPU, and on one when present."""
+loop; the CPU ignores it. loop_unroll_factor=n: LLVM unrolls the loop by n (1: never) on
+both back ends. Checked in the PTX / LLVM IR without a GPU, and on one when present."""
+import re
+
 import numpy as np
 import pytest
 
@@ -75,3 +77,59 @@ def test_on_the_gpu():
         c = torch.full((64, 64), float("nan"), device="cuda")
         mm[(1,)](a, b, c, 256, STAGES=stages, num_stages=3, **TILES)
         torch.testing.assert_close(c, a.float() @ b.float(), rtol=2e-3, atol=2e-3)
+
+
+# --- loop_unroll_factor
+
+@tessera.kernel
+def row_sums(x_ptr, y_ptr, n, U: tl.constexpr):
+    acc = tl.zeros([16], tl.float32)
+    for i in tl.range(0, n, loop_unroll_factor=U):
+        acc += tl.load(x_ptr + i * 16 + tl.arange(0, 16))
+    tl.store(y_ptr + tl.arange(0, 16), acc)
+
+
+ROW_SIG = {"x_ptr": "*fp32:16", "y_ptr": "*fp32:16", "n": "i32"}
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda:90a"])
+def test_unroll_factor_becomes_the_loops_llvm_metadata(target):
+    one = tessera.compile(row_sums, ROW_SIG, {"U": 1}, target=target).asm
+    four = tessera.compile(row_sums, ROW_SIG, {"U": 4}, target=target).asm
+    assert "llvm.loop.unroll.disable" in one["llir"] and "llvm.loop.unroll.count" not in one["llir"]
+    assert re.search(r'!"llvm.loop.unroll.count", i32 4', four["llir"])
+    if target == "cpu":  # unrolled by 4: four loads and adds a trip in the main loop instead of one
+        assert four["llir-opt"].count("fadd <16 x float>") > one["llir-opt"].count("fadd <16 x float>")
+    else:
+        assert four["ptx"].count("ld.global") > one["ptx"].count("ld.global")
+
+
+@pytest.mark.parametrize("unroll", [1, 3, 4, 8])
+def test_unrolled_loops_compute_the_same_on_the_cpu(unroll):
+    x = np.arange(16 * 7, dtype=np.float32)
+    y = np.full(16, np.nan, np.float32)
+    row_sums[(1,)](x, y, 7, U=unroll)                        # 7 trips: a remainder for 3, 4 and 8
+    np.testing.assert_array_equal(y, x.reshape(7, 16).sum(0))
+
+
+def test_unroll_factor_must_be_a_compile_time_integer_of_at_least_1():
+    @tessera.kernel
+    def bad(x_ptr):
+        for i in tl.range(0, 16, loop_unroll_factor=0):
+            tl.store(x_ptr + i, 1.0)
+
+    with pytest.raises(tessera.CompilationError) as info:
+        tessera.compile(bad, {"x_ptr": "*fp32"}, {})
+    assert "tl.range's loop_unroll_factor must be a compile-time integer >= 1, got constant 0" in info.value.message
+
+
+@pytest.mark.gpu
+def test_unrolled_loops_on_the_gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = torch.arange(16 * 7, device="cuda", dtype=torch.float32)
+    for unroll in (1, 3, 4):
+        y = torch.full((16,), float("nan"), device="cuda")
+        row_sums[(1,)](x, y, 7, U=unroll)
+        torch.testing.assert_close(y, x.reshape(7, 16).sum(0), rtol=0, atol=0)
