@@ -384,6 +384,26 @@ class StatementsMixin:
         return self._finish_if(cond, then_region, else_region, [template], [a], [b])[0]
 
     # ------------------------------------------------------------------ loops
+    def _loop_hints(self, rng, where):
+        """The for op's attributes from tl.range's hints: warp_specialize (a compile-time
+        bool), num_stages (>= 0: this loop's GPU ring depth; 0, 1: no ring) and
+        loop_unroll_factor (>= 1: LLVM unrolls by it, 1: never)."""
+        attrs = {}
+        for name, lowest in (("warp_specialize", None), ("num_stages", 0), ("loop_unroll_factor", 1)):
+            v = getattr(rng, name)
+            v = v.value if isinstance(v, core.constexpr) else v
+            if lowest is None:  # a bool
+                if is_runtime(v) or not isinstance(v, (bool, int)):
+                    raise self.error(where, f"tl.range's {name} must be a compile-time bool, got {describe(v)}")
+                if v:
+                    attrs[name] = 1
+            elif v is not None:
+                if is_runtime(v) or not isinstance(v, int) or isinstance(v, bool) or v < lowest:
+                    raise self.error(where, f"tl.range's {name} must be a compile-time integer >= {lowest}, got "
+                                            f"{describe(v)}")
+                attrs[name] = v
+        return attrs
+
     def visit_For(self, node):
         if node.orelse:
             raise self.error(node, "unsupported syntax: 'for ... else' is not supported in kernels")
@@ -482,25 +502,7 @@ class StatementsMixin:
         carried, local_only = self._carried(node.body, exclude=(target,))
         templates, init = self._carry_in(carried)
         region = Region([IRType(iv_type)] + [v.type for v in init])
-        ws = rng.warp_specialize
-        ws = ws.value if isinstance(ws, core.constexpr) else ws
-        if is_runtime(ws) or not isinstance(ws, (bool, int)):
-            raise self.error(node.iter, f"tl.range's warp_specialize must be a compile-time bool, got {describe(ws)}")
-        loop_attrs = {"warp_specialize": 1} if ws else {}
-        stages = rng.num_stages
-        stages = stages.value if isinstance(stages, core.constexpr) else stages
-        if stages is not None:
-            if is_runtime(stages) or not isinstance(stages, int) or isinstance(stages, bool) or stages < 0:
-                raise self.error(node.iter, f"tl.range's num_stages must be a compile-time integer >= 0, got "
-                                            f"{describe(stages)}")
-            loop_attrs["num_stages"] = stages  # GPU: this loop's ring depth (0, 1: no ring)
-        unroll = rng.loop_unroll_factor
-        unroll = unroll.value if isinstance(unroll, core.constexpr) else unroll
-        if unroll is not None:
-            if is_runtime(unroll) or not isinstance(unroll, int) or isinstance(unroll, bool) or unroll < 1:
-                raise self.error(node.iter, f"tl.range's loop_unroll_factor must be a compile-time integer >= 1, got "
-                                            f"{describe(unroll)}")
-            loop_attrs["loop_unroll_factor"] = unroll  # LLVM unrolls by it (1: never)
+        loop_attrs = self._loop_hints(rng, node.iter)
         op = self.builder.create("for", [lb.handle, ub.handle, step.handle] + [v.handle for v in init],
                                  [v.type for v in init], regions=[region], attrs=loop_attrs or None)
         outer = self.scope
