@@ -173,6 +173,11 @@ def load_triton_tk():
                 text = fh.read()
             text = text.replace("import tessera.language as tl", "import triton\nimport triton.language as tl")
             text = text.replace("@tessera.kernel", "@triton.jit")
+            # triton.language has no tanh: Triton users call libdevice's (an accurate
+            # tanh, as tl.tanh is in Tessera).
+            text = text.replace("tl.tanh(", "libdevice.tanh(")
+            text = text.replace("import triton.language as tl",
+                                "import triton.language as tl\nfrom triton.language.extra import libdevice")
             with open(os.path.join(root, "tk_triton", f), "w") as fh:
                 fh.write(text)
     sys.path.insert(0, root)
