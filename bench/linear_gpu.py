@@ -48,10 +48,13 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     (128, 256, 64, 8, 4, 4, 1, True), (128, 256, 64, 8, 4, 8, 1, True),
     # Small M (one 64-row block, _gpu_tiles' small-M branch): one warpgroup (wgmma m64), the
     # K range split over {"split_k": S} programs per tile (_split_k_matmul_kernel), or not.
-    (64, 64, 64, 4, 4, 1, 0, {"split_k": 4}), (64, 64, 64, 4, 4, 1, 0, {"split_k": 2}),
-    (64, 64, 64, 4, 2, 1, 0, {"split_k": 8}), (64, 128, 64, 4, 4, 1, 0, {"split_k": 8}),
-    (64, 128, 64, 4, 4, 1, 0, {"split_k": 4}), (64, 32, 64, 4, 4, 1, 0, {"split_k": 4}),
-    (64, 32, 64, 4, 6, 1, 0, {"split_k": 2}), (64, 64, 64, 4, 4, 1, 0), (64, 16, 64, 4, 8, 1, 0),
+    # (The first sweep, bench/results/kernels_cuda_float16_linalign_run1.log, also tried
+    # 64x64 s2 split8, 64x128 s4 split4/8, 64x32 s4 split4, 64x32 s6 split2, 64x16 s8: all
+    # 0.61-0.79 of cuBLAS GPU-queued at 17x1024x2048, behind 64x64 s4 split4's 0.84.)
+    (64, 64, 64, 4, 4, 1, 0, {"split_k": 4}), (64, 64, 64, 4, 5, 1, 0, {"split_k": 4}),
+    (64, 64, 64, 4, 4, 1, 0, {"split_k": 2}), (64, 64, 64, 4, 8, 1, 0, {"split_k": 2}),
+    (64, 32, 64, 4, 8, 1, 0, {"split_k": 2}), (64, 16, 64, 4, 8, 1, 0, {"split_k": 2}),
+    (64, 64, 64, 4, 4, 1, 0), (64, 32, 64, 4, 12, 1, 0), (64, 16, 64, 4, 16, 1, 0),
 ]
 
 

@@ -340,13 +340,19 @@ def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_
         if plan is None:
             plan = _MATMUL_PLANS.remember(key, _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act,
                                                             scale, store_z, tiles))
-        kernel, grid, sizes, meta = plan
-        if kernel is _split_k_matmul_kernel:  # its fp32 partials and arrival counters
-            kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c,
-                         H.empty(like, (meta["SPLITS"], m, n), "acc"), H.arrival_counters(c, grid[0]), *sizes, **meta)
-        else:
-            kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, *sizes, **meta)
+        _run_plan(plan, a, b, bias if bias is not None else a, c, z if z is not None else c)
     return c, z
+
+
+def _run_plan(plan, a, b, bias, c, z):
+    """Launches a plan of _matmul_plan (bias and z: stand-ins when unused), adding a
+    split-K plan's fp32 partials and arrival counters."""
+    kernel, grid, sizes, meta = plan
+    if kernel is _split_k_matmul_kernel:
+        kernel[grid](a, b, bias, c, z, H.empty(c, (meta["SPLITS"], sizes[0], sizes[1]), "acc"),
+                     H.arrival_counters(c, grid[0]), *sizes, **meta)
+    else:
+        kernel[grid](a, b, bias, c, z, *sizes, **meta)
 
 
 def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, store_z, tiles):
@@ -475,6 +481,12 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
     if name != "float32" and batch == 1 and rows_aligned:
         if a_mmajor:
             return 128, 128, 64, {"num_warps": 8, "num_stages": 4}
+        if tma and n % 8:
+            # C's rows not 16-byte aligned (N = 1030): the specialized 128x256 kernel's
+            # epilogue cannot go through shared memory; stored from registers it spilled and
+            # ran 0.0606 ms at 4097x1000x1030, this 0.0490 (128x128 s3 one tile per CTA
+            # 0.0504, cuBLAS 0.0665; bench/results/kernels_cuda_float16_linalign_run1.log).
+            return 128, 128, 64, {"num_warps": 8, "num_stages": 3, "persistent": 2, "warp_specialize": True}
         if tessera.cdiv(m, 128) * tessera.cdiv(n, 256) >= WIDE_TILES_FROM:
             if tma:
                 return 128, 256, 64, {"num_warps": 8, "num_stages": 4, "persistent": 1, "warp_specialize": True}
@@ -812,9 +824,8 @@ def linear_backward(x, weight, z_or_y, dy, act, has_bias):
     dzv = dz if plan.dz_direct else H.rows_view(dz, n)
     xv = x if plan.x_direct else H.rows_view(x, k)
     dx, dw = plan.new_dx(), plan.new_dw()
-    if plan.dx_launch is not None:
-        kernel, grid, sizes, meta = plan.dx_launch
-        kernel[grid](dzv, weight, dzv, dx, dx, *sizes, **meta)
+    if plan.dx_launch is not None:  # (a split-K launch for a few rows)
+        _run_plan(plan.dx_launch, dzv, weight, dzv, dx, dx)
     _weight_gradient(plan, dzv, xv, dw)
     db = None
     if has_bias:

@@ -99,10 +99,18 @@ def test_rows_aligned_is_what_the_launch_proves():
 
 
 def test_gpu_tiles_for_aligned_odd_and_small_m_products():
-    # 4097x1000 @ (1030x1000)^T: rows aligned now, so the wide-tile plan of aligned products.
-    odd = L._gpu_tiles("float16", 4097, 1030, 1000, 1, rows_aligned=L._rows_aligned((1000, 1, 1, 1000)), tma=True)
-    assert odd == L._gpu_tiles("float16", 4096, 1024, 1024, 1, rows_aligned=True, tma=True)
-    assert L._gpu_tiles("float16", 4097, 1030, 1004, 1, rows_aligned=False)[:2] == (128, 128)
+    # 4097x1000 @ (1030x1000)^T: operand rows aligned now (ring-fed tiles); C's 1030-element
+    # rows are not, so on an H100 128x128 tiles two per SM, warp-specialized; without the
+    # TMA (sm_80) the wide tiles of aligned products.
+    aligned = L._rows_aligned((1000, 1, 1, 1000))
+    assert L._gpu_tiles("float16", 4097, 1030, 1000, 1, rows_aligned=aligned, tma=True) == \
+        (128, 128, 64, {"num_warps": 8, "num_stages": 3, "persistent": 2, "warp_specialize": True})
+    assert L._gpu_tiles("float16", 4097, 1030, 1000, 1, rows_aligned=aligned) == \
+        L._gpu_tiles("float16", 4096, 1024, 1024, 1, rows_aligned=True)
+    assert L._gpu_tiles("float16", 4097, 1032, 1000, 1, rows_aligned=aligned, tma=True) == \
+        L._gpu_tiles("float16", 4096, 1024, 1024, 1, rows_aligned=True, tma=True)      # C's rows aligned
+    assert L._gpu_tiles("float16", 4097, 1030, 1004, 1, rows_aligned=False, tma=True)[:2] == (128, 128)
+    assert "persistent" not in L._gpu_tiles("float16", 4097, 1030, 1004, 1, rows_aligned=False, tma=True)[3]
     # 17 rows: one 64-row block, split so that about SMALL_M_PROGRAMS programs run.
     bm, bn, bk, warps, stages = L.SMALL_M_TILES
     small = L._gpu_tiles("bfloat16", 17, 2048, 1024, 1, rows_aligned=True, tma=True)
