@@ -501,7 +501,11 @@ WIDE_TILES_FROM = 128
 # once and are bound by how many SMs stream it: 17x1024 @ (2048x1024)^T on 16 128x128
 # tiles took 10.7 us GPU-queued, cuBLAS 5.0, HBM's floor for W's 4 MB ~1.3 us.
 # SMALL_M_TILES = (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): one warpgroup's
-# wgmma rows (64), split K so that about SMALL_M_PROGRAMS programs run.
+# wgmma rows (64), split K so that about SMALL_M_PROGRAMS programs run. On an H100,
+# GPU-queued at 17x1024x2048 (bench/results/kernels_cuda_float16_linalign.md): 64x64 s4
+# split 4 (128 programs) 5.7-6.0 us (relu; 0.83-0.87 of cuBLAS); split 2 6.4, 64x128
+# split 4/8 6.8/8.3, 64x32/64x16 split 2 6.7/7.7; unsplit 64x64, 64x32 s12, 64x16 s16
+# (all K steps in flight) 7.5-7.6.
 SMALL_M = 64
 SMALL_M_TILES = (64, 64, 64, 4, 4)
 SMALL_M_PROGRAMS = 128
