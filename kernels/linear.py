@@ -772,10 +772,16 @@ def _split_k_launch(a_strides, b_strides, m, n, k, like, tiles, act=ACT_NONE, ha
     splits = opts.pop("split_k", 2)
     group_m = opts.pop("GROUP_M", GROUP_M)
     k_per_split = tessera.cdiv(tessera.cdiv(k, bk), splits) * bk
+    # The last program loads a slice of every part at once: at most 128 registers of them
+    # per thread (8 parts of 64x64 slices over 4 warps took 255 registers and spilled;
+    # 32-column slices 168, no spills).
+    slice_n, threads = min(64, bn), 32 * opts.get("num_warps", 4)
+    while slice_n > 16 and splits * bm * slice_n > 128 * threads:
+        slice_n //= 2
     sizes = (m, n, k, a_strides[1], a_strides[2], b_strides[1], b_strides[2], k_per_split)
     meta = dict(A_MMAJOR=a_strides[1] == 1 and a_strides[2] != 1, B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1,
                 ACT=act, HAS_BIAS=has_bias, STORE_Z=store_z, ACC=H.acc_dtype(like), SPLITS=splits, BLOCK_M=bm,
-                BLOCK_N=bn, BLOCK_K=bk, SLICE_N=min(64, bn), GROUP_M=group_m, **opts)
+                BLOCK_N=bn, BLOCK_K=bk, SLICE_N=slice_n, GROUP_M=group_m, **opts)
     return _split_k_matmul_kernel, (tessera.cdiv(m, bm) * tessera.cdiv(n, bn), splits, 1), sizes, meta
 
 

@@ -228,16 +228,22 @@ def test_ptx_k_1000_rows_take_16_byte_cp_async_on_sm_80():
     assert "cp.async" not in _linear_ptx(4097, 1004, 1030, target="cuda:80", tiles=tiles).asm["ptx"]
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_ptx_small_m_split_k_runs_wgmma_from_a_tma_ring(dtype, tmp_path):
-    # 17x1024 @ (2048x1024)^T as planned: 64-row wgmma over one warpgroup from a TMA ring
-    # (x and W as tensor maps), the fp32 partial stored from the accumulator's registers,
-    # one arrival atomic, the parts summed with 16-byte loads, no spills.
+@pytest.mark.parametrize("dtype,n,b_kmajor", [("fp16", 2048, True), ("bf16", 2048, True), ("fp16", 1024, True),
+                                               ("fp16", 1024, False)], ids=["fp16", "bf16", "fp16-8parts", "dx"])
+def test_ptx_small_m_split_k_runs_wgmma_from_a_tma_ring(dtype, n, b_kmajor, tmp_path):
+    # 17x1024 @ (n x 1024)^T as planned (n = 2048: 4 parts; 1024: 8 parts, summed in
+    # 32-column slices), and the backward's dX = dz @ W (B N-major, 17x1024 from 2048):
+    # 64-row wgmma over one warpgroup from a TMA ring (both operands tensor maps), the fp32
+    # partial stored from the accumulator's registers, one arrival atomic, the parts summed
+    # with 16-byte loads, no spills.
     name = {"fp16": "float16", "bf16": "bfloat16"}[dtype]
-    tiles = L._gpu_tiles(name, 17, 2048, 1024, 1, rows_aligned=True, tma=True)
+    m, k = (17, 1024) if b_kmajor else (17, 2048)
+    b_strides = (0, 1, k) if b_kmajor else (0, n, 1)
+    tiles = L._gpu_tiles(name, m, n, k, 1, rows_aligned=True, tma=True)
     like = torch.empty(1, dtype={"fp16": torch.float16, "bf16": torch.bfloat16}[dtype])
-    kernel, grid, sizes, meta = L._split_k_launch((0, 1024, 1), (0, 1, 1024), 17, 2048, 1024, like, tiles,
-                                                  L.ACT_GELU, True)
+    kernel, grid, sizes, meta = L._split_k_launch((0, k, 1), b_strides, m, n, k, like, tiles,
+                                                  L.ACT_GELU if b_kmajor else L.ACT_NONE, b_kmajor)
+    assert meta["SPLITS"] * meta["BLOCK_M"] * meta["SLICE_N"] <= 128 * 32 * meta["num_warps"]
     ptr = f"*{dtype}:16"
     sig, ce, o = _signature(kernel, [ptr] * 5 + ["*fp32:16", "*i32:16"], sizes, meta)
     ck = tessera.compile(kernel, sig, ce, target="cuda:90a", **o)
