@@ -46,6 +46,15 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     (128, 128, 64, 8, 3, 1, 2, True), (256, 128, 64, 16, 3, 1, 1, True),
     # grouped tile order (GROUP_M rows of tiles share B's columns in L2) for the specialized 128x256
     (128, 256, 64, 8, 4, 4, 1, True), (128, 256, 64, 8, 4, 8, 1, True),
+    # Small M (one 64-row block, _gpu_tiles' small-M branch): one warpgroup (wgmma m64), the
+    # K range split over {"split_k": S} programs per tile (_split_k_matmul_kernel), or not.
+    # (The first sweep, bench/results/kernels_cuda_float16_linalign_run1.log, also tried
+    # 64x64 s2 split8, 64x128 s4 split4/8, 64x32 s4 split4, 64x32 s6 split2, 64x16 s8: all
+    # 0.61-0.79 of cuBLAS GPU-queued at 17x1024x2048, behind 64x64 s4 split4's 0.84.)
+    (64, 64, 64, 4, 4, 1, 0, {"split_k": 4}), (64, 64, 64, 4, 5, 1, 0, {"split_k": 4}),
+    (64, 64, 64, 4, 4, 1, 0, {"split_k": 2}), (64, 64, 64, 4, 8, 1, 0, {"split_k": 2}),
+    (64, 32, 64, 4, 8, 1, 0, {"split_k": 2}), (64, 16, 64, 4, 8, 1, 0, {"split_k": 2}),
+    (64, 64, 64, 4, 4, 1, 0), (64, 32, 64, 4, 12, 1, 0), (64, 16, 64, 4, 16, 1, 0),
 ]
 
 
@@ -106,7 +115,7 @@ def products(dtype, m=4096, k=1024, n=2048, heads=8, seq=2048, d=64):
                                                                     d, q, scale=0.125, tiles=t),
                                                  lambda: torch.bmm(q, kk.transpose(1, 2))),
         **{f"fwd relu(x@W^T+b) {m2}x{k2}x{n2}": _linear_product(r, m2, k2, n2)
-           for (m2, k2, n2) in ((8192, 4096, 4096), (4097, 1000, 1030), (8192, 64, 4096))},
+           for (m2, k2, n2) in ((8192, 4096, 4096), (4097, 1000, 1030), (8192, 64, 4096), (17, 1024, 2048))},
     }
 
 
@@ -125,15 +134,18 @@ def sweep(dtype, only="", configs=""):
         if only and not any(o in name for o in only.split(",")):
             continue
         fns = {"cuBLAS": f_cublas}
-        for (bm, bn, bk, w, s, g, per_sm, *ws) in SWEEP:
+        for (bm, bn, bk, w, s, g, per_sm, *extra) in SWEEP:
             if dtype == torch.float32 and bk > 32:
                 continue
-            ws = bool(ws and ws[0])
-            cfg_name = f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") + (" ws" if ws else "")
+            extra = extra[0] if extra else {}
+            extra = {"warp_specialize": True} if extra is True else extra  # True: warp-specialized
+            cfg_name = f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") + \
+                (" ws" if extra.get("warp_specialize") else "") + \
+                (f" split{extra['split_k']}" if "split_k" in extra else "")
             if configs and not any(c in cfg_name for c in configs.split(",")):
                 continue
             t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g, **({"persistent": per_sm} if per_sm else {}),
-                              **({"warp_specialize": True} if ws else {})})
+                              **extra})
             fns[cfg_name] = (lambda t=t, f=f_tk: f(t))
         fns["heuristic"] = lambda f=f_tk: f(None)
         with torch.no_grad():

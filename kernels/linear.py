@@ -231,26 +231,30 @@ def _matmul_kernel_cpu(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, 
 
 
 @tessera.kernel
-def _split_k_matmul_kernel(A, B, C, PART, ARRIVED, M, N, K, s_am, s_ak, s_bk, s_bn, k_per_split,
-                           A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACC: tl.constexpr,
+def _split_k_matmul_kernel(A, B, BIAS, C, Z, PART, ARRIVED, M, N, K, s_am, s_ak, s_bk, s_bn, k_per_split,
+                           A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr,
+                           HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, ACC: tl.constexpr, SPLITS: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           GROUP_M: tl.constexpr):
-    """C = A @ B (one batch, no epilogue) with each tile's K range in two halves, run by
-    two programs (grid (tiles, 2, 1)): the backward's dW = dz^T @ x, whose 2048x1024
-    output at 128x256 is 64 tiles for 132 SMs (the 128x128 tiles that fill them ran at
-    0.68-0.81 of cuBLAS; the wide tile's ring and wgmma run at 0.95 where there are enough
-    of them, as dX = dz @ W's 128 tiles). Split, dW is 128 programs of 128x256 with
-    K / 2 steps each: dX's work, plus the halves' sum (measured slower: see below).
-    Each half stores its fp32 partial to PART[split] (M x N) from the accumulator's
-    registers, then counts itself in ARRIVED[tile] (the barrier orders all threads'
-    stores before the acq_rel atomic); the second to arrive sums PART[0] + PART[1] in
-    64-column slices (always in that order: C does not depend on which half is last),
-    stores C and resets the counter (zero again for the next launch in stream order).
-    Adding the other half straight into the accumulator instead held a second
-    128-register tile: 255 registers and spills (0.65 of cuBLAS); summed in slices, 155
-    registers, 0.67-0.69 -- still behind one pass over 128x128 tiles (0.78-0.81), so
-    linear_backward plans it only when SPLIT_K_DW is set.
-    k_per_split is a multiple of BLOCK_K."""
+                           SLICE_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """C = act(A @ B + bias) (one batch, C (M, N) contiguous) with each tile's K range in
+    SPLITS parts of k_per_split (a multiple of BLOCK_K), run by SPLITS programs (grid
+    (tiles, SPLITS, 1)). Two uses:
+    - linear's small-M forward (_gpu_tiles' small-M branch): 17 rows x 1024 @ W^T (2048 x
+      1024) is 32 64x64 tiles, each streaming 128 KB of W; on 32 of 132 SMs the product ran
+      at the SMs' own bandwidth (10.7 us against cuBLAS's 5.0). Split 4 ways, 128 programs
+      stream 32 KB each;
+    - the backward's dW = dz^T @ x in two halves (SPLIT_K_DW, off: see there), whose
+      2048x1024 output at 128x256 is 64 tiles for 132 SMs.
+    Each program stores its fp32 partial to PART[split] (M x N) from the accumulator's
+    registers, then counts itself in ARRIVED[tile] (the barrier orders all threads' stores
+    before the acq_rel atomic); the last to arrive sums PART[0] + ... + PART[SPLITS-1] in
+    SLICE_N-column slices, always in that order (C does not depend on which part is last:
+    deterministic), applies the epilogue (_epilogue: bias, Z, activation), stores C and
+    resets the counter (zero again for the next launch in stream order).
+    dW measurements (two halves, 128x256 tiles): adding the other half straight into the
+    accumulator instead held a second 128-register tile: 255 registers and spills (0.65 of
+    cuBLAS); summed in slices, 155 registers, 0.67-0.69 -- still behind one pass over
+    128x128 tiles (0.78-0.81), so linear_backward plans it only when SPLIT_K_DW is set."""
     t = tl.program_id(0)
     split = tl.program_id(1)
     pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -260,16 +264,18 @@ def _split_k_matmul_kernel(A, B, C, PART, ARRIVED, M, N, K, s_am, s_ak, s_bk, s_
     for k in range(k_first, tl.minimum(K, k_first + k_per_split), BLOCK_K):
         a, b = _operand_tiles(a_base, b_base, rm, rn, k + rk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, B_KMAJOR)
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
-    plane = M.to(tl.int64) * N
+    plane = tl.cast(M, tl.int64) * N  # (tl.cast: M may be the constant 1)
     tl.store(PART + split * plane + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
     tl.debug_barrier()
-    if tl.atomic_add(ARRIVED + t, 1, sem="acq_rel") == 1:
-        for c in tl.static_range(0, BLOCK_N, 64):
-            cn = pid_n * BLOCK_N + c + tl.arange(0, 64)
+    if tl.atomic_add(ARRIVED + t, 1, sem="acq_rel") == SPLITS - 1:
+        for c in tl.static_range(0, BLOCK_N, SLICE_N):
+            cn = pid_n * BLOCK_N + c + tl.arange(0, SLICE_N)
             offs = rm[:, None] * N + cn[None, :]
             cmask = (rm[:, None] < M) & (cn[None, :] < N)
-            total = tl.load(PART + offs, mask=cmask, other=0.0) + tl.load(PART + plane + offs, mask=cmask, other=0.0)
-            tl.store(C + offs, total, mask=cmask)
+            total = tl.load(PART + offs, mask=cmask, other=0.0)
+            for s in tl.static_range(1, SPLITS):
+                total += tl.load(PART + s * plane + offs, mask=cmask, other=0.0)
+            _epilogue(total, rm, cn, 0, M, N, 0, BIAS, C, Z, 1.0, ACT, HAS_BIAS, STORE_Z, False, ACC)
         tl.store(ARRIVED + t, 0)
 
 
@@ -334,9 +340,19 @@ def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_
         if plan is None:
             plan = _MATMUL_PLANS.remember(key, _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act,
                                                             scale, store_z, tiles))
-        kernel, grid, sizes, meta = plan
-        kernel[grid](a, b, bias if bias is not None else a, c, z if z is not None else c, *sizes, **meta)
+        _run_plan(plan, a, b, bias if bias is not None else a, c, z if z is not None else c)
     return c, z
+
+
+def _run_plan(plan, a, b, bias, c, z):
+    """Launches a plan of _matmul_plan (bias and z: stand-ins when unused), adding a
+    split-K plan's fp32 partials and arrival counters."""
+    kernel, grid, sizes, meta = plan
+    if kernel is _split_k_matmul_kernel:
+        kernel[grid](a, b, bias, c, z, H.empty(c, (meta["SPLITS"], sizes[0], sizes[1]), "acc"),
+                     H.arrival_counters(c, grid[0]), *sizes, **meta)
+    else:
+        kernel[grid](a, b, bias, c, z, *sizes, **meta)
 
 
 def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, store_z, tiles):
@@ -344,9 +360,10 @@ def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, s
     gpu = H.on_gpu(like)
     if tiles is None:
         tiles = (_gpu_tiles(H.dtype_name(like), m, n, k, batch, a_mmajor=a_strides[1] == 1 and a_strides[2] != 1,
-                            rows_aligned=all(st % 16 == 0 for st in a_strides[1:] + b_strides[1:] if st != 1),
-                            tma=_has_tma(like))
+                            rows_aligned=_rows_aligned(a_strides[1:] + b_strides[1:]), tma=_has_tma(like))
                  if gpu else _tiles(like, m, n, k))
+    if batch == 1 and "split_k" in tiles[3]:  # (given tiles may ask for it on the CPU too: tests)
+        return _split_k_launch(a_strides, b_strides, m, n, k, like, tiles, act, bias is not None, store_z)
     bm, bn, bk, opts = tiles
     sizes = (m, n, k, *a_strides, *b_strides, m * n, H.scalar(like, 1.0 if scale is None else scale))
     if gpu:
@@ -426,11 +443,15 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
       dX = dZ W 0.93-0.95 (0.83); fewer such tiles would leave SMs idle;
     - an M-major A (dW = dZ^T X): 128x128, 4 stages, 0.65-0.67 of cuBLAS (3 stages
       0.58-0.59, 128x256 0.52);
+    - at most SMALL_M rows (16-bit, one batch, rows aligned, A K-major): one 64-row
+      block of SMALL_M_TILES, the K range split (split_k, _split_k_matmul_kernel) so that
+      about SMALL_M_PROGRAMS programs stream W (_small_m_splits);
     - otherwise 128x128, 3 stages (two CTAs per SM): batched products, fp32's tf32x3
-      (32-wide K), and operands with a row stride that is not a multiple of 16 elements
-      (rows_aligned false: the launch's specialization, which knows divisibility by 16
-      only, cannot prove the rows 16-byte aligned, so no ring takes the loads) -- there
-      128x256 ran 0.46 of cuBLAS against 0.55 (4097x1000x1030);
+      (32-wide K), and operands whose row strides are not multiples of 8 elements
+      (rows_aligned false, _rows_aligned: the launch's specialization cannot prove the
+      rows 16-byte aligned, so no ring takes the loads): 128x256 ran 0.46 of cuBLAS
+      against 0.55 at 4097x1000x1030 when the launch specialized on divisibility by 16
+      only (K = 1000's 2000-byte rows then counted as unaligned);
     - one K step (K <= 64: attention's q k^T, store-bound with heads x 2048 x 2048
       outputs), 16-bit, rows aligned: _persistent_matmul_kernel, 128x128, 2 stages, two
       CTAs per SM: the next tiles' loads overlap this tile's stores. GPU-queued, of
@@ -453,9 +474,19 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
         return BM, BN, BK, {}
     if name != "float32" and 0 < k <= 64 and rows_aligned:  # (K = 0: no step would run the epilogue)
         return 128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}
+    if name != "float32" and batch == 1 and rows_aligned and not a_mmajor and m <= SMALL_M:
+        bm, bn, bk, warps, stages = SMALL_M_TILES
+        splits = _small_m_splits(n, k, bn, bk)
+        return bm, bn, bk, {"num_warps": warps, "num_stages": stages, **({"split_k": splits} if splits > 1 else {})}
     if name != "float32" and batch == 1 and rows_aligned:
         if a_mmajor:
             return 128, 128, 64, {"num_warps": 8, "num_stages": 4}
+        if tma and n % 8:
+            # C's rows not 16-byte aligned (N = 1030): the specialized 128x256 kernel's
+            # epilogue cannot go through shared memory; stored from registers it spilled and
+            # ran 0.0606 ms at 4097x1000x1030, this 0.0490 (128x128 s3 one tile per CTA
+            # 0.0504, cuBLAS 0.0665; bench/results/kernels_cuda_float16_linalign_run1.log).
+            return 128, 128, 64, {"num_warps": 8, "num_stages": 3, "persistent": 2, "warp_specialize": True}
         if tessera.cdiv(m, 128) * tessera.cdiv(n, 256) >= WIDE_TILES_FROM:
             if tma:
                 return 128, 256, 64, {"num_warps": 8, "num_stages": 4, "persistent": 1, "warp_specialize": True}
@@ -465,6 +496,34 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
 
 # About one wave of 128x256 tiles on an H100 (132 SMs, one such CTA each).
 WIDE_TILES_FROM = 128
+
+# Small-M products (x @ W^T with at most SMALL_M rows: decoding, small batches) read W
+# once and are bound by how many SMs stream it: 17x1024 @ (2048x1024)^T on 16 128x128
+# tiles took 10.7 us GPU-queued, cuBLAS 5.0, HBM's floor for W's 4 MB ~1.3 us.
+# SMALL_M_TILES = (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): one warpgroup's
+# wgmma rows (64), split K so that about SMALL_M_PROGRAMS programs run. On an H100,
+# GPU-queued at 17x1024x2048 (bench/results/kernels_cuda_float16_linalign.md): 64x64 s4
+# split 4 (128 programs) 5.7-6.0 us (relu; 0.83-0.87 of cuBLAS); split 2 6.4, 64x128
+# split 4/8 6.8/8.3, 64x32/64x16 split 2 6.7/7.7; unsplit 64x64, 64x32 s12, 64x16 s16
+# (all K steps in flight) 7.5-7.6.
+SMALL_M = 64
+SMALL_M_TILES = (64, 64, 64, 4, 4)
+SMALL_M_PROGRAMS = 128
+SMALL_M_MAX_SPLITS = 8
+
+
+def _small_m_splits(n, k, bn, bk):
+    """Parts of the K range for a small-M product over cdiv(n, bn) column tiles: enough
+    for about SMALL_M_PROGRAMS programs, at most SMALL_M_MAX_SPLITS, each part at least
+    two K steps (1: no split)."""
+    return max(1, min(SMALL_M_MAX_SPLITS, SMALL_M_PROGRAMS // tessera.cdiv(n, bn), tessera.cdiv(k, bk) // 2))
+
+
+def _rows_aligned(strides):
+    """Whether every row stride (those not 1) is a multiple of 8 elements: what a launch
+    specializes on (specialization.divisibility_class, 16 or 8) and proves 16-byte aligned
+    for 16-bit types (32 bytes for fp32), so the cp.async ring and the TMA take the loads."""
+    return all(st % 8 == 0 for st in strides if st != 1)
 
 
 def _tiles(like, m, n, k):
@@ -687,7 +746,7 @@ def _weight_gradient_tiles(dtype_name, m, n, k, a_strides, b_strides):
       (_split_k_matmul_kernel), else None."""
     if dtype_name not in ("float16", "bfloat16") or a_strides[1] != 1 or a_strides[2] == 1:
         return None
-    if not all(st % 16 == 0 for st in a_strides[1:] + b_strides[1:] if st != 1):
+    if not _rows_aligned(a_strides[1:] + b_strides[1:]):
         return None
     wide = tessera.cdiv(m, 128) * tessera.cdiv(n, 256)
     if wide >= WIDE_TILES_FROM:
@@ -703,15 +762,27 @@ def _weight_gradient_tiles(dtype_name, m, n, k, a_strides, b_strides):
 SPLIT_K_DW = None
 
 
-def _split_k_launch(a_strides, b_strides, m, n, k, like, tiles):
-    """(kernel, grid, arguments after the five arrays, constexpr and launch keywords) of
-    _split_k_matmul_kernel for an unbatched product A @ B with an M-major A."""
+def _split_k_launch(a_strides, b_strides, m, n, k, like, tiles, act=ACT_NONE, has_bias=False, store_z=False):
+    """(kernel, grid, arguments after the seven arrays, constexpr and launch keywords) of
+    _split_k_matmul_kernel for an unbatched product act(A @ B + bias); tiles' options
+    name the parts ("split_k", default 2: dW's halves). The arrays: A, B, bias (or A), C,
+    Z (or C), the fp32 partials (split_k, m, n), the arrival counters (one per tile)."""
     bm, bn, bk, opts = tiles
-    k_per_split = tessera.cdiv(tessera.cdiv(k, bk), 2) * bk
+    opts = dict(opts)
+    splits = opts.pop("split_k", 2)
+    group_m = opts.pop("GROUP_M", GROUP_M)
+    k_per_split = tessera.cdiv(tessera.cdiv(k, bk), splits) * bk
+    # The last program loads a slice of every part at once: at most 128 registers of them
+    # per thread (8 parts of 64x64 slices over 4 warps took 255 registers and spilled;
+    # 32-column slices 168, no spills).
+    slice_n, threads = min(64, bn), 32 * opts.get("num_warps", 4)
+    while slice_n > 16 and splits * bm * slice_n > 128 * threads:
+        slice_n //= 2
     sizes = (m, n, k, a_strides[1], a_strides[2], b_strides[1], b_strides[2], k_per_split)
-    meta = dict(A_MMAJOR=True, B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACC=H.acc_dtype(like),
-                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, **opts)
-    return _split_k_matmul_kernel, (tessera.cdiv(m, bm) * tessera.cdiv(n, bn), 2, 1), sizes, meta
+    meta = dict(A_MMAJOR=a_strides[1] == 1 and a_strides[2] != 1, B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1,
+                ACT=act, HAS_BIAS=has_bias, STORE_Z=store_z, ACC=H.acc_dtype(like), SPLITS=splits, BLOCK_M=bm,
+                BLOCK_N=bn, BLOCK_K=bk, SLICE_N=slice_n, GROUP_M=group_m, **opts)
+    return _split_k_matmul_kernel, (tessera.cdiv(m, bm) * tessera.cdiv(n, bn), splits, 1), sizes, meta
 
 
 def _linear_bwd_plan(x, weight, dz, has_bias):
@@ -763,9 +834,8 @@ def linear_backward(x, weight, z_or_y, dy, act, has_bias):
     dzv = dz if plan.dz_direct else H.rows_view(dz, n)
     xv = x if plan.x_direct else H.rows_view(x, k)
     dx, dw = plan.new_dx(), plan.new_dw()
-    if plan.dx_launch is not None:
-        kernel, grid, sizes, meta = plan.dx_launch
-        kernel[grid](dzv, weight, dzv, dx, dx, *sizes, **meta)
+    if plan.dx_launch is not None:  # (a split-K launch for a few rows)
+        _run_plan(plan.dx_launch, dzv, weight, dzv, dx, dx)
     _weight_gradient(plan, dzv, xv, dw)
     db = None
     if has_bias:
@@ -778,7 +848,7 @@ def _weight_gradient(plan, dzv, xv, dw):
     if plan.dw_split is not None:
         kernel, grid, sizes, meta = plan.dw_launch
         new_partials, tiles = plan.dw_split
-        kernel[grid](dzv, xv, dw, new_partials(), H.arrival_counters(dw, tiles), *sizes, **meta)
+        kernel[grid](dzv, xv, dw, dw, dw, new_partials(), H.arrival_counters(dw, tiles), *sizes, **meta)
     elif plan.dw_launch is not None:
         kernel, grid, sizes, meta = plan.dw_launch
         kernel[grid](dzv, xv, dzv, dw, dw, *sizes, **meta)
@@ -824,13 +894,34 @@ def _linear_fast(x, weight, bias, act):
     y = T.empty(x.shape[:-1] + (n,), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    bm, bn, bk, opts = _gpu_tiles(name, m, n, k, 1, rows_aligned=k % 16 == 0, tma=_has_tma(x))
+    tiles = _gpu_tiles(name, m, n, k, 1, rows_aligned=k % 8 == 0, tma=_has_tma(x))
+    if "split_k" in tiles[3]:
+        _small_m_linear(x, weight, bias, y, m, n, k, act, tiles)
+        return y
+    bm, bn, bk, opts = tiles
     kernel, grid, extra, opts = _gpu_launch(x, m, n, 1, bm, bn, opts)
     # A = x (m, k) row-major; B = W^T: B[k, n] at W + n * k + k, K-major unless k == 1.
     kernel[grid](x, weight, bias if bias is not None else x, y, y, m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0, *extra,
                  A_MMAJOR=False, B_KMAJOR=k != 1, ACT=act, HAS_BIAS=bias is not None, STORE_Z=False, SCALE=False,
                  ACC=tl.float32, BATCHED=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
     return y
+
+
+_SMALL_M_LAUNCHES = {}  # (m, n, k, dtype, act, has bias, tiles) -> _split_k_launch's result
+
+
+def _small_m_linear(x, weight, bias, y, m, n, k, act, tiles):
+    """_linear_fast's split-K launch (_gpu_tiles' small-M branch): y = act(x @ W^T + b),
+    x (m, k) and W (n, k) contiguous; its plan is kept per shape (host time is what these
+    few-microsecond products wait on)."""
+    key = (m, n, k, x.dtype, act, bias is not None, tiles[:3], tuple(sorted(tiles[3].items())))
+    launch = _SMALL_M_LAUNCHES.get(key)
+    if launch is None:
+        launch = _SMALL_M_LAUNCHES[key] = _split_k_launch((0, k, 1), (0, 1, k), m, n, k, x, tiles, act,
+                                                          bias is not None)
+    kernel, grid, sizes, meta = launch
+    kernel[grid](x, weight, bias if bias is not None else x, y, y, H.empty(x, (meta["SPLITS"], m, n), "acc"),
+                 H.arrival_counters(y, grid[0]), *sizes, **meta)
 
 
 def _linear(x, weight, bias, act):

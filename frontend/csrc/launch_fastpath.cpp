@@ -8,7 +8,8 @@
 //
 // The key computed here must be at least as fine as specialization.spec_of's: two
 // calls with the same key here must have the same key there. Per runtime argument:
-//   bool -> i1; int == 1 -> constant; other ints -> i32/i64/u64 and divisible by 16;
+//   bool -> i1; int == 1 -> constant; other ints -> i32/i64/u64 and divisible by 16
+//   or by 8 (specialization.divisibility_class);
 //   float -> f32; None -> constant; numpy scalar -> its type;
 //   array -> dtype identity (per array family), device, and on a GPU whether the
 //   address is 16-byte aligned.
@@ -139,6 +140,13 @@ bool same_name(PyObject* a, PyObject* b) {
 
 // --- the key ------------------------------------------------------------------------
 
+// An integer's divisibility class (specialization.divisibility_class: 16, 8 or 1) as
+// two tag bits: divisible by 16, divisible by 8. (Two's complement: x % 2^k of a
+// negative x is 0 exactly when its low k bits are, as for Python's %.)
+inline uint64_t divisibility_bits(uint64_t x) {
+  return uint64_t((x & 15) == 0) << 8 | uint64_t((x & 7) == 0) << 9;
+}
+
 // False: not a value this path knows (the Python path judges it).
 bool runtime_key(PyObject* v, ArgKey* key, ArgValue* val) {
   *key = ArgKey{0, 0};
@@ -157,14 +165,13 @@ bool runtime_key(PyObject* v, ArgKey* key, ArgValue* val) {
         key->tag = kConstOne;
         return true;
       }
-      uint64_t div16 = x % 16 == 0;
-      key->tag = (x >= -(1LL << 31) && x < (1LL << 31) ? kInt32 : kInt64) | div16 << 8;
+      key->tag = (x >= -(1LL << 31) && x < (1LL << 31) ? kInt32 : kInt64) | divisibility_bits(uint64_t(x));
       return true;
     }
     if (overflow < 0) return false;
     unsigned long long u = PyLong_AsUnsignedLongLong(v);
     if (PyErr_Occurred()) return PyErr_Clear(), false;  // >= 2^64: the Python path raises
-    key->tag = kUInt64 | uint64_t(u % 16 == 0) << 8;
+    key->tag = kUInt64 | divisibility_bits(u);
     return true;
   }
   if (t == &PyFloat_Type) {

@@ -7,7 +7,8 @@ is listed here, in this one block, and nowhere else:
   2. the kernel's source and the sources of every kernel / helper function it
      references (transitively, through its globals);
   3. the specialization: per argument its dtype, whether an integer equals 1 or is
-     divisible by 16;
+     divisible by 16 or by 8 (specialization.divisibility_class), whether a GPU
+     pointer is 16-byte aligned;
   4. the constexpr values;
   5. the options: num_warps, num_stages, debug (TESSERA_DEBUG), and on GPU targets
      tma when TESSERA_TMA is set (read at compile time: TMA or cp.async rings on sm_90a)

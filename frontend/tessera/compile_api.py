@@ -11,7 +11,8 @@ def compile(kernel, signature, constexprs=None, target="cpu", num_warps=4, num_s
     maps each stage ('tir', 'tir-opt', 'llir', 'llir-opt', 'asm' / 'ptx') to text.
 
     signature: {'x': '*fp32', 'n': 'i32'} or '*fp32,*fp32,i32' (runtime parameters
-    in order); 'i32:16' marks a value divisible by 16 (as a launch would specialize it); constexprs: {'BLOCK': 1024}; target: 'cpu' or 'cuda:90a'; enable_fp_fusion: on a GPU target, whether float
+    in order); 'i32:16' marks a value divisible by 16, 'i32:8' one divisible by 8 (as a launch would
+    specialize them); constexprs: {'BLOCK': 1024}; target: 'cpu' or 'cuda:90a'; enable_fp_fusion: on a GPU target, whether float
     a * b + c may become one FMA (None: TESSERA_GPU_FP_FUSION, else on); maxnreg: at most that
     many registers per thread on a GPU target (PTX .maxnreg); both as the launch options.
     """

@@ -507,8 +507,8 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
                 arg_types[name] = D.NUMPY_TO_DTYPE[s[1]]
             elif isinstance(s, tuple):
                 arg_types[name] = D.BY_IR[s[0]]
-                if s[1] and name not in self.do_not_specialize:
-                    attrs[name] = {"divisibility": 16}
+                if s[1] > 1 and name not in self.do_not_specialize:  # 16 or 8 (specialization.py)
+                    attrs[name] = {"divisibility": s[1]}
             else:
                 arg_types[name] = D.BY_IR[s]
             runtime.append(i)

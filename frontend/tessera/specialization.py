@@ -1,8 +1,15 @@
 """Specialization of kernel arguments: what about an argument shapes the code.
 
 Like Triton: pointer arguments specialize on their element type; integers on
-being equal to 1 (then they become compile-time constants) and on being divisible
-by 16; floats and bools on their type; tl.constexpr parameters on their value.
+being equal to 1 (then they become compile-time constants) and on their
+divisibility; floats and bools on their type; tl.constexpr parameters on their value.
+
+An integer's divisibility class is 16, 8 or 1 (the largest of these dividing it).
+Triton marks divisibility by 16 only; the class 8 is ours: a row stride of 8 elements
+of a 16-bit type is 16 bytes, which is what the cp.async ring's 16-byte copies and the
+TMA's tensor maps need (x @ W^T with K = 1000 has 2000-byte rows: aligned, but not a
+multiple of 16 elements). The price is at most one more specialization per integer
+argument (n % 16 == 8 beside n % 8 != 0).
 """
 from __future__ import annotations
 
@@ -97,12 +104,21 @@ def _ndarray_spec(value):
     return s
 
 
+# value % 16 -> the divisibility class of an integer argument (see the module's doc).
+_DIVISIBILITY_CLASS = tuple(16 if r == 0 else 8 if r == 8 else 1 for r in range(16))
+
+
+def divisibility_class(value: int) -> int:
+    """16, 8 or 1: the largest of these dividing `value` (its specialization)."""
+    return _DIVISIBILITY_CLASS[value % 16]
+
+
 def _int_spec(value):
     if value == 1:
         return ("const", 1)
     if -2**31 <= value < 2**31:
-        return ("i32", value % 16 == 0)
-    return (int_type(value).ir, value % 16 == 0)
+        return ("i32", _DIVISIBILITY_CLASS[value % 16])
+    return (int_type(value).ir, _DIVISIBILITY_CLASS[value % 16])
 
 
 _FAST = {bool: lambda v: "i1", int: _int_spec, float: lambda v: "f32"}
@@ -149,9 +165,7 @@ def spec_of(value):
     if t is bool:
         return "i1"
     if t is int:
-        if value == 1:
-            return ("const", 1)
-        return (int_type(value).ir, value % 16 == 0)
+        return _int_spec(int(value))
     if t is float:
         return "f32"
     if value is None:

@@ -309,7 +309,7 @@ TMA_MAPS = {"fwd": "14|0:2:128:64:128:i7:i5:i9|1:2:128:64:{n}:i7:i6:i11",
 
 def test_gpu_plans_pick_the_tiles_of_their_layouts(monkeypatch):
     # linear's products as _matmul_plan plans them on a GPU (the layout decides what
-    # _gpu_tiles is told): x @ W^T and dX wide, dW (M-major A) 4 stages, K = 1000 (rows
+    # _gpu_tiles is told): x @ W^T and dX wide, dW (M-major A) 4 stages, K = 1004 (rows
     # not provably 16-byte aligned: no ring) the narrow tile.
     monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
     like = torch.empty(1, dtype=torch.float16)
@@ -322,7 +322,9 @@ def test_gpu_plans_pick_the_tiles_of_their_layouts(monkeypatch):
     assert tiles(4096, 1024, 2048, (0, 1024, 1), (0, 1, 1024)) == (128, 256, 4, L.GROUP_M)   # x @ W^T
     assert tiles(4096, 2048, 1024, (0, 2048, 1), (0, 1024, 1)) == (128, 256, 4, L.GROUP_M)   # dz @ W
     assert tiles(2048, 4096, 1024, (0, 1, 2048), (0, 1024, 1)) == (128, 128, 4, L.GROUP_M)   # dz^T @ x
-    assert tiles(4097, 1000, 1030, (0, 1000, 1), (0, 1, 1000)) == (128, 128, 3, L.GROUP_M)
+    # K = 1000: 2000-byte rows, proved 16-byte aligned by the launch's divisibility by 8
+    assert tiles(4097, 1000, 1030, (0, 1000, 1), (0, 1, 1000)) == (128, 256, 4, L.GROUP_M)
+    assert tiles(4097, 1004, 1030, (0, 1004, 1), (0, 1, 1004)) == (128, 128, 3, L.GROUP_M)  # 2008: not
 
 
 def test_gpu_tiles_per_product():

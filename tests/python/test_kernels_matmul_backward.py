@@ -14,6 +14,7 @@ import pytest
 import tessera
 import tessera.kernels as tk
 import tessera.language as tl
+from tessera.specialization import divisibility_class
 
 torch = pytest.importorskip("torch")
 
@@ -53,7 +54,7 @@ def test_weight_gradient_tiles():
     assert pick("float16", 512, 512, 4096, dz_t(4096, 512), x(512)) is None      # 8 wide tiles: too few even split
     assert pick("float16", 2048, 1024, 1024, dz_t(1024, 2048), x(1024)) is None   # 8 K steps per half
     assert pick("float32", 2048, 1024, 4096, dz_t(4096, 2048), x(1024)) is None   # tf32x3: mma.sync
-    assert pick("float16", 2048, 1000, 4096, dz_t(4096, 2048), x(1000)) is None   # x's rows not 16-byte aligned
+    assert pick("float16", 2048, 1004, 4096, dz_t(4096, 2048), x(1004)) is None   # x's rows not 16-byte aligned
     assert pick("float16", 2048, 1024, 4096, (0, 2048, 1), x(1024)) is None       # A K-major: not dW's layout
 
 
@@ -99,7 +100,7 @@ def test_split_k_kernel_on_the_cpu(rows, n, k):
     zs, xs = dz.stride(), x.stride()
     kernel, grid, sizes, meta = L._split_k_launch((0, zs[1], zs[0]), (0,) + xs, n, k, rows, dz, (32, 64, 32, {}))
     dw = torch.full((n, k), float("nan"))
-    kernel[grid](dz, x, dw, torch.empty(2, n, k), H.arrival_counters(dw, grid[0]), *sizes, **meta)
+    kernel[grid](dz, x, dw, dw, dw, torch.empty(2, n, k), H.arrival_counters(dw, grid[0]), *sizes, **meta)
     _close(dw, dz.double().t() @ x.double(), 3e-5, f"split-K dW {rows}x{n}x{k}")
     assert _counters_are_zero()
 
@@ -135,8 +136,8 @@ def _assembled(ck, tmp_path):
 
 
 def _signature(kernel, sizes, pointer_types, meta):
-    """The launch's specialization: pointers 16-byte aligned, ints divisible by 16 as
-    such, ints equal to 1 as constants (as a launch specializes them)."""
+    """The launch's specialization: pointers 16-byte aligned, ints divisible by 16 or 8
+    as such, ints equal to 1 as constants (as a launch specializes them)."""
     names = [n for i, n in enumerate(kernel.arg_names) if not kernel.constexpr_mask[i]]
     sig, ce = dict(pointer_types), dict(meta)
     for name, v in zip(names[len(pointer_types):], sizes):
@@ -145,7 +146,8 @@ def _signature(kernel, sizes, pointer_types, meta):
         elif v == 1:
             ce[name] = 1
         else:
-            sig[name] = "i32:16" if v % 16 == 0 else "i32"
+            div = divisibility_class(v)
+            sig[name] = f"i32:{div}" if div > 1 else "i32"
     opts = {o: ce.pop(o) for o in ("num_warps", "num_stages") if o in ce}
     return sig, ce, opts
 
@@ -165,8 +167,8 @@ def test_ptx_split_k_dw_runs_wide_wgmma_from_a_tma_ring(dtype, monkeypatch, tmp_
                               torch.empty(4096, 2048, dtype=tdt), False)
     kernel, grid, sizes, meta = plan.dw_launch
     ptr = f"*{dtype}:16"
-    sig, ce, opts = _signature(kernel, sizes, {"A": ptr, "B": ptr, "C": ptr, "PART": "*fp32:16",
-                                               "ARRIVED": "*i32:16"}, meta)
+    sig, ce, opts = _signature(kernel, sizes, {"A": ptr, "B": ptr, "BIAS": ptr, "C": ptr, "Z": ptr,
+                                               "PART": "*fp32:16", "ARRIVED": "*i32:16"}, meta)
     ck = tessera.compile(kernel, sig, ce, target="cuda:90a", **opts)
     ptx = _assembled(ck, tmp_path)
     t = {"fp16": "f16", "bf16": "bf16"}[dtype]

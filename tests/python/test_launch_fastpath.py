@@ -66,6 +66,7 @@ def test_cached_launch_runs_in_cpp_and_computes():
 @pytest.mark.parametrize("variants", [
     # (n, a, kwargs) triples that each need their own specialization
     [(100, 2.0, {}), (96, 2.0, {}), (1, 2.0, {})],                       # n: plain, divisible by 16, == 1
+    [(100, 2.0, {}), (104, 2.0, {}), (96, 2.0, {})],                     # n: plain, divisible by 8, by 16
     [(100, 2.0, {}), (2**40, 2.0, {}), (2**40 + 3, 2.0, {})],            # i32, i64 (divisible or not)
     [(100, 2.0, {}), (100, True, {}), (100, np.float32(2.0), {}), (100, np.int32(2), {})],
     [(100, 2.0, {}), (100, 2.0, {"BLOCK": 32}), (100, 2.0, {"SCALE": 3}), (100, 2.0, {"SCALE": tl.constexpr(2)})],
