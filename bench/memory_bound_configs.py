@@ -42,15 +42,20 @@ def candidates(rows, cols, dev="cuda"):
     mat = x.numel() * 2
     out = {}
 
-    # cross_entropy forward: the row kernel alone (reduction 'none': a program per row),
-    # then with the loss reduction fused (the mean): programs walking runs of rows, as
-    # many per SM as given, the last to finish summing the row groups' partials (at most
-    # max_groups groups); on the 16384x4096 input and on a 4096x32000 vocabulary (walked
-    # in 2048-wide chunks). History of the candidates: kernels_cuda_float16_cefwd.md.
+    # cross_entropy forward. 16384x4096 (rows held whole): the row kernel alone
+    # (reduction 'none': a program per row), then with the loss reduction fused (the
+    # mean): programs walking runs of rows, as many per SM as given, the last to finish
+    # summing the row groups' partials (at most max_groups groups). Language-model
+    # vocabularies (4096x32000, 2048x50257: rows split in slices): the slice kernel alone
+    # (a program per row slice of `block` classes held as one tile), the slices + the
+    # merge with the mean (the library's two launches) for each tile and warps, and the
+    # library op in fp16 and bf16. History of the candidates: kernels_cuda_float16_cefwd.md,
+    # kernels_cuda_float16_ce32k.md.
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 2
-    vocab_rows = max(1, rows // 4)
-    x_vocab = torch.randn(vocab_rows, 32000, generator=g).to(dev, f16)
-    t_vocab = torch.randint(0, 32000, (vocab_rows,), generator=g).to(dev)
+    x_vocab = torch.randn(max(1, rows // 4), 32000, generator=g).to(dev, f16)
+    t_vocab = torch.randint(0, 32000, (x_vocab.shape[0],), generator=g).to(dev)
+    x_gpt2 = torch.randn(max(1, rows // 8), 50257, generator=g).to(dev, f16)
+    t_gpt2 = torch.randint(0, 50257, (x_gpt2.shape[0],), generator=g).to(dev)
     arrived = torch.zeros(1, device=dev, dtype=torch.int64)
 
     def xent(logits, tgt, w, per_sm=None, max_groups=None):
@@ -66,16 +71,34 @@ def candidates(rows, cols, dev="cuda"):
         red_out = torch.empty((), device=dev, dtype=f16)
         return lambda: S._xent_fwd_kernel[(progs,)](
             logits, tgt, loss, lse, part, red_out, part, arrived, n, n_rows, rpp, n, -100, 0.0, group_rows,
-            n_groups, SMOOTH=False, ONE_CHUNK=block >= n, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=block,
+            n_groups, SMOOTH=False, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=block,
             FINAL=min(S.CE_LOSS_GROUP, 256 * w), num_warps=w)
-    for logits, tgt in ((x, tgt), (x_vocab, t_vocab)):
+
+    def sliced(logits, tgt, block, w, merge):
+        plan = S._ce_plan(logits, tgt, 0.0, "mean", slice_block=block, slice_warps=w)
+        if merge:
+            return lambda: S._ce_forward_with(plan, logits, tgt, -100)
+        work = plan.new_work()
+        return lambda: S._xent_slice_kernel[(plan.units,)](logits, tgt, work, plan.stride, plan.n, plan.slices,
+                                                           plan.units, **plan.slice_kw)
+
+    shape, nbytes = "x".join(map(str, x.shape)), x.numel() * 2
+    out[f"cross_entropy {shape} fwd kernel, num_warps=4"] = (xent(x, tgt, 4), nbytes)
+    out[f"cross_entropy {shape} fwd kernel + fused mean, num_warps=4, 8 programs per SM"] = (
+        xent(x, tgt, 4, 8), nbytes)
+    out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), nbytes)
+    for logits, tgt_v in ((x_vocab, t_vocab), (x_gpt2, t_gpt2)):
         shape, nbytes = "x".join(map(str, logits.shape)), logits.numel() * 2
-        out[f"cross_entropy {shape} fwd kernel, num_warps=4"] = (xent(logits, tgt, 4), nbytes)
-        for per_sm, max_groups in ((8, None), (8, 8192)):
-            out[f"cross_entropy {shape} fwd kernel + fused mean, num_warps=4, {per_sm} programs per SM, "
-                f"<= {max_groups or S.CE_MAX_GROUPS} row groups"] = (xent(logits, tgt, 4, per_sm, max_groups), nbytes)
+        for block, w in ((2048, 4), (4096, 4), (4096, 8), (8192, 8)):
+            out[f"cross_entropy {shape} slices alone, {block} classes a slice, num_warps={w}"] = (
+                sliced(logits, tgt_v, block, w, False), nbytes)
+            out[f"cross_entropy {shape} slices + merge (mean), {block} classes a slice, num_warps={w}"] = (
+                sliced(logits, tgt_v, block, w, True), nbytes)
         out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (
-            lambda logits=logits, tgt=tgt: tk.cross_entropy(logits, tgt), nbytes)
+            lambda logits=logits, tgt_v=tgt_v: tk.cross_entropy(logits, tgt_v), nbytes)
+        bf = logits.to(torch.bfloat16)
+        out[f"cross_entropy {shape} bf16 tk.cross_entropy (library default)"] = (
+            lambda bf=bf, tgt_v=tgt_v: tk.cross_entropy(bf, tgt_v), nbytes)
 
     # gelu_dropout forward: column block and warps.
     y = torch.empty_like(x)

@@ -55,7 +55,7 @@ def test_cross_entropy_forward_uses_the_short_ex2_for_every_element(num_warps, t
     # 4096 classes over 32 * num_warps threads; exp(x - max) clamped at e^-87
     # (_exp_of_difference) is one ex2.approx.ftz each, with no denormal handling.
     ptx = _ptx(S._xent_fwd_kernel, "*fp16:16,*i64:16,*fp32:16,*fp32:16,*fp32:16,*fp16:16,*fp32:16,*i64:16,i32:16,i32,"
-               "i32,i32:16,i32,fp32,i32,i32", dict(SMOOTH=False, ONE_CHUNK=True, REDUCE=True, MEAN=True,
+               "i32,i32:16,i32,fp32,i32,i32", dict(SMOOTH=False, REDUCE=True, MEAN=True,
                                                    ACC=tl.float32, BLOCK=4096, FINAL=S.CE_LOSS_GROUP),
                num_warps, tmp_path)
     assert ptx.count("ex2.approx.ftz.f32") == 4096 // (32 * num_warps)

@@ -1,0 +1,178 @@
+"""cross_entropy's sliced forward (kernels/softmax_ce.py: rows longer than CE_ONE_CHUNK
+classes): a program per (row, slice) storing the slice's max and sum of exponentials,
+then the merge launch (log-sum-exp, the target's logit, the loss reduction). Against
+torch in fp64, bit-identical runs, every output and partial written (poisoned arrays),
+the arrival counter back at zero; the same on a GPU (the `gpu` marker)."""
+import importlib
+
+import numpy as np
+import pytest
+
+import tessera.kernels as tk
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+H = importlib.import_module("tessera.kernels._host")
+S = importlib.import_module("tessera.kernels.softmax_ce")
+
+
+def _case(rows, n, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed + rows + n)
+    x = torch.randn(rows, n, generator=g) * 3
+    t = torch.randint(0, n, (rows,), generator=g)
+    t[1::5] = -100  # ignored rows: no loss, not counted by the mean
+    if rows > 3:
+        t[3] = n - 1  # the last column (the last, partial slice)
+    return x.to(device, dtype), t.to(device)
+
+
+def _counters_are_zero():
+    return all(not np.asarray(c.cpu() if H.is_torch(c) else c).any() for c in H._ARRIVAL_COUNTERS.values())
+
+
+def _check_against_torch(x, t, rtol, atol):
+    xd, tc = x.double().cpu(), t.cpu()
+    for reduction in ("mean", "sum", "none"):
+        for smoothing in (0.0, 0.1):
+            got = tk.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
+            want = F.cross_entropy(xd, tc, reduction=reduction, label_smoothing=smoothing)
+            assert got.dtype == x.dtype and got.shape == want.shape
+            if x.dtype != torch.float32:  # the reference rounded as the result is
+                want = want.to(x.dtype).double()
+            torch.testing.assert_close(got.double().cpu(), want, rtol=rtol, atol=atol, equal_nan=True,
+                                       msg=lambda m: f"{reduction}, smoothing {smoothing}: {m}")
+
+
+def _check_bits_repeat(x, t):
+    for reduction in ("mean", "sum", "none"):
+        runs = [tk.cross_entropy(x, t, reduction=reduction, label_smoothing=0.1) for _ in range(8)]
+        assert all(torch.equal(r, runs[0]) for r in runs), reduction
+
+
+def test_slicing_covers_the_row_and_the_rows():
+    for rows in (1, 2, 31, 32, 33, 4096, 65537, 10 ** 6):
+        for n in (8193, 32000, 50257, 256 * 4096, 256 * 4096 + 1, 3 * 10 ** 6):
+            chunks, slices, step, group_rows, groups = S._slicing(rows, n)
+            width = chunks * S.CE_SLICE
+            assert slices <= S.CE_MAX_SLICES and (slices - 1) * width < n <= slices * width
+            assert step * H.block_for(slices, 1 << 30) <= max(S.CE_MERGE_TILE, H.block_for(slices, 1 << 30))
+            assert group_rows % step == 0 and groups <= S.CE_MAX_GROUPS
+            assert (groups - 1) * group_rows < rows <= groups * group_rows
+
+
+@pytest.mark.parametrize("rows,n", [(1, 8193), (1, 32000), (7, 9000), (33, 32000), (5, 50257)])
+def test_sliced_forward_matches_torch(rows, n):
+    x, t = _case(rows, n, "cpu")
+    _check_against_torch(x, t, rtol=1e-5, atol=1e-6)
+    _check_bits_repeat(x, t)
+    assert _counters_are_zero()
+
+
+def test_sliced_forward_backward_and_far_logits():
+    # Logits far from 0 (the slices' maxima keep exp in range) and their gradient.
+    x, t = _case(6, 20000, "cpu")
+    x = (x + 300).requires_grad_(True)
+    xr = x.detach().double().requires_grad_(True)
+    loss = tk.cross_entropy(x, t, label_smoothing=0.05)
+    ref = F.cross_entropy(xr, t, label_smoothing=0.05)
+    torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=1e-5)
+    loss.backward()
+    ref.backward()
+    torch.testing.assert_close(x.grad.double(), xr.grad, rtol=1e-4, atol=1e-8)
+
+
+@pytest.mark.parametrize("max_slices,n", [(2, 32000), (1, 9000), (3, 50257)])
+def test_slices_of_several_chunks(monkeypatch, max_slices, n):
+    # Rows longer than CE_MAX_SLICES slices walk each slice in CE_SLICE chunks (the
+    # online log-sum-exp); made reachable here by allowing fewer slices.
+    monkeypatch.setattr(S, "CE_MAX_SLICES", max_slices)
+    S._CE_PLANS.clear()
+    try:
+        chunks, slices, *_ = S._slicing(9, n)
+        assert chunks > 1 and slices <= max_slices
+        x, t = _case(9, n, "cpu")
+        x[2, 5] = float("nan")  # a NaN logit: that row's loss is NaN
+        _check_against_torch(x, t, rtol=1e-5, atol=1e-6)
+        assert torch.isnan(tk.cross_entropy(x, t, reduction="none")[2])
+    finally:
+        S._CE_PLANS.clear()
+
+
+def _check_poisoned(monkeypatch, device):
+    # The plan's allocators hand out NaN-filled arrays: an output element or a slice's
+    # partial that no program wrote would turn up as a NaN (or a different loss).
+    x, t = _case(37, 32000, device, seed=5)
+    S._CE_PLANS.clear()
+    try:
+        for reduction in ("mean", "none"):
+            want_out, want_scale, want_lse = S.cross_entropy_forward(x, t, -100, 0.1, reduction)
+            plan = S._ce_plan_for(x, t, 0.1, reduction)
+            for name in ("new_work", "new_lse", "new_out", "new_part"):
+                make = getattr(plan, name)
+                monkeypatch.setattr(plan, name, lambda make=make: make().fill_(float("nan")))
+            out, scale, lse = S.cross_entropy_forward(x, t, -100, 0.1, reduction)
+            assert torch.equal(out, want_out) and torch.equal(lse, want_lse), reduction
+            assert not torch.isnan(lse).any()
+            if scale is not None:
+                assert torch.equal(scale[:1], want_scale[:1])
+    finally:
+        S._CE_PLANS.clear()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    assert _counters_are_zero()
+
+
+def test_sliced_forward_writes_every_output_and_partial(monkeypatch):
+    _check_poisoned(monkeypatch, "cpu")
+
+
+# ------------------------------------------------------------------------------ GPU
+
+def _gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 1025, 4096])
+@pytest.mark.parametrize("n", [17, 4097, 32000, 50257])
+def test_cross_entropy_vocabularies_on_the_gpu(rows, n):
+    # One row, rows not a multiple of the merge's steps or groups, ignored rows; the
+    # rows held whole (17, 4097) and the sliced ones (32000, 50257): fp32 near torch in
+    # fp64, fp16 and bf16 near it rounded to the dtype; the same bits every run.
+    _gpu()
+    x, t = _case(rows, n, "cuda")
+    _check_against_torch(x, t, rtol=2e-5, atol=1e-5)
+    _check_bits_repeat(x, t)
+    for dtype, tol in ((torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)):
+        xh = x.to(dtype)
+        _check_against_torch(xh, t, rtol=tol, atol=tol)
+        _check_bits_repeat(xh, t)
+    torch.cuda.synchronize()
+    assert _counters_are_zero()
+
+
+@pytest.mark.gpu
+def test_sliced_forward_writes_every_output_and_partial_on_the_gpu(monkeypatch):
+    _gpu()
+    _check_poisoned(monkeypatch, "cuda")
+
+
+@pytest.mark.gpu
+def test_sliced_forward_is_two_gpu_kernels_and_its_gradient_matches():
+    _gpu()
+    from torch.profiler import ProfilerActivity, profile
+    x, t = _case(2048, 50257, "cuda", dtype=torch.float16)
+    tk.cross_entropy(x, t)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        tk.cross_entropy(x, t)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(names) == 2, names  # the slices, the merge (with the mean)
+    xg = x.float().requires_grad_(True)
+    xr = x.double().requires_grad_(True)
+    tk.cross_entropy(xg, t, label_smoothing=0.1).backward()
+    F.cross_entropy(xr, t, label_smoothing=0.1).backward()
+    torch.testing.assert_close(xg.grad.double(), xr.grad, rtol=1e-4, atol=1e-9)
