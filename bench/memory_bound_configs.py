@@ -33,8 +33,9 @@ from tessera.kernels import rope as RP  # noqa: E402
 from tessera.kernels import softmax_ce as S  # noqa: E402
 
 
-def candidates(rows, cols, dev="cuda"):
-    """name -> (fn, bytes moved)."""
+def candidates(rows, cols, dev="cuda", baseline=None):
+    """name -> (fn, bytes moved); baseline: another copy of tessera.kernels whose
+    cross_entropy is timed next to the library's on the vocabulary shapes."""
     f16 = torch.float16
     g = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(rows, cols, generator=g).to(dev, f16)
@@ -79,8 +80,9 @@ def candidates(rows, cols, dev="cuda"):
         if merge:
             return lambda: S._ce_forward_with(plan, logits, tgt, -100)
         work = plan.new_work()
+        misalign = S._misalignment(logits) if plan.slice_kw["REALIGN"] else 0
         return lambda: S._xent_slice_kernel[(plan.units,)](logits, tgt, work, plan.stride, plan.n, plan.slices,
-                                                           plan.units, **plan.slice_kw)
+                                                           plan.units, misalign, **plan.slice_kw)
 
     shape, nbytes = "x".join(map(str, x.shape)), x.numel() * 2
     out[f"cross_entropy {shape} fwd kernel, num_warps=4"] = (xent(x, tgt, 4), nbytes)
@@ -90,8 +92,9 @@ def candidates(rows, cols, dev="cuda"):
     for logits, tgt_v in ((x_vocab, t_vocab), (x_gpt2, t_gpt2)):
         shape, nbytes = "x".join(map(str, logits.shape)), logits.numel() * 2
         for block, w in ((2048, 4), (4096, 4), (4096, 8), (8192, 8)):
-            out[f"cross_entropy {shape} slices alone, {block} classes a slice, num_warps={w}"] = (
-                sliced(logits, tgt_v, block, w, False), nbytes)
+            if w == 4:
+                out[f"cross_entropy {shape} slices alone, {block} classes a slice, num_warps={w}"] = (
+                    sliced(logits, tgt_v, block, w, False), nbytes)
             out[f"cross_entropy {shape} slices + merge (mean), {block} classes a slice, num_warps={w}"] = (
                 sliced(logits, tgt_v, block, w, True), nbytes)
         out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (
@@ -99,6 +102,10 @@ def candidates(rows, cols, dev="cuda"):
         bf = logits.to(torch.bfloat16)
         out[f"cross_entropy {shape} bf16 tk.cross_entropy (library default)"] = (
             lambda bf=bf, tgt_v=tgt_v: tk.cross_entropy(bf, tgt_v), nbytes)
+        if baseline is not None:
+            for name, a in (("", logits), ("bf16 ", bf)):
+                out[f"cross_entropy {shape} {name}baseline's cross_entropy (library default)"] = (
+                    lambda a=a, tgt_v=tgt_v: baseline.cross_entropy(a, tgt_v), nbytes)
 
     # gelu_dropout forward: column block and warps.
     y = torch.empty_like(x)
@@ -197,11 +204,17 @@ def main():
     ap.add_argument("--tag", default="")
     ap.add_argument("--only", default="", help="only the candidates whose name starts with one of these "
                                                  "(comma-separated)")
+    ap.add_argument("--baseline", default="", help="a folder with another copy of tessera.kernels (its "
+                                                     "cross_entropy is timed alongside)")
     ap.add_argument("--smoke", action="store_true", help="run every candidate once on the CPU at 256x4096 (no timing)")
     args = ap.parse_args()
     only = tuple(args.only.split(","))
+    baseline = None
+    if args.baseline:
+        from host_time import load_baseline  # noqa: E402  (bench/host_time.py)
+        baseline = load_baseline(args.baseline)
     if args.smoke:
-        for name, (fn, _) in candidates(256, 4096, "cpu").items():
+        for name, (fn, _) in candidates(256, 4096, "cpu", baseline).items():
             if not name.startswith(only):
                 continue
             fn()
@@ -210,7 +223,7 @@ def main():
     t0 = time.time()
     rows_out, records = [], []
     with torch.no_grad():
-        for name, (fn, nbytes) in candidates(16384, 4096).items():
+        for name, (fn, nbytes) in candidates(16384, 4096, baseline=baseline).items():
             if not name.startswith(only):
                 continue
             src = torch.empty(max(nbytes // 8, 1), dtype=torch.float32, device="cuda")

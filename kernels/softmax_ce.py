@@ -213,26 +213,37 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
 
 
 @tessera.kernel
-def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, SMOOTH: tl.constexpr, ACC: tl.constexpr,
-                       BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
-    """Program u = row * n_slices + k: slice k of the row (columns k * CHUNKS * BLOCK
-    onward, CHUNKS * BLOCK of them). Stores the slice's max at WORK[u], its sum of
-    exp(x - max) at WORK[n_units + u], with SMOOTH its sum of logits at
-    WORK[2 * n_units + u]; the slice holding the row's target stores that logit at
-    WORK[(2 or 3) * n_units + row] (no slice does for ignored or out-of-range targets:
-    the merge does not read it then)."""
+def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign, SMOOTH: tl.constexpr,
+                       ACC: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, REALIGN: tl.constexpr,
+                       VEC: tl.constexpr):
+    """Program u = row * n_slices + k: slice k of the row (CHUNKS * BLOCK classes from
+    column k * CHUNKS * BLOCK, with REALIGN from that position counted from the 16-byte
+    boundary at or before the row's start, see _realigned_tile). Stores the slice's max
+    at WORK[u], its sum of exp(x - max) at WORK[n_units + u], with SMOOTH its sum of
+    logits at WORK[2 * n_units + u]; the slice holding the row's target stores that
+    logit at WORK[(2 or 3) * n_units + row] (no slice does for ignored or out-of-range
+    targets: the merge does not read it then). misalign: X's address past a 16-byte
+    boundary, in elements (REALIGN)."""
     unit = tl.program_id(0)
     row = unit // n_slices
-    first = (unit - row * n_slices) * (CHUNKS * BLOCK)
+    k = unit - row * n_slices
+    first = k * (CHUNKS * BLOCK)
     base = X + row.to(tl.int64) * stride_x
-    cols = tl.arange(0, BLOCK)
     t = tl.load(T + row)
-    if CHUNKS == 1:
+    lead = 0  # columns of the row's first 16 bytes before column 0 (REALIGN)
+    if REALIGN:
+        # The slice as one [BLOCK / VEC, VEC] tile: all its loads in flight at once.
+        x, in_row, lead = _realigned_tile(X, row, stride_x, n_cols, misalign, first, k, n_slices, ACC, BLOCK, VEC)
+        m = tl.max(tl.max(x, axis=1), axis=0)
+        s = tl.sum(tl.sum(_exp_of_difference(x, _max_or_zero(m)), axis=1), axis=0)
+        if SMOOTH:
+            x_sum = tl.sum(tl.sum(tl.where(in_row, x, 0.0), axis=1), axis=0)
+    elif CHUNKS == 1:
         # The slice as one tile: all its loads in flight at once, one exp per logit.
-        c = tl.multiple_of(first + cols, BLOCK)  # slices start at multiples of BLOCK: vector loads
+        c = tl.multiple_of(first + tl.arange(0, BLOCK), BLOCK)  # slices start at multiples of BLOCK: vector loads
         x = tl.load(base + c, mask=c < n_cols, other=-float("inf")).to(ACC)
         m = tl.max(x, axis=0)
-        s = tl.sum(_exp_of_difference(x, m), axis=0)
+        s = tl.sum(_exp_of_difference(x, _max_or_zero(m)), axis=0)
         if SMOOTH:
             x_sum = tl.sum(tl.where(c < n_cols, x, 0.0), axis=0)
     else:
@@ -240,6 +251,7 @@ def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, SMOOTH: 
         # an online log-sum-exp per lane. For a chunk x with running max m and sum s:
         #     m' = max(m, x);   s = s * exp(m - m') + exp(x - m')   (lanes still at -inf stay 0)
         # and at the end  M = max over lanes of m,  sum = sum over lanes of s * exp(m - M).
+        cols = tl.arange(0, BLOCK)
         m_lane = tl.full([BLOCK], -float("inf"), ACC)
         s_lane = tl.zeros([BLOCK], ACC)
         x_lane = tl.zeros([BLOCK], ACC)
@@ -265,9 +277,47 @@ def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, SMOOTH: 
     if SMOOTH:
         tl.store(WORK + 2 * n_units + unit, x_sum)
         target_at = 3 * n_units
-    holds = (t >= first) & (t < first + CHUNKS * BLOCK) & (t < n_cols)
-    x_t = tl.load(base + tl.where(holds, t, first), mask=holds, other=0.0).to(ACC)
+    holds = (t >= first - lead) & (t < first - lead + CHUNKS * BLOCK) & (t < n_cols)
+    x_t = tl.load(base + tl.where(holds, t, 0), mask=holds, other=0.0).to(ACC)
     tl.store(WORK + target_at + row, x_t, mask=holds)
+
+
+@tessera.kernel
+def _max_or_zero(m):
+    """The value a slice's terms exp(x - m) are taken against: its max m, or 0 for a
+    slice of -inf logits only (or, realigned, of none of the row's), whose terms are
+    then e^-87 each (the merge multiplies their sum by exp(-inf - M) = 0) instead of
+    exp(-inf - -inf) = NaN. A NaN logit still makes its term NaN."""
+    return tl.where(m == -float("inf"), 0.0, m)
+
+
+@tessera.kernel
+def _realigned_tile(X, row, stride_x, n_cols, misalign, first, k, n_slices, ACC: tl.constexpr, BLOCK: tl.constexpr,
+                    VEC: tl.constexpr):
+    """(x, in_row, lead): slice k of a row whose start is not 16-byte aligned (an odd vocabulary
+    as GPT-2's 50257), as a [BLOCK / VEC, VEC] tile (ACC, -inf off the row) of the
+    positions first .. first + BLOCK counted from the 16-byte boundary at or before the
+    row's start, `lead` columns before it (VEC elements = 16 bytes; X itself is
+    `misalign` elements past a boundary), in_row: which of x's lanes are the row's. Example, fp16
+    (VEC 8), a row starting at element 8003 of X: lead 3, so slice 0 holds the 4093
+    columns 0..4092 after 3 masked lanes, slice 1 columns 4093..8188.
+    Whole groups of VEC inside the row are 16-byte loads (a group's mask is the
+    group's alone); only the first and last slices also load the row's partial first
+    and last groups, element by element (no element outside the row is read)."""
+    offset = row.to(tl.int64) * stride_x
+    lead = ((offset + misalign) % VEC).to(tl.int32)
+    start = tl.multiple_of(X + (offset - lead), 16)
+    g = tl.arange(0, BLOCK // VEC)
+    at = first + VEC * g[:, None] + tl.arange(0, VEC)[None, :]  # positions from `start`
+    col = at - lead
+    in_row = (col >= 0) & (col < n_cols)
+    group_col = (first + VEC * g - lead)[:, None]  # each group's first column
+    whole = (group_col >= 0) & (group_col + VEC <= n_cols)
+    x = tl.load(start + at, mask=whole, other=-float("inf"))
+    if (k == 0) | (k == n_slices - 1):
+        partial = (group_col < 0) | (group_col + VEC > n_cols)
+        x = tl.where(whole, x, tl.load(start + at, mask=in_row & partial, other=-float("inf")))
+    return x.to(ACC), in_row, lead
 
 
 @tessera.kernel
@@ -585,6 +635,14 @@ def _ce_block(n):
     return b if b <= CE_ONE_CHUNK else CE_BLOCK
 
 
+def _misalignment(x):
+    """Elements from the 16-byte boundary at or before x's data to it."""
+    if H.is_torch(x):
+        return x.data_ptr() % 16 // x.element_size()
+    ptr = x.data.ptr if H.is_cupy(x) else x.__array_interface__["data"][0]
+    return ptr % 16 // x.itemsize
+
+
 def _slicing(rows, n, slice_block=None):
     """How the forward splits rows longer than CE_ONE_CHUNK classes: (chunks per slice,
     slices per row, merge rows per step, merge group rows, merge groups). Slices of
@@ -641,10 +699,20 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         # whose groups of rows carry the loss reduction.
         block = _ce_block(n)
         width = slice_block or CE_SLICE
-        chunks, plan.slices, step, plan.group_rows, plan.n_groups = _slicing(rows, n, width)
+        # Rows whose starts or ends the compiler cannot prove 16-byte aligned (a row
+        # stride or a class count not a multiple of 16, as 50257) would be read an
+        # element per instruction: their slices are counted from each row's 16-byte
+        # boundary instead (_realigned_tile), spanning VEC - 1 more positions.
+        vec = 16 // (logits.element_size() if H.is_torch(logits) else logits.itemsize)
+        realign = plan.stride % 16 != 0 or n % 16 != 0
+        chunks, plan.slices, step, plan.group_rows, plan.n_groups = _slicing(rows, n + (vec - 1) * realign, width)
+        if realign and chunks > 1:  # (rows of over a million classes: chunked slices, unaligned)
+            realign = False
+            chunks, plan.slices, step, plan.group_rows, plan.n_groups = _slicing(rows, n, width)
         plan.units = rows * plan.slices
         plan.programs = plan.n_groups
         plan.slice_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=width, CHUNKS=chunks,
+                             REALIGN=realign, VEC=vec,
                              **H.row_launch_options(logits, width, max_warps=slice_warps or CE_SLICE_WARPS))
         plan.merge_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits),
                              ROWS=step, SLICES=H.block_for(plan.slices, 1 << 30), FINAL=_final_block(logits, 1024),
@@ -719,7 +787,7 @@ def _ce_forward_with(plan, logits, target, ignore_index, deferred=False):
         if plan.slice_kw is not None:
             work = plan.new_work()
             _xent_slice_kernel[(plan.units,)](xv, t, work, plan.stride, plan.n, plan.slices, plan.units,
-                                              **plan.slice_kw)
+                                              _misalignment(xv) if plan.slice_kw["REALIGN"] else 0, **plan.slice_kw)
             _xent_merge_kernel[(plan.programs,)](t, work, loss, lse, part, out, scale, arrived, plan.rows, plan.n,
                                                  plan.slices, plan.units, int(ignore_index), plan.smoothing,
                                                  plan.group_rows, plan.n_groups, **plan.merge_kw)

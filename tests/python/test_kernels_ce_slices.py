@@ -99,6 +99,54 @@ def test_slices_of_several_chunks(monkeypatch, max_slices, n):
         S._CE_PLANS.clear()
 
 
+def _unaligned_views(device, dtype=torch.float32):
+    """(name, logits, target): rows whose starts are not 16-byte aligned (the realigned
+    slices) and an aligned stride on a misaligned base, next to their contiguous copies."""
+    g = torch.Generator().manual_seed(11)
+    flat = torch.randn(6 * 32000 + 16, generator=g).to(device, dtype)
+    wide = torch.randn(5, 32011, generator=g).to(device, dtype)
+    gpt2 = torch.randn(5, 50257, generator=g).to(device, dtype)
+    t5 = torch.tensor([0, 31999, -100, 17, 4100], device=device)
+    return [("base 3 elements past a boundary", flat[3:3 + 6 * 32000].view(6, 32000),
+             torch.tensor([0, 31999, -100, 4095, 4096, 12], device=device)),
+            ("base 1 element past, odd stride", flat[1:1 + 5 * 32011].view(5, 32011)[:, :32000], t5),
+            ("column view, stride 32011", wide[:, 5:32005], t5),
+            ("odd vocabulary", gpt2, torch.tensor([50256, 0, -100, 8191, 8192], device=device))]
+
+
+def _check_unaligned(device, dtype=torch.float32, rtol=1e-5, atol=1e-6):
+    for name, x, t in _unaligned_views(device, dtype):
+        for reduction in ("mean", "none"):
+            for smoothing in (0.0, 0.1):
+                got = tk.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
+                want = tk.cross_entropy(x.contiguous(), t, reduction=reduction, label_smoothing=smoothing)
+                ref = F.cross_entropy(x.double().cpu(), t.cpu(), reduction=reduction, label_smoothing=smoothing)
+                torch.testing.assert_close(got.double().cpu(), ref if dtype == torch.float32 else
+                                           ref.to(dtype).double(), rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+                torch.testing.assert_close(got, want, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+def test_sliced_forward_of_unaligned_rows():
+    _check_unaligned("cpu")
+
+
+@pytest.mark.parametrize("n", [32000, 50257])
+def test_slices_of_minus_infinity(n):
+    # A whole slice of -inf logits adds nothing (not NaN: _max_or_zero), as torch's;
+    # a NaN among -infs still makes the row NaN.
+    x, t = _case(4, n, "cpu", seed=2)
+    x[0, :8200] = -float("inf")
+    x[1, -9000:] = -float("inf")
+    x[2, 100:5000] = -float("inf")
+    t[:3] = torch.tensor([9000, 5, 99])
+    x[3, :4500] = -float("inf")
+    x[3, 7] = float("nan")
+    got = tk.cross_entropy(x, t, reduction="none")
+    want = F.cross_entropy(x.double(), t, reduction="none")
+    torch.testing.assert_close(got[:3].double(), want[:3], rtol=1e-5, atol=1e-6)
+    assert torch.isnan(got[3])
+
+
 def _check_poisoned(monkeypatch, device):
     # The plan's allocators hand out NaN-filled arrays: an output element or a slice's
     # partial that no program wrote would turn up as a NaN (or a different loss).
@@ -151,6 +199,13 @@ def test_cross_entropy_vocabularies_on_the_gpu(rows, n):
         _check_bits_repeat(xh, t)
     torch.cuda.synchronize()
     assert _counters_are_zero()
+
+
+@pytest.mark.gpu
+def test_sliced_forward_of_unaligned_rows_on_the_gpu():
+    _gpu()
+    _check_unaligned("cuda")
+    _check_unaligned("cuda", torch.float16, rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.gpu
