@@ -115,6 +115,7 @@ def _unaligned_views(device, dtype=torch.float32):
 
 
 def _check_unaligned(device, dtype=torch.float32, rtol=1e-5, atol=1e-6):
+    # The library's plan (realigned on a GPU only) and a realigned one on either device.
     for name, x, t in _unaligned_views(device, dtype):
         for reduction in ("mean", "none"):
             for smoothing in (0.0, 0.1):
@@ -124,6 +125,13 @@ def _check_unaligned(device, dtype=torch.float32, rtol=1e-5, atol=1e-6):
                 torch.testing.assert_close(got.double().cpu(), ref if dtype == torch.float32 else
                                            ref.to(dtype).double(), rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
                 torch.testing.assert_close(got, want, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+                plan = S._ce_plan(x, t, smoothing, reduction, realign=True)
+                assert plan.slice_kw["REALIGN"] or name.startswith("base 3"), name  # (16-byte row strides)
+                out, _, lse = S._ce_forward_with(plan, x, t, -100)
+                _, _, want_lse = S.cross_entropy_forward(x.contiguous(), t, -100, smoothing, reduction)
+                torch.testing.assert_close(out.double().cpu(), ref, rtol=rtol, atol=atol,
+                                           msg=lambda m: f"{name}, realigned: {m}")
+                torch.testing.assert_close(lse, want_lse, rtol=1e-5, atol=1e-5)
 
 
 def test_sliced_forward_of_unaligned_rows():
