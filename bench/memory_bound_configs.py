@@ -75,8 +75,8 @@ def candidates(rows, cols, dev="cuda", baseline=None):
             n_groups, SMOOTH=False, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=block,
             FINAL=min(S.CE_LOSS_GROUP, 256 * w), num_warps=w)
 
-    def sliced(logits, tgt, block, w, merge):
-        plan = S._ce_plan(logits, tgt, 0.0, "mean", slice_block=block, slice_warps=w)
+    def sliced(logits, tgt, block, w, merge, realign=None):
+        plan = S._ce_plan(logits, tgt, 0.0, "mean", slice_block=block, slice_warps=w, realign=realign)
         if merge:
             return lambda: S._ce_forward_with(plan, logits, tgt, -100)
         work = plan.new_work()
@@ -97,6 +97,9 @@ def candidates(rows, cols, dev="cuda", baseline=None):
                     sliced(logits, tgt_v, block, w, False), nbytes)
             out[f"cross_entropy {shape} slices + merge (mean), {block} classes a slice, num_warps={w}"] = (
                 sliced(logits, tgt_v, block, w, True), nbytes)
+        if logits.shape[1] % 16:  # rows not 16-byte aligned: read element by element instead of realigned
+            out[f"cross_entropy {shape} slices + merge (mean), 4096 classes a slice, num_warps=4, not realigned"] = (
+                sliced(logits, tgt_v, 4096, 4, True, realign=False), nbytes)
         out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (
             lambda logits=logits, tgt_v=tgt_v: tk.cross_entropy(logits, tgt_v), nbytes)
         bf = logits.to(torch.bfloat16)
