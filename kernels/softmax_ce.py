@@ -218,7 +218,7 @@ def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign
                        VEC: tl.constexpr):
     """Program u = row * n_slices + k: slice k of the row (CHUNKS * BLOCK classes from
     column k * CHUNKS * BLOCK, with REALIGN from that position counted from the 16-byte
-    boundary at or before the row's start, see _realigned_tile). Stores the slice's max
+    boundary at or before the row's start, see _from_boundary). Stores the slice's max
     at WORK[u], its sum of exp(x - max) at WORK[n_units + u], with SMOOTH its sum of
     logits at WORK[2 * n_units + u]; the slice holding the row's target stores that
     logit at WORK[(2 or 3) * n_units + row] (no slice does for ignored or out-of-range
@@ -233,7 +233,14 @@ def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign
     lead = 0  # columns of the row's first 16 bytes before column 0 (REALIGN)
     if REALIGN:
         # The slice as one [BLOCK / VEC, VEC] tile: all its loads in flight at once.
-        x, in_row, lead = _realigned_tile(X, row, stride_x, n_cols, misalign, first, k, n_slices, ACC, BLOCK, VEC)
+        lead = _lead(row, stride_x, misalign, VEC)
+        at, col, whole, partial, edge = _from_boundary(lead, first, n_cols, BLOCK, VEC)
+        src = tl.multiple_of(X + (row.to(tl.int64) * stride_x - lead), 16)
+        x = tl.load(src + at, mask=whole, other=-float("inf"))
+        if edge:  # the row's partial first or last group of VEC
+            x = tl.where(whole, x, tl.load(src + at, mask=partial, other=-float("inf")))
+        x = x.to(ACC)
+        in_row = (col >= 0) & (col < n_cols)
         m = tl.max(tl.max(x, axis=1), axis=0)
         s = tl.sum(tl.sum(_exp_of_difference(x, _max_or_zero(m)), axis=1), axis=0)
         if SMOOTH:
@@ -292,32 +299,33 @@ def _max_or_zero(m):
 
 
 @tessera.kernel
-def _realigned_tile(X, row, stride_x, n_cols, misalign, first, k, n_slices, ACC: tl.constexpr, BLOCK: tl.constexpr,
-                    VEC: tl.constexpr):
-    """(x, in_row, lead): slice k of a row whose start is not 16-byte aligned (an odd vocabulary
-    as GPT-2's 50257), as a [BLOCK / VEC, VEC] tile (ACC, -inf off the row) of the
-    positions first .. first + BLOCK counted from the 16-byte boundary at or before the
-    row's start, `lead` columns before it (VEC elements = 16 bytes; X itself is
-    `misalign` elements past a boundary), in_row: which of x's lanes are the row's. Example, fp16
-    (VEC 8), a row starting at element 8003 of X: lead 3, so slice 0 holds the 4093
-    columns 0..4092 after 3 masked lanes, slice 1 columns 4093..8188.
-    Whole groups of VEC inside the row are 16-byte loads (a group's mask is the
-    group's alone); only the first and last slices also load the row's partial first
-    and last groups, element by element (no element outside the row is read)."""
-    offset = row.to(tl.int64) * stride_x
-    lead = ((offset + misalign) % VEC).to(tl.int32)
-    start = tl.multiple_of(X + (offset - lead), 16)
+def _lead(row, stride, misalign, VEC: tl.constexpr):
+    """Elements between the 16-byte boundary at or before the row's start and its start
+    (VEC elements = 16 bytes; the array's base is `misalign` elements past a boundary)."""
+    return ((row.to(tl.int64) * stride + misalign) % VEC).to(tl.int32)
+
+
+@tessera.kernel
+def _from_boundary(lead, first, n_cols, BLOCK: tl.constexpr, VEC: tl.constexpr):
+    """Positions first .. first + BLOCK of a row counted from the 16-byte boundary `lead`
+    elements before its start, as a [BLOCK / VEC, VEC] tile, for rows whose starts the
+    compiler cannot prove aligned (odd vocabularies as GPT-2's 50257, odd strides):
+    (at, col, whole, partial, edge): the positions, their columns (col = at - lead),
+    the groups of VEC wholly inside the row (their mask is the group's alone: 16-byte
+    accesses), the row's lanes in its partial first and last groups (element accesses),
+    and whether this tile holds either of those (only then is `partial` worth an access).
+    Example, fp16 (VEC 8), a row starting at element 8003 of a 16-byte aligned array,
+    BLOCK 4096: lead 3; the tile at first 0 holds 3 lanes before the row, then columns
+    0..4092 (group 0 partial: columns 0..4), the tile at first 4096 columns 4093..8188."""
     g = tl.arange(0, BLOCK // VEC)
-    at = first + VEC * g[:, None] + tl.arange(0, VEC)[None, :]  # positions from `start`
+    at = first + VEC * g[:, None] + tl.arange(0, VEC)[None, :]
     col = at - lead
-    in_row = (col >= 0) & (col < n_cols)
     group_col = (first + VEC * g - lead)[:, None]  # each group's first column
     whole = (group_col >= 0) & (group_col + VEC <= n_cols)
-    x = tl.load(start + at, mask=whole, other=-float("inf"))
-    if (k == 0) | (k == n_slices - 1):
-        partial = (group_col < 0) | (group_col + VEC > n_cols)
-        x = tl.where(whole, x, tl.load(start + at, mask=in_row & partial, other=-float("inf")))
-    return x.to(ACC), in_row, lead
+    partial = ((group_col < 0) | (group_col + VEC > n_cols)) & (col >= 0) & (col < n_cols)
+    # the tile holds column 0's group, or the last column's (position n_cols - 1 + lead)
+    edge = (first == 0) | (first + BLOCK >= n_cols + lead)
+    return at, col, whole, partial, edge
 
 
 @tessera.kernel
@@ -407,9 +415,13 @@ def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN: 
 
 @tessera.kernel
 def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols, ignore_index, smoothing,
-                     SMOOTH: tl.constexpr, HAS_SCALE: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+                     SMOOTH: tl.constexpr, HAS_SCALE: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
+                     REALIGN: tl.constexpr, VEC: tl.constexpr):
     # Row r's loss gradient: DLOSS[r] (reduction 'none'), or the reduced loss's
     # gradient DLOSS[0] (stride 0) times SCALE[0] (1/count for 'mean', 1 for 'sum').
+    # REALIGN (X's rows as DX's: stride n_cols, both arrays 16-byte aligned, rows not
+    # provably so): the row is walked from its 16-byte boundary (_from_boundary), so its
+    # loads and stores are 16 bytes wide but for its partial first and last groups.
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     t = tl.load(T + row)
@@ -419,16 +431,37 @@ def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols
     # Ignored rows get zero gradients; an out-of-range target NaN ones (its loss is NaN).
     d = tl.where(t != ignore_index, tl.where((t >= 0) & (t < n_cols), d, float("nan")), 0.0)
     lse = tl.load(LSE + row)
-    for start in range(0, n_cols, BLOCK):
-        c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector accesses
-        mask = c < n_cols
-        x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
-        g = tl.exp(x - lse)
-        if SMOOTH:
-            g = g - tl.where(c == t, 1.0 - smoothing, 0.0) - smoothing / n_cols
-        else:
-            g = tl.where(c == t, g - 1.0, g)
-        tl.store(DX + row * n_cols + c, g * d, mask=mask)
+    if REALIGN:
+        lead = _lead(row, n_cols, 0, VEC)
+        src = tl.multiple_of(X + (row * n_cols - lead), 16)
+        dst = tl.multiple_of(DX + (row * n_cols - lead), 16)
+        for first in range(0, n_cols + lead, BLOCK):
+            at, c, whole, partial, edge = _from_boundary(lead, first, n_cols, BLOCK, VEC)
+            x = tl.load(src + at, mask=whole, other=0.0)
+            if edge:
+                x = tl.where(whole, x, tl.load(src + at, mask=partial, other=0.0))
+            dx = _xent_grad(x.to(ACC), c, t, lse, d, n_cols, smoothing, SMOOTH)
+            tl.store(dst + at, dx, mask=whole)
+            if edge:
+                tl.store(dst + at, dx, mask=partial)
+    else:
+        for start in range(0, n_cols, BLOCK):
+            c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector accesses
+            mask = c < n_cols
+            x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
+            tl.store(DX + row * n_cols + c, _xent_grad(x, c, t, lse, d, n_cols, smoothing, SMOOTH), mask=mask)
+
+
+@tessera.kernel
+def _xent_grad(x, c, t, lse, d, n_cols, smoothing, SMOOTH: tl.constexpr):
+    """dlogits of logits x in columns c of a row with target t, log-sum-exp lse and loss
+    gradient d: (softmax - the (smoothed) one-hot target) * d."""
+    g = tl.exp(x - lse)
+    if SMOOTH:
+        g = g - tl.where(c == t, 1.0 - smoothing, 0.0) - smoothing / n_cols
+    else:
+        g = tl.where(c == t, g - 1.0, g)
+    return g * d
 
 
 def _moveaxis(x, src, dst):
@@ -659,11 +692,28 @@ def _slicing(rows, n, slice_block=None):
     return chunks, slices, step, group_rows, -(-rows // group_rows)
 
 
+def _bwd_kws(logits, stride, n, block, smoothing, realign):
+    """The backward's constexprs and launch options: (plain, realigned or None). The
+    realigned walk (rows read and written from their 16-byte boundaries) needs rows not
+    provably aligned, the logits' rows laid out as the gradient's (stride n) and, at the
+    launch, both arrays 16-byte aligned (_ce_backward_with checks the logits')."""
+    plain = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block, REALIGN=False, VEC=1,
+                 **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
+    if not (realign and stride == n and n % 16 != 0):
+        return plain, None
+    return plain, dict(plain, REALIGN=True, VEC=16 // _element_size(logits))
+
+
+def _element_size(x):
+    return x.element_size() if H.is_torch(x) else x.itemsize
+
+
 class _CePlan:
     """cross_entropy's launches for one layout of (logits, target) and options."""
     __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "reduce", "mean",
-                 "programs", "rows_per_program", "group_rows", "n_groups", "fwd_kw", "bwd_kw", "new_dx", "new_lse",
-                 "new_out", "new_part", "new_scale", "slices", "units", "slice_kw", "merge_kw", "new_work")
+                 "programs", "rows_per_program", "group_rows", "n_groups", "fwd_kw", "bwd_kw", "bwd_realigned_kw",
+                 "new_dx", "new_lse", "new_out", "new_part", "new_scale", "slices", "units", "slice_kw", "merge_kw",
+                 "new_work")
 
 
 def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps=None, realign=None):
@@ -695,7 +745,8 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
     plan.new_out = H.allocator(logits, ()) if plan.reduce else H.allocator(logits, (rows,), "acc")
     plan.new_scale = H.allocator(logits, (1,), "acc")
     plan.new_part = H.allocator(logits, (0,), "acc")  # (no rows)
-    plan.fwd_kw = plan.bwd_kw = plan.slice_kw = plan.merge_kw = None
+    plan.fwd_kw = plan.bwd_kw = plan.bwd_realigned_kw = plan.slice_kw = plan.merge_kw = None
+    realign_any = H.on_gpu(logits) if realign is None else realign
     plan.slices = plan.units = 0
     if rows and n > CE_ONE_CHUNK:
         # Long rows: a program per (row, slice), then the merge (_xent_merge_kernel),
@@ -705,9 +756,9 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         # Rows whose starts or ends the compiler cannot prove 16-byte aligned (a row
         # stride or a class count not a multiple of 16, as 50257) would be read an
         # element per instruction: their slices are counted from each row's 16-byte
-        # boundary instead (_realigned_tile), spanning VEC - 1 more positions.
-        vec = 16 // (logits.element_size() if H.is_torch(logits) else logits.itemsize)
-        realign = (H.on_gpu(logits) if realign is None else realign) and (plan.stride % 16 != 0 or n % 16 != 0)
+        # boundary instead (_from_boundary), spanning VEC - 1 more positions.
+        vec = 16 // _element_size(logits)
+        realign = realign_any and (plan.stride % 16 != 0 or n % 16 != 0)
         chunks, plan.slices, step, plan.group_rows, plan.n_groups = _slicing(rows, n + (vec - 1) * realign, width)
         if realign and chunks > 1:  # (rows of over a million classes: chunked slices, unaligned)
             realign = False
@@ -720,8 +771,7 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         plan.merge_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits),
                              ROWS=step, SLICES=H.block_for(plan.slices, 1 << 30), FINAL=_final_block(logits, 1024),
                              **H.row_launch_options(logits, 1024, max_warps=4))
-        plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
-                           **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
+        plan.bwd_kw, plan.bwd_realigned_kw = _bwd_kws(logits, plan.stride, n, block, smoothing, realign_any)
         # The slices' (max, sum[, logit sum]) and the targets' logits.
         plan.new_work = H.allocator(logits, ((3 if smoothing > 0 else 2) * plan.units + rows,), "acc")
         if plan.reduce:
@@ -732,8 +782,7 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         plan.fwd_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean,
                            ACC=H.acc_dtype(logits), BLOCK=block, FINAL=_final_block(logits, block),
                            **H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS))
-        plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
-                           **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
+        plan.bwd_kw, plan.bwd_realigned_kw = _bwd_kws(logits, plan.stride, n, block, smoothing, realign_any)
         if plan.reduce:
             # Runs of rows per program (one per row without a reduction, as before): on
             # a GPU as many programs as stay resident at once, a few per CPU thread.
@@ -810,15 +859,22 @@ def _ce_forward_with(plan, logits, target, ignore_index, deferred=False):
 def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoothing):
     """dlogits for the loss gradient dloss: per row (reduction 'none', scale None) or of
     the reduced loss (scale: the array cross_entropy_forward returned, the factor at 0)."""
-    plan = _ce_plan_for(logits, target, smoothing)
+    return _ce_backward_with(_ce_plan_for(logits, target, smoothing), logits, target, lse, dloss, scale, ignore_index)
+
+
+def _ce_backward_with(plan, logits, target, lse, dloss, scale, ignore_index):
+    """cross_entropy_backward's launch under `plan`."""
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
     dx = plan.new_dx()
     dl = H.contiguous(dloss)
     if plan.bwd_kw is not None:
+        kw = plan.bwd_kw
+        if plan.bwd_realigned_kw is not None and _misalignment(xv) == 0:
+            kw = plan.bwd_realigned_kw
         _xent_bwd_kernel[(plan.rows,)](xv, t, lse, dl, scale if scale is not None else lse, dx, plan.stride,
                                        0 if scale is not None else 1, plan.n, int(ignore_index), plan.smoothing,
-                                       HAS_SCALE=scale is not None, **plan.bwd_kw)
+                                       HAS_SCALE=scale is not None, **kw)
     return dx
 
 

@@ -138,6 +138,40 @@ def test_sliced_forward_of_unaligned_rows():
     _check_unaligned("cpu")
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
+@pytest.mark.parametrize("n", [4097, 9000, 12281, 12285, 12287, 50257])
+def test_realigned_rows_of_every_lead(dtype, n):
+    # 8 rows of n classes: every lead (the row start's distance past a 16-byte
+    # boundary) of VEC = 2, 4 or 8; the row's last column in the last slice or, when
+    # the realigned positions end just past a slice (12287 fp32: 12290 > 3 * 4096),
+    # in the one before it; targets on the first and last columns. Forward and backward
+    # realigned (as on a GPU) on the CPU: as torch, and as not realigned.
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(8, n, generator=g) * 2).to(dtype)
+    t = torch.tensor([n - 1, 0, n - 1, 5, -100, n - 2, 0, n - 1])
+    rtol = 2e-3 if dtype == torch.float16 else 1e-5
+    for reduction in ("none", "mean"):
+        for smoothing in (0.0, 0.1):
+            want = F.cross_entropy(x.double(), t, reduction=reduction, label_smoothing=smoothing)
+            plain = S._ce_plan(x, t, smoothing, reduction, realign=False)
+            plan = S._ce_plan(x, t, smoothing, reduction, realign=True)
+            assert plan.bwd_realigned_kw is not None and (n <= S.CE_ONE_CHUNK or plan.slice_kw["REALIGN"])
+            out, scale, lse = S._ce_forward_with(plan, x, t, -100)
+            torch.testing.assert_close(out.double(), want if reduction == "none" else want.to(out.dtype).double(),
+                                       rtol=rtol, atol=rtol)
+            dloss = torch.randn(8, generator=g) if reduction == "none" else torch.tensor(1.5)
+            dx = S._ce_backward_with(plan, x, t, lse, dloss, scale, -100)
+            dx_plain = S._ce_backward_with(plain, x, t, lse, dloss, scale, -100)
+            # The same arithmetic per logit, other accesses (the CPU's exp of a [G, VEC]
+            # tile and of a row differ in the last bit or two in fp32, a little more on tiny
+            # terms; an fp16 result may round the other way).
+            same = {torch.float64: (0, 0), torch.float32: (1e-6, 1e-11), torch.float16: (1e-3, 1e-6)}[dtype]
+            torch.testing.assert_close(dx, dx_plain, rtol=same[0], atol=same[1])
+            xr = x.double().clone().requires_grad_(True)
+            (F.cross_entropy(xr, t, reduction=reduction, label_smoothing=smoothing) * dloss.double()).sum().backward()
+            torch.testing.assert_close(dx.double(), xr.grad, rtol=rtol, atol=1e-3 if dtype == torch.float16 else 1e-7)
+
+
 @pytest.mark.parametrize("n", [32000, 50257])
 def test_slices_of_minus_infinity(n):
     # A whole slice of -inf logits adds nothing (not NaN: _max_or_zero), as torch's;
@@ -234,8 +268,12 @@ def test_sliced_forward_is_two_gpu_kernels_and_its_gradient_matches():
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert len(names) == 2, names  # the slices, the merge (with the mean)
-    xg = x.float().requires_grad_(True)
-    xr = x.double().requires_grad_(True)
-    tk.cross_entropy(xg, t, label_smoothing=0.1).backward()
-    F.cross_entropy(xr, t, label_smoothing=0.1).backward()
-    torch.testing.assert_close(xg.grad.double(), xr.grad, rtol=1e-4, atol=1e-9)
+    # The backward of rows not 16-byte aligned walks them from their boundaries too.
+    for dtype, atol in ((torch.float32, 1e-9), (torch.float16, 1e-6)):
+        xg = x.to(dtype).requires_grad_(True)
+        xr = x.double().requires_grad_(True)
+        tk.cross_entropy(xg, t, label_smoothing=0.1).backward()
+        F.cross_entropy(xr, t, label_smoothing=0.1).backward()
+        torch.testing.assert_close(xg.grad.double(), xr.grad, rtol=2e-3 if dtype == torch.float16 else 1e-4,
+                                   atol=atol)
+        assert S._ce_plan_for(xg, t, 0.1).bwd_realigned_kw is not None
