@@ -1,5 +1,5 @@
 """softmax (optional fused dropout), log_softmax and cross_entropy, one fused kernel
-per direction.
+per direction (two launches for a cross_entropy forward over a long vocabulary).
 
 softmax/log_softmax: one program per row, the row held in registers (max, exp, sum,
 scale: one read, one write). Dropout draws its mask from Philox as activation.py
@@ -21,7 +21,10 @@ rows, 'sum') is in the launch that ends with the rows' losses: programs sum whol
 groups (fixed by the row count), one partial per group, and the last program to finish
 (an atomic counter) adds the partials in index order, so the result depends neither on
 timing nor on how many programs ran (SMs, CPU threads). The backward kernel walks the
-row in chunks: dlogits = (exp(x - lse) - onehot) * dloss.
+row in chunks: dlogits = (exp(x - lse) - onehot) * dloss. On a GPU, rows the compiler
+cannot prove 16-byte aligned (GPT-2's 50257 classes, odd strides) are walked from each
+row's 16-byte boundary (_from_boundary), so they too are read and written 16 bytes at
+a time.
 """
 from __future__ import annotations
 
@@ -40,8 +43,9 @@ CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one til
 # Longer rows are split into slices of this many classes, a program each, held as one
 # tile of CE_SLICE_WARPS warps (32 logits per thread, as a 4096-class row's program:
 # that kernel alone reads at copy speed on an H100). At 4096x32000 fp16 the program per
-# row walking 16 chunks of 2048 reached 0.90 of copy alone, 0.83 with the fused mean
-# (bench/results/kernels_cuda_float16_cefwd.md); the slices: kernels_cuda_float16_ce32k.md.
+# row walking 16 chunks of 2048 reached 0.90 of copy alone, 0.835 with the fused mean;
+# the slices with the merge 0.98 (2048x50257: 0.765 -> 0.98), 2048-class slices 0.955,
+# 8 warps 0.93 (bench/results/kernels_cuda_float16_ce32k.md).
 CE_SLICE = 4096
 CE_SLICE_WARPS = 4
 # At most this many slices per row (the merge holds a row's slices in one tile); longer
@@ -275,7 +279,7 @@ def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign
             if SMOOTH:
                 x_lane += tl.where(mask, xc, 0.0)
         m = tl.max(m_lane, axis=0)
-        s = tl.sum(s_lane * tl.exp(m_lane - m), axis=0)
+        s = tl.sum(s_lane * tl.exp(m_lane - _max_or_zero(m)), axis=0)
         if SMOOTH:
             x_sum = tl.sum(x_lane, axis=0)
     tl.store(WORK + unit, m)
