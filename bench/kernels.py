@@ -86,9 +86,12 @@ def cases(rows, cols, device, dtype, lib=tk):
     k_in = 1024
     xl, wl, bl = t(rows // 4, k_in), t(cols // 2, k_in, scale=k_in ** -0.5), t(cols // 2)
     q, kk = t(8, rows // 8, 64), t(8, rows // 8, 64)
-    # A language model's vocabulary: rows / 4 rows of 32000 classes (walked in chunks).
+    # A language model's vocabulary: rows / 4 rows of 32000 classes (split in slices),
+    # rows / 8 of GPT-2's 50257 (odd: rows not 16-byte aligned).
     x_vocab = t(max(1, rows // 4), 32000)
     t_vocab = torch.randint(0, 32000, (x_vocab.shape[0],), generator=g).to(device)
+    x_gpt2 = t(max(1, rows // 8), 50257)
+    t_gpt2 = torch.randint(0, 50257, (x_gpt2.shape[0],), generator=g).to(device)
 
     def rope_ref(a, wt):
         n = F.rms_norm(a, (hd,), wt, 1e-6)
@@ -117,6 +120,8 @@ def cases(rows, cols, device, dtype, lib=tk):
         "cross_entropy": ((x,), lambda a: lib.cross_entropy(a, tgt), lambda a: F.cross_entropy(a, tgt), None, mat),
         "cross_entropy(vocab=32000)": ((x_vocab,), lambda a: lib.cross_entropy(a, t_vocab),
                                        lambda a: F.cross_entropy(a, t_vocab), None, x_vocab.numel() * e),
+        "cross_entropy(vocab=50257)": ((x_gpt2,), lambda a: lib.cross_entropy(a, t_gpt2),
+                                       lambda a: F.cross_entropy(a, t_gpt2), None, x_gpt2.numel() * e),
         "add_relu": ((x, r), lib.add_relu, lambda a, b_: F.relu(a + b_), "add_relu", 3 * mat),
         "mul_tanh": ((x, r), lib.mul_tanh, lambda a, b_: torch.tanh(a * b_), "mul_tanh", 3 * mat),
         "bias_gelu": ((x, b), lib.bias_gelu, lambda a, b_: F.gelu(a + b_), None, 2 * mat),

@@ -33,8 +33,9 @@ from tessera.kernels import rope as RP  # noqa: E402
 from tessera.kernels import softmax_ce as S  # noqa: E402
 
 
-def candidates(rows, cols, dev="cuda"):
-    """name -> (fn, bytes moved)."""
+def candidates(rows, cols, dev="cuda", baseline=None):
+    """name -> (fn, bytes moved); baseline: another copy of tessera.kernels whose
+    cross_entropy is timed next to the library's on the vocabulary shapes."""
     f16 = torch.float16
     g = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(rows, cols, generator=g).to(dev, f16)
@@ -42,15 +43,20 @@ def candidates(rows, cols, dev="cuda"):
     mat = x.numel() * 2
     out = {}
 
-    # cross_entropy forward: the row kernel alone (reduction 'none': a program per row),
-    # then with the loss reduction fused (the mean): programs walking runs of rows, as
-    # many per SM as given, the last to finish summing the row groups' partials (at most
-    # max_groups groups); on the 16384x4096 input and on a 4096x32000 vocabulary (walked
-    # in 2048-wide chunks). History of the candidates: kernels_cuda_float16_cefwd.md.
+    # cross_entropy forward. 16384x4096 (rows held whole): the row kernel alone
+    # (reduction 'none': a program per row), then with the loss reduction fused (the
+    # mean): programs walking runs of rows, as many per SM as given, the last to finish
+    # summing the row groups' partials (at most max_groups groups). Language-model
+    # vocabularies (4096x32000, 2048x50257: rows split in slices): the slice kernel alone
+    # (a program per row slice of `block` classes held as one tile), the slices + the
+    # merge with the mean (the library's two launches) for each tile and warps, and the
+    # library op in fp16 and bf16. History of the candidates: kernels_cuda_float16_cefwd.md,
+    # kernels_cuda_float16_ce32k.md.
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 2
-    vocab_rows = max(1, rows // 4)
-    x_vocab = torch.randn(vocab_rows, 32000, generator=g).to(dev, f16)
-    t_vocab = torch.randint(0, 32000, (vocab_rows,), generator=g).to(dev)
+    x_vocab = torch.randn(max(1, rows // 4), 32000, generator=g).to(dev, f16)
+    t_vocab = torch.randint(0, 32000, (x_vocab.shape[0],), generator=g).to(dev)
+    x_gpt2 = torch.randn(max(1, rows // 8), 50257, generator=g).to(dev, f16)
+    t_gpt2 = torch.randint(0, 50257, (x_gpt2.shape[0],), generator=g).to(dev)
     arrived = torch.zeros(1, device=dev, dtype=torch.int64)
 
     def xent(logits, tgt, w, per_sm=None, max_groups=None):
@@ -66,16 +72,43 @@ def candidates(rows, cols, dev="cuda"):
         red_out = torch.empty((), device=dev, dtype=f16)
         return lambda: S._xent_fwd_kernel[(progs,)](
             logits, tgt, loss, lse, part, red_out, part, arrived, n, n_rows, rpp, n, -100, 0.0, group_rows,
-            n_groups, SMOOTH=False, ONE_CHUNK=block >= n, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=block,
+            n_groups, SMOOTH=False, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=block,
             FINAL=min(S.CE_LOSS_GROUP, 256 * w), num_warps=w)
-    for logits, tgt in ((x, tgt), (x_vocab, t_vocab)):
+
+    def sliced(logits, tgt, block, w, merge, realign=None):
+        plan = S._ce_plan(logits, tgt, 0.0, "mean", slice_block=block, slice_warps=w, realign=realign)
+        if merge:
+            return lambda: S._ce_forward_with(plan, logits, tgt, -100)
+        work = plan.new_work()
+        misalign = S._misalignment(logits) if plan.slice_kw["REALIGN"] else 0
+        return lambda: S._xent_slice_kernel[(plan.units,)](logits, tgt, work, plan.stride, plan.n, plan.slices,
+                                                           plan.units, misalign, **plan.slice_kw)
+
+    shape, nbytes = "x".join(map(str, x.shape)), x.numel() * 2
+    out[f"cross_entropy {shape} fwd kernel, num_warps=4"] = (xent(x, tgt, 4), nbytes)
+    out[f"cross_entropy {shape} fwd kernel + fused mean, num_warps=4, 8 programs per SM"] = (
+        xent(x, tgt, 4, 8), nbytes)
+    out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), nbytes)
+    for logits, tgt_v in ((x_vocab, t_vocab), (x_gpt2, t_gpt2)):
         shape, nbytes = "x".join(map(str, logits.shape)), logits.numel() * 2
-        out[f"cross_entropy {shape} fwd kernel, num_warps=4"] = (xent(logits, tgt, 4), nbytes)
-        for per_sm, max_groups in ((8, None), (8, 8192)):
-            out[f"cross_entropy {shape} fwd kernel + fused mean, num_warps=4, {per_sm} programs per SM, "
-                f"<= {max_groups or S.CE_MAX_GROUPS} row groups"] = (xent(logits, tgt, 4, per_sm, max_groups), nbytes)
+        for block, w in ((2048, 4), (4096, 4), (4096, 8), (8192, 8)):
+            if w == 4:
+                out[f"cross_entropy {shape} slices alone, {block} classes a slice, num_warps={w}"] = (
+                    sliced(logits, tgt_v, block, w, False), nbytes)
+            out[f"cross_entropy {shape} slices + merge (mean), {block} classes a slice, num_warps={w}"] = (
+                sliced(logits, tgt_v, block, w, True), nbytes)
+        if logits.shape[1] % 16:  # rows not 16-byte aligned: read element by element instead of realigned
+            out[f"cross_entropy {shape} slices + merge (mean), 4096 classes a slice, num_warps=4, not realigned"] = (
+                sliced(logits, tgt_v, 4096, 4, True, realign=False), nbytes)
         out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (
-            lambda logits=logits, tgt=tgt: tk.cross_entropy(logits, tgt), nbytes)
+            lambda logits=logits, tgt_v=tgt_v: tk.cross_entropy(logits, tgt_v), nbytes)
+        bf = logits.to(torch.bfloat16)
+        out[f"cross_entropy {shape} bf16 tk.cross_entropy (library default)"] = (
+            lambda bf=bf, tgt_v=tgt_v: tk.cross_entropy(bf, tgt_v), nbytes)
+        if baseline is not None:
+            for name, a in (("", logits), ("bf16 ", bf)):
+                out[f"cross_entropy {shape} {name}baseline's cross_entropy (library default)"] = (
+                    lambda a=a, tgt_v=tgt_v: baseline.cross_entropy(a, tgt_v), nbytes)
 
     # gelu_dropout forward: column block and warps.
     y = torch.empty_like(x)
@@ -174,11 +207,17 @@ def main():
     ap.add_argument("--tag", default="")
     ap.add_argument("--only", default="", help="only the candidates whose name starts with one of these "
                                                  "(comma-separated)")
+    ap.add_argument("--baseline", default="", help="a folder with another copy of tessera.kernels (its "
+                                                     "cross_entropy is timed alongside)")
     ap.add_argument("--smoke", action="store_true", help="run every candidate once on the CPU at 256x4096 (no timing)")
     args = ap.parse_args()
     only = tuple(args.only.split(","))
+    baseline = None
+    if args.baseline:
+        from host_time import load_baseline  # noqa: E402  (bench/host_time.py)
+        baseline = load_baseline(args.baseline)
     if args.smoke:
-        for name, (fn, _) in candidates(256, 4096, "cpu").items():
+        for name, (fn, _) in candidates(256, 4096, "cpu", baseline).items():
             if not name.startswith(only):
                 continue
             fn()
@@ -187,7 +226,7 @@ def main():
     t0 = time.time()
     rows_out, records = [], []
     with torch.no_grad():
-        for name, (fn, nbytes) in candidates(16384, 4096).items():
+        for name, (fn, nbytes) in candidates(16384, 4096, baseline=baseline).items():
             if not name.startswith(only):
                 continue
             src = torch.empty(max(nbytes // 8, 1), dtype=torch.float32, device="cuda")

@@ -1,5 +1,5 @@
 """softmax (optional fused dropout), log_softmax and cross_entropy, one fused kernel
-per direction.
+per direction (two launches for a cross_entropy forward over a long vocabulary).
 
 softmax/log_softmax: one program per row, the row held in registers (max, exp, sum,
 scale: one read, one write). Dropout draws its mask from Philox as activation.py
@@ -7,19 +7,24 @@ does (one call per eight columns, so a dropout kernel's row tile is [BLOCK / 8, 
 the backward pass regenerates exactly the forward mask from the seed; nothing is
 stored for it.
 
-cross_entropy: one program per row walks the vocabulary in chunks with an online
-log-sum-exp kept per lane (no probability tensor is ever stored), then subtracts the
-target's logit. Per lane, for a chunk x with running max m and sum s:
+cross_entropy: rows up to CE_ONE_CHUNK classes are held whole by one program (max,
+exp, sum: one exp per logit), then the target's logit is subtracted. Longer rows (a
+language model's vocabulary) are split into CE_SLICE-wide slices, a program per
+(row, slice) holding its slice as one tile (so a row's slices are all in flight at
+once, as short rows are), each storing its slice's max m_k and sum s_k of exp(x - m_k);
+a second small launch merges a row's slices in slice order:
 
-    m' = max(m, x);   s = s * exp(m - m') + exp(x - m')      (lanes still at -inf stay 0)
-    at the end:  M = max over lanes of m,  lse = M + log(sum(s * exp(m - M)))
+    M = max_k m_k,   lse = M + log(sum_k s_k * exp(m_k - M)),   loss = lse - x[target]
 
-The loss reduction ('mean' over the non-ignored rows, 'sum') is in the same launch:
-each program walks a run of rows, whole groups of them (the groups fixed by the row
-count), one partial per group, and the last program to finish (an atomic counter)
-adds the partials in index order, so the result depends neither on timing nor on how
-many programs ran (SMs, CPU threads). The backward kernel walks the chunks again:
-dlogits = (exp(x - lse) - onehot) * dloss.
+No probability tensor is ever stored. The loss reduction ('mean' over the non-ignored
+rows, 'sum') is in the launch that ends with the rows' losses: programs sum whole row
+groups (fixed by the row count), one partial per group, and the last program to finish
+(an atomic counter) adds the partials in index order, so the result depends neither on
+timing nor on how many programs ran (SMs, CPU threads). The backward kernel walks the
+row in chunks: dlogits = (exp(x - lse) - onehot) * dloss. On a GPU, rows the compiler
+cannot prove 16-byte aligned (GPT-2's 50257 classes, odd strides) are walked from each
+row's 16-byte boundary (_from_boundary), so they too are read and written 16 bytes at
+a time.
 """
 from __future__ import annotations
 
@@ -33,8 +38,21 @@ import tessera.language as tl
 from . import _host as H
 from .activation import _dropout_keep, _keep_from
 
-CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy kernels
+CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy backward
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
+# Longer rows are split into slices of this many classes, a program each, held as one
+# tile of CE_SLICE_WARPS warps (32 logits per thread, as a 4096-class row's program:
+# that kernel alone reads at copy speed on an H100). At 4096x32000 fp16 the program per
+# row walking 16 chunks of 2048 reached 0.90 of copy alone, 0.835 with the fused mean;
+# the slices with the merge 0.98 (2048x50257: 0.765 -> 0.98), 2048-class slices 0.955,
+# 8 warps 0.93 (bench/results/kernels_cuda_float16_ce32k.md).
+CE_SLICE = 4096
+CE_SLICE_WARPS = 4
+# At most this many slices per row (the merge holds a row's slices in one tile); longer
+# rows give each slice several CE_SLICE-wide chunks, walked with an online log-sum-exp.
+CE_MAX_SLICES = 256
+# The merge's tile of (rows, slices) partials holds at most this many.
+CE_MERGE_TILE = 2048
 # The forward with a reduced loss ('mean', 'sum') runs this many warps per SM as
 # programs that each walk a run of rows (32 warps: 8 programs of 4 warps, which
 # their <= 64 registers per thread keep resident at once on an H100; 9 per SM measured
@@ -131,46 +149,25 @@ def _exp_of_difference(x, m):
 
 
 @tessera.kernel
-def _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr,
-              ACC: tl.constexpr, BLOCK: tl.constexpr):
-    """(log-sum-exp, loss) of one row from its target's logit x_t: with ONE_CHUNK the
-    row is the tile x (ACC, -inf past n_cols), else it is walked here from `base`."""
-    if ONE_CHUNK:
-        # The whole row in one tile (BLOCK >= n_cols): one exp per element, as softmax.
-        m = tl.max(x, axis=0)
-        lse = m + tl.log(tl.sum(_exp_of_difference(x, m), axis=0))
-        if SMOOTH:
-            x_sum = tl.where(cols < n_cols, x, 0.0)
-    else:
-        m_lane = tl.full([BLOCK], -float("inf"), ACC)
-        s_lane = tl.zeros([BLOCK], ACC)
-        x_sum = tl.zeros([BLOCK], ACC)
-        for start in range(0, n_cols, BLOCK):
-            c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector loads
-            mask = c < n_cols
-            xc = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
-            # A NaN logit makes its lane's max and sum NaN, so the row's loss is NaN (as
-            # torch's); a lane still at -inf (nothing seen but masked columns) sums 0.
-            m_new = tl.maximum(m_lane, xc, propagate_nan=tl.PropagateNan.ALL)
-            s_lane = tl.where(m_new == -float("inf"), 0.0,
-                              s_lane * _exp_of_difference(m_lane, m_new) + _exp_of_difference(xc, m_new))
-            m_lane = m_new
-            if SMOOTH:
-                x_sum += tl.where(mask, xc, 0.0)
-        m = tl.max(m_lane, axis=0)
-        lse = m + tl.log(tl.sum(s_lane * tl.exp(m_lane - m), axis=0))
+def _xent_row(x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr):
+    """(log-sum-exp, loss) of one row held whole in the tile x (ACC, -inf past n_cols),
+    from its target's logit x_t: one exp per element, as softmax."""
+    m = tl.max(x, axis=0)
+    lse = m + tl.log(tl.sum(_exp_of_difference(x, m), axis=0))
     loss = lse - x_t
     if SMOOTH:
         # torch's label smoothing: (1 - eps) * nll + eps * mean over classes of -log p.
-        loss = (1.0 - smoothing) * loss + smoothing * (lse - tl.sum(x_sum, axis=0) / n_cols)
+        x_sum = tl.sum(tl.where(cols < n_cols, x, 0.0), axis=0)
+        loss = (1.0 - smoothing) * loss + smoothing * (lse - x_sum / n_cols)
     return lse, loss
 
 
 @tessera.kernel
 def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_rows, rows_per_program, n_cols,
-                     ignore_index, smoothing, group_rows, n_groups, SMOOTH: tl.constexpr, ONE_CHUNK: tl.constexpr,
+                     ignore_index, smoothing, group_rows, n_groups, SMOOTH: tl.constexpr,
                      REDUCE: tl.constexpr, MEAN: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
                      FINAL: tl.constexpr):
+    # Rows of up to CE_ONE_CHUNK classes (BLOCK >= n_cols), each held whole.
     # Program p: rows p * rows_per_program .. (p + 1) * rows_per_program - 1 (a few
     # programs per SM or CPU thread, so the loss reduction's atomic is per program, not
     # per row). Without REDUCE, LOSS gets each row's loss. With it the rows form groups
@@ -192,9 +189,7 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
         row = r.to(tl.int64)
         base = X + row * stride_x
         # The row's loads first, then the target's (its logit's address waits for it).
-        x = total  # unused: _xent_row walks the row itself
-        if ONE_CHUNK:
-            x = tl.load(base + cols, mask=cols < n_cols, other=-float("inf")).to(ACC)
+        x = tl.load(base + cols, mask=cols < n_cols, other=-float("inf")).to(ACC)
         t = tl.load(T + row)
         valid = t != ignore_index
         # A target outside [0, n_cols) (and not ignore_index) must not read another
@@ -203,7 +198,7 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
         # assert would stop the context).
         in_range = (t >= 0) & (t < n_cols)
         x_t = tl.load(base + tl.where(valid & in_range, t, 0)).to(ACC)
-        lse, loss = _xent_row(base, x, x_t, n_cols, cols, smoothing, SMOOTH, ONE_CHUNK, ACC, BLOCK)
+        lse, loss = _xent_row(x, x_t, n_cols, cols, smoothing, SMOOTH)
         loss = tl.where(valid, tl.where(in_range, loss, float("nan")), 0.0)
         tl.store(LSE + row, lse)
         if REDUCE:
@@ -219,6 +214,173 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
             tl.store(LOSS + row, loss)
     if REDUCE:
         _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN, ACC, FINAL)
+
+
+@tessera.kernel
+def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign, SMOOTH: tl.constexpr,
+                       ACC: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, REALIGN: tl.constexpr,
+                       VEC: tl.constexpr):
+    """Program u = row * n_slices + k: slice k of the row (CHUNKS * BLOCK classes from
+    column k * CHUNKS * BLOCK, with REALIGN from that position counted from the 16-byte
+    boundary at or before the row's start, see _from_boundary). Stores the slice's max
+    at WORK[u], its sum of exp(x - max) at WORK[n_units + u], with SMOOTH its sum of
+    logits at WORK[2 * n_units + u]; the slice holding the row's target stores that
+    logit at WORK[(2 or 3) * n_units + row] (no slice does for ignored or out-of-range
+    targets: the merge does not read it then). misalign: X's address past a 16-byte
+    boundary, in elements (REALIGN)."""
+    unit = tl.program_id(0)
+    row = unit // n_slices
+    k = unit - row * n_slices
+    first = k * (CHUNKS * BLOCK)
+    base = X + row.to(tl.int64) * stride_x
+    t = tl.load(T + row)
+    lead = 0  # columns of the row's first 16 bytes before column 0 (REALIGN)
+    if REALIGN:
+        # The slice as one [BLOCK / VEC, VEC] tile: all its loads in flight at once.
+        lead = _lead(row, stride_x, misalign, VEC)
+        at, col, whole, partial, edge = _from_boundary(lead, first, n_cols, BLOCK, VEC)
+        src = tl.multiple_of(X + (row.to(tl.int64) * stride_x - lead), 16)
+        x = tl.load(src + at, mask=whole, other=-float("inf"))
+        if edge:  # the row's partial first or last group of VEC
+            x = tl.where(whole, x, tl.load(src + at, mask=partial, other=-float("inf")))
+        x = x.to(ACC)
+        in_row = (col >= 0) & (col < n_cols)
+        m = tl.max(tl.max(x, axis=1), axis=0)
+        s = tl.sum(tl.sum(_exp_of_difference(x, _max_or_zero(m)), axis=1), axis=0)
+        if SMOOTH:
+            x_sum = tl.sum(tl.sum(tl.where(in_row, x, 0.0), axis=1), axis=0)
+    elif CHUNKS == 1:
+        # The slice as one tile: all its loads in flight at once, one exp per logit.
+        c = tl.multiple_of(first + tl.arange(0, BLOCK), BLOCK)  # slices start at multiples of BLOCK: vector loads
+        x = tl.load(base + c, mask=c < n_cols, other=-float("inf")).to(ACC)
+        m = tl.max(x, axis=0)
+        s = tl.sum(_exp_of_difference(x, _max_or_zero(m)), axis=0)
+        if SMOOTH:
+            x_sum = tl.sum(tl.where(c < n_cols, x, 0.0), axis=0)
+    else:
+        # Rows of more than CE_MAX_SLICES * CE_SLICE classes: the slice in CHUNKS chunks,
+        # an online log-sum-exp per lane. For a chunk x with running max m and sum s:
+        #     m' = max(m, x);   s = s * exp(m - m') + exp(x - m')   (lanes still at -inf stay 0)
+        # and at the end  M = max over lanes of m,  sum = sum over lanes of s * exp(m - M).
+        cols = tl.arange(0, BLOCK)
+        m_lane = tl.full([BLOCK], -float("inf"), ACC)
+        s_lane = tl.zeros([BLOCK], ACC)
+        x_lane = tl.zeros([BLOCK], ACC)
+        for start in range(first, tl.minimum(first + CHUNKS * BLOCK, n_cols), BLOCK):
+            c = tl.multiple_of(start + cols, BLOCK)
+            mask = c < n_cols
+            xc = tl.load(base + c, mask=mask, other=-float("inf")).to(ACC)
+            # A NaN logit makes its lane's max and sum NaN, so the row's loss is NaN (as
+            # torch's); a lane still at -inf (nothing seen but masked columns) sums 0.
+            m_new = tl.maximum(m_lane, xc, propagate_nan=tl.PropagateNan.ALL)
+            s_lane = tl.where(m_new == -float("inf"), 0.0,
+                              s_lane * _exp_of_difference(m_lane, m_new) + _exp_of_difference(xc, m_new))
+            m_lane = m_new
+            if SMOOTH:
+                x_lane += tl.where(mask, xc, 0.0)
+        m = tl.max(m_lane, axis=0)
+        s = tl.sum(s_lane * tl.exp(m_lane - _max_or_zero(m)), axis=0)
+        if SMOOTH:
+            x_sum = tl.sum(x_lane, axis=0)
+    tl.store(WORK + unit, m)
+    tl.store(WORK + n_units + unit, s)
+    target_at = 2 * n_units
+    if SMOOTH:
+        tl.store(WORK + 2 * n_units + unit, x_sum)
+        target_at = 3 * n_units
+    holds = (t >= first - lead) & (t < first - lead + CHUNKS * BLOCK) & (t < n_cols)
+    x_t = tl.load(base + tl.where(holds, t, 0), mask=holds, other=0.0).to(ACC)
+    tl.store(WORK + target_at + row, x_t, mask=holds)
+
+
+@tessera.kernel
+def _max_or_zero(m):
+    """The value a slice's terms exp(x - m) are taken against: its max m, or 0 for a
+    slice of -inf logits only (or, realigned, of none of the row's), whose terms are
+    then e^-87 each (the merge multiplies their sum by exp(-inf - M) = 0) instead of
+    exp(-inf - -inf) = NaN. A NaN logit still makes its term NaN."""
+    return tl.where(m == -float("inf"), 0.0, m)
+
+
+@tessera.kernel
+def _lead(row, stride, misalign, VEC: tl.constexpr):
+    """Elements between the 16-byte boundary at or before the row's start and its start
+    (VEC elements = 16 bytes; the array's base is `misalign` elements past a boundary)."""
+    return ((row.to(tl.int64) * stride + misalign) % VEC).to(tl.int32)
+
+
+@tessera.kernel
+def _from_boundary(lead, first, n_cols, BLOCK: tl.constexpr, VEC: tl.constexpr):
+    """Positions first .. first + BLOCK of a row counted from the 16-byte boundary `lead`
+    elements before its start, as a [BLOCK / VEC, VEC] tile, for rows whose starts the
+    compiler cannot prove aligned (odd vocabularies as GPT-2's 50257, odd strides):
+    (at, col, whole, partial, edge): the positions, their columns (col = at - lead),
+    the groups of VEC wholly inside the row (their mask is the group's alone: 16-byte
+    accesses), the row's lanes in its partial first and last groups (element accesses),
+    and whether this tile holds either of those (only then is `partial` worth an access).
+    Example, fp16 (VEC 8), a row starting at element 8003 of a 16-byte aligned array,
+    BLOCK 4096: lead 3; the tile at first 0 holds 3 lanes before the row, then columns
+    0..4092 (group 0 partial: columns 0..4), the tile at first 4096 columns 4093..8188."""
+    g = tl.arange(0, BLOCK // VEC)
+    at = first + VEC * g[:, None] + tl.arange(0, VEC)[None, :]
+    col = at - lead
+    group_col = (first + VEC * g - lead)[:, None]  # each group's first column
+    whole = (group_col >= 0) & (group_col + VEC <= n_cols)
+    partial = ((group_col < 0) | (group_col + VEC > n_cols)) & (col >= 0) & (col < n_cols)
+    # the tile holds column 0's group, or the last column's (position n_cols - 1 + lead)
+    edge = (first == 0) | (first + BLOCK >= n_cols + lead)
+    return at, col, whole, partial, edge
+
+
+@tessera.kernel
+def _xent_merge_kernel(T, WORK, LOSS, LSE, PART, OUT, SCALE, ARRIVED, n_rows, n_cols, n_slices, n_units,
+                       ignore_index, smoothing, group_rows, n_groups, SMOOTH: tl.constexpr, REDUCE: tl.constexpr,
+                       MEAN: tl.constexpr, ACC: tl.constexpr, ROWS: tl.constexpr, SLICES: tl.constexpr,
+                       FINAL: tl.constexpr):
+    """Program g merges rows g * group_rows onward (group_rows of them, ROWS a step)
+    from _xent_slice_kernel's partials in WORK: each row's log-sum-exp into LSE and its
+    loss into LOSS, or with REDUCE the group's loss sum into PART[g], the last program
+    adding those (_sum_partials_when_last). The groups and the order of every sum depend
+    on the shape alone: the same bits every run."""
+    g = tl.program_id(0)
+    first = g * group_rows
+    end = tl.minimum(first + group_rows, n_rows)
+    rr = tl.arange(0, ROWS)
+    kk = tl.arange(0, SLICES)
+    total = tl.zeros([ROWS], ACC)
+    counted = tl.zeros([ROWS], tl.int32)
+    target_at = 2 * n_units
+    if SMOOTH:
+        target_at = 3 * n_units
+    for start in range(first, end, ROWS):
+        r = start + rr
+        live = r < end
+        u = r.to(tl.int64)[:, None] * n_slices + kk[None, :]
+        um = live[:, None] & (kk[None, :] < n_slices)
+        m = tl.load(WORK + u, mask=um, other=-float("inf"))
+        s = tl.load(WORK + n_units + u, mask=um, other=0.0)
+        t = tl.load(T + r, mask=live, other=ignore_index)
+        valid = t != ignore_index
+        in_range = (t >= 0) & (t < n_cols)
+        x_t = tl.load(WORK + target_at + r, mask=live & valid & in_range, other=0.0)
+        # Slices past the row's end (m = -inf) add 0; a NaN slice (a NaN logit) makes the
+        # row NaN. Rows past `end` are never stored or added (M is -inf there).
+        big = tl.max(m, axis=1)
+        lse = big + tl.log(tl.sum(s * tl.exp(m - big[:, None]), axis=1))
+        loss = lse - x_t
+        if SMOOTH:
+            x_sum = tl.sum(tl.load(WORK + 2 * n_units + u, mask=um, other=0.0), axis=1)
+            loss = (1.0 - smoothing) * loss + smoothing * (lse - x_sum / n_cols)
+        loss = tl.where(valid, tl.where(in_range, loss, float("nan")), 0.0)
+        tl.store(LSE + r, lse, mask=live)
+        if REDUCE:
+            total += tl.where(live, loss, 0.0)
+            counted += tl.where(live & valid, 1, 0)
+        else:
+            tl.store(LOSS + r, loss, mask=live)
+    if REDUCE:
+        tl.store(PART + g, tl.sum(total, axis=0))
+        _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, tl.sum(counted, axis=0), n_groups, MEAN, ACC, FINAL)
 
 
 @tessera.kernel
@@ -257,9 +419,13 @@ def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN: 
 
 @tessera.kernel
 def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols, ignore_index, smoothing,
-                     SMOOTH: tl.constexpr, HAS_SCALE: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+                     SMOOTH: tl.constexpr, HAS_SCALE: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
+                     REALIGN: tl.constexpr, VEC: tl.constexpr):
     # Row r's loss gradient: DLOSS[r] (reduction 'none'), or the reduced loss's
     # gradient DLOSS[0] (stride 0) times SCALE[0] (1/count for 'mean', 1 for 'sum').
+    # REALIGN (X's rows as DX's: stride n_cols, both arrays 16-byte aligned, rows not
+    # provably so): the row is walked from its 16-byte boundary (_from_boundary), so its
+    # loads and stores are 16 bytes wide but for its partial first and last groups.
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     t = tl.load(T + row)
@@ -269,16 +435,37 @@ def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols
     # Ignored rows get zero gradients; an out-of-range target NaN ones (its loss is NaN).
     d = tl.where(t != ignore_index, tl.where((t >= 0) & (t < n_cols), d, float("nan")), 0.0)
     lse = tl.load(LSE + row)
-    for start in range(0, n_cols, BLOCK):
-        c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector accesses
-        mask = c < n_cols
-        x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
-        g = tl.exp(x - lse)
-        if SMOOTH:
-            g = g - tl.where(c == t, 1.0 - smoothing, 0.0) - smoothing / n_cols
-        else:
-            g = tl.where(c == t, g - 1.0, g)
-        tl.store(DX + row * n_cols + c, g * d, mask=mask)
+    if REALIGN:
+        lead = _lead(row, n_cols, 0, VEC)
+        src = tl.multiple_of(X + (row * n_cols - lead), 16)
+        dst = tl.multiple_of(DX + (row * n_cols - lead), 16)
+        for first in range(0, n_cols + lead, BLOCK):
+            at, c, whole, partial, edge = _from_boundary(lead, first, n_cols, BLOCK, VEC)
+            x = tl.load(src + at, mask=whole, other=0.0)
+            if edge:
+                x = tl.where(whole, x, tl.load(src + at, mask=partial, other=0.0))
+            dx = _xent_grad(x.to(ACC), c, t, lse, d, n_cols, smoothing, SMOOTH)
+            tl.store(dst + at, dx, mask=whole)
+            if edge:
+                tl.store(dst + at, dx, mask=partial)
+    else:
+        for start in range(0, n_cols, BLOCK):
+            c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector accesses
+            mask = c < n_cols
+            x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
+            tl.store(DX + row * n_cols + c, _xent_grad(x, c, t, lse, d, n_cols, smoothing, SMOOTH), mask=mask)
+
+
+@tessera.kernel
+def _xent_grad(x, c, t, lse, d, n_cols, smoothing, SMOOTH: tl.constexpr):
+    """dlogits of logits x in columns c of a row with target t, log-sum-exp lse and loss
+    gradient d: (softmax - the (smoothed) one-hot target) * d."""
+    g = tl.exp(x - lse)
+    if SMOOTH:
+        g = g - tl.where(c == t, 1.0 - smoothing, 0.0) - smoothing / n_cols
+    else:
+        g = tl.where(c == t, g - 1.0, g)
+    return g * d
 
 
 def _moveaxis(x, src, dst):
@@ -437,10 +624,10 @@ def _check_targets(logits, target, ignore_index, deferred=False):
     return target
 
 
-def _fwd_programs_per_sm(warps, block, smooth, one_chunk, dtype):
-    """Programs per SM of the reducing forward: CE_WARPS_PER_SM warps, fewer where the
-    kernel's registers keep fewer blocks resident (an H100 SM has 65536 registers: at 4
-    warps, 4096 classes' 48 registers per thread fit 10 blocks, a chunked row's 63 8,
+def _fwd_programs_per_sm(warps, block, smooth, dtype):
+    """Programs per SM of the reducing forward of rows held whole: CE_WARPS_PER_SM warps,
+    fewer where the kernel's registers keep fewer blocks resident (an H100 SM has 65536
+    registers: at 4 warps, 4096 classes' 48 registers per thread fit 10 blocks,
     smoothing's ~80 6, 64 logits per thread's 96 5, with smoothing 168 3).
     Every program must be resident from the start: rows are split evenly, so a program
     that waits for a free SM makes the launch take up to twice as long.
@@ -480,19 +667,65 @@ def _row_groups(rows, programs, max_groups=None):
 
 
 def _ce_block(n):
-    """The whole row up to CE_ONE_CHUNK classes, else CE_BLOCK-wide chunks."""
+    """The whole row up to CE_ONE_CHUNK classes, else CE_BLOCK-wide chunks (the backward's)."""
     b = H.block_for(n, 1 << 30)
     return b if b <= CE_ONE_CHUNK else CE_BLOCK
+
+
+def _misalignment(x):
+    """Elements from the 16-byte boundary at or before x's data to it."""
+    if H.is_torch(x):
+        return x.data_ptr() % 16 // x.element_size()
+    ptr = x.data.ptr if H.is_cupy(x) else x.__array_interface__["data"][0]
+    return ptr % 16 // x.itemsize
+
+
+def _slicing(rows, n, slice_block=None):
+    """How the forward splits rows longer than CE_ONE_CHUNK classes: (chunks per slice,
+    slices per row, merge rows per step, merge group rows, merge groups). Slices of
+    one slice_block-wide tile (CE_SLICE), at most CE_MAX_SLICES per row (longer rows
+    take several chunks a slice). The merge holds (rows, slices) tiles of at most
+    CE_MERGE_TILE partials, 32 rows at most (so a 4096-row batch has 128 merge programs
+    of one step each); its groups (at most CE_MAX_GROUPS, each summed into one partial)
+    depend on the shape alone."""
+    width = slice_block or CE_SLICE
+    chunks = -(-n // (width * CE_MAX_SLICES))
+    slices = -(-n // (width * chunks))
+    step = max(1, min(32, CE_MERGE_TILE // H.block_for(slices, 1 << 30)))
+    group_rows = step * -(-(-(-rows // step)) // CE_MAX_GROUPS)
+    return chunks, slices, step, group_rows, -(-rows // group_rows)
+
+
+def _bwd_kws(logits, stride, n, block, smoothing, realign):
+    """The backward's constexprs and launch options: (plain, realigned or None). The
+    realigned walk (rows read and written from their 16-byte boundaries) needs rows not
+    provably aligned, the logits' rows laid out as the gradient's (stride n) and, at the
+    launch, both arrays 16-byte aligned (_ce_backward_with checks the logits')."""
+    plain = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block, REALIGN=False, VEC=1,
+                 **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
+    if not (realign and stride == n and n % 16 != 0):
+        return plain, None
+    return plain, dict(plain, REALIGN=True, VEC=16 // _element_size(logits))
+
+
+def _element_size(x):
+    return x.element_size() if H.is_torch(x) else x.itemsize
 
 
 class _CePlan:
     """cross_entropy's launches for one layout of (logits, target) and options."""
     __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "reduce", "mean",
-                 "programs", "rows_per_program", "group_rows", "n_groups", "fwd_kw", "bwd_kw", "new_dx", "new_lse",
-                 "new_out", "new_part", "new_scale")
+                 "programs", "rows_per_program", "group_rows", "n_groups", "fwd_kw", "bwd_kw", "bwd_realigned_kw",
+                 "new_dx", "new_lse", "new_out", "new_part", "new_scale", "slices", "units", "slice_kw", "merge_kw",
+                 "new_work")
 
 
-def _ce_plan(logits, target, smoothing, reduction):
+def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps=None, realign=None):
+    """slice_block, slice_warps: the slices' tile and warps for rows longer than
+    CE_ONE_CHUNK (CE_SLICE, CE_SLICE_WARPS; bench/memory_bound_configs.py tries others);
+    realign: whether rows not provably 16-byte aligned are read from their 16-byte
+    boundaries (None: on a GPU; the CPU's code for its [BLOCK / VEC, VEC] tiles is 7x
+    slower than for the plain row, 128x50257 fp32: 18 ms against 2.4)."""
     H.check_float("cross_entropy", logits)
     if logits.ndim != 2:
         raise ValueError(f"tessera.kernels.cross_entropy: logits must be (rows, classes), got {tuple(logits.shape)}")
@@ -516,21 +749,49 @@ def _ce_plan(logits, target, smoothing, reduction):
     plan.new_out = H.allocator(logits, ()) if plan.reduce else H.allocator(logits, (rows,), "acc")
     plan.new_scale = H.allocator(logits, (1,), "acc")
     plan.new_part = H.allocator(logits, (0,), "acc")  # (no rows)
-    plan.fwd_kw = plan.bwd_kw = None
-    if rows and n:
-        # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element);
-        # longer ones are walked in CE_BLOCK chunks with the online log-sum-exp.
+    plan.fwd_kw = plan.bwd_kw = plan.bwd_realigned_kw = plan.slice_kw = plan.merge_kw = None
+    realign_any = H.on_gpu(logits) if realign is None else realign
+    plan.slices = plan.units = 0
+    if rows and n > CE_ONE_CHUNK:
+        # Long rows: a program per (row, slice), then the merge (_xent_merge_kernel),
+        # whose groups of rows carry the loss reduction.
         block = _ce_block(n)
-        plan.fwd_kw = dict(SMOOTH=smoothing > 0, ONE_CHUNK=block >= n, REDUCE=plan.reduce, MEAN=plan.mean,
+        width = slice_block or CE_SLICE
+        # Rows whose starts or ends the compiler cannot prove 16-byte aligned (a row
+        # stride or a class count not a multiple of 16, as 50257) would be read an
+        # element per instruction: their slices are counted from each row's 16-byte
+        # boundary instead (_from_boundary), spanning VEC - 1 more positions.
+        vec = 16 // _element_size(logits)
+        realign = realign_any and (plan.stride % 16 != 0 or n % 16 != 0)
+        chunks, plan.slices, step, plan.group_rows, plan.n_groups = _slicing(rows, n + (vec - 1) * realign, width)
+        if realign and chunks > 1:  # (rows of over a million classes: chunked slices, unaligned)
+            realign = False
+            chunks, plan.slices, step, plan.group_rows, plan.n_groups = _slicing(rows, n, width)
+        plan.units = rows * plan.slices
+        plan.programs = plan.n_groups
+        plan.slice_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=width, CHUNKS=chunks,
+                             REALIGN=realign, VEC=vec,
+                             **H.row_launch_options(logits, width, max_warps=slice_warps or CE_SLICE_WARPS))
+        plan.merge_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits),
+                             ROWS=step, SLICES=H.block_for(plan.slices, 1 << 30), FINAL=_final_block(logits, 1024),
+                             **H.row_launch_options(logits, 1024, max_warps=4))
+        plan.bwd_kw, plan.bwd_realigned_kw = _bwd_kws(logits, plan.stride, n, block, smoothing, realign_any)
+        # The slices' (max, sum[, logit sum]) and the targets' logits.
+        plan.new_work = H.allocator(logits, ((3 if smoothing > 0 else 2) * plan.units + rows,), "acc")
+        if plan.reduce:
+            plan.new_part = H.allocator(logits, (plan.n_groups,), "acc")
+    elif rows and n:
+        # Rows up to CE_ONE_CHUNK classes are held whole (one pass, one exp per element).
+        block = _ce_block(n)
+        plan.fwd_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean,
                            ACC=H.acc_dtype(logits), BLOCK=block, FINAL=_final_block(logits, block),
                            **H.row_launch_options(logits, block, max_warps=CE_FWD_MAX_WARPS))
-        plan.bwd_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block,
-                           **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
+        plan.bwd_kw, plan.bwd_realigned_kw = _bwd_kws(logits, plan.stride, n, block, smoothing, realign_any)
         if plan.reduce:
             # Runs of rows per program (one per row without a reduction, as before): on
             # a GPU as many programs as stay resident at once, a few per CPU thread.
             progs = H.num_programs_for_partials(logits, rows, per_sm=_fwd_programs_per_sm(
-                plan.fwd_kw.get("num_warps", 4), block, smoothing > 0, block >= n, H.dtype_name(logits)))
+                plan.fwd_kw.get("num_warps", 4), block, smoothing > 0, H.dtype_name(logits)))
             plan.group_rows, plan.n_groups, plan.rows_per_program, plan.programs = _row_groups(rows, progs)
             plan.new_part = H.allocator(logits, (plan.n_groups,), "acc")
     return plan
@@ -559,6 +820,12 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing, reduction="no
     deferred = reduction != "none" and H.is_torch(target) and not target.is_cuda
     target = _check_targets(logits, target, ignore_index, deferred)
     plan = _ce_plan_for(logits, target, smoothing, reduction)
+    return _ce_forward_with(plan, logits, target, ignore_index, deferred)
+
+
+def _ce_forward_with(plan, logits, target, ignore_index, deferred=False):
+    """cross_entropy_forward's launches under `plan` (checked arguments; deferred: check
+    a CPU target's values when the reduced loss is NaN)."""
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
     lse = plan.new_lse()
@@ -572,10 +839,18 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing, reduction="no
     else:
         out = loss = part = plan.new_out()
         scale, arrived = lse, t  # not touched without REDUCE
-    if plan.fwd_kw is not None:
-        _xent_fwd_kernel[(plan.programs,)](xv, t, loss, lse, part, out, scale, arrived, plan.stride, plan.rows,
-                                           plan.rows_per_program, plan.n, int(ignore_index), plan.smoothing,
-                                           plan.group_rows, plan.n_groups, **plan.fwd_kw)
+    if plan.fwd_kw is not None or plan.slice_kw is not None:
+        if plan.slice_kw is not None:
+            work = plan.new_work()
+            _xent_slice_kernel[(plan.units,)](xv, t, work, plan.stride, plan.n, plan.slices, plan.units,
+                                              _misalignment(xv) if plan.slice_kw["REALIGN"] else 0, **plan.slice_kw)
+            _xent_merge_kernel[(plan.programs,)](t, work, loss, lse, part, out, scale, arrived, plan.rows, plan.n,
+                                                 plan.slices, plan.units, int(ignore_index), plan.smoothing,
+                                                 plan.group_rows, plan.n_groups, **plan.merge_kw)
+        else:
+            _xent_fwd_kernel[(plan.programs,)](xv, t, loss, lse, part, out, scale, arrived, plan.stride, plan.rows,
+                                               plan.rows_per_program, plan.n, int(ignore_index), plan.smoothing,
+                                               plan.group_rows, plan.n_groups, **plan.fwd_kw)
         if deferred and math.isnan(out.item()):
             _check_cpu_target_values(target, plan.n, ignore_index)
     elif plan.reduce:  # no rows: the sum is 0, the mean 0/0
@@ -588,15 +863,22 @@ def cross_entropy_forward(logits, target, ignore_index, smoothing, reduction="no
 def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoothing):
     """dlogits for the loss gradient dloss: per row (reduction 'none', scale None) or of
     the reduced loss (scale: the array cross_entropy_forward returned, the factor at 0)."""
-    plan = _ce_plan_for(logits, target, smoothing)
+    return _ce_backward_with(_ce_plan_for(logits, target, smoothing), logits, target, lse, dloss, scale, ignore_index)
+
+
+def _ce_backward_with(plan, logits, target, lse, dloss, scale, ignore_index):
+    """cross_entropy_backward's launch under `plan`."""
     xv = logits if plan.x_direct else H.rows_view(logits, plan.n)
     t = target if plan.t_direct else H.contiguous(target)
     dx = plan.new_dx()
     dl = H.contiguous(dloss)
     if plan.bwd_kw is not None:
+        kw = plan.bwd_kw
+        if plan.bwd_realigned_kw is not None and _misalignment(xv) == 0:
+            kw = plan.bwd_realigned_kw
         _xent_bwd_kernel[(plan.rows,)](xv, t, lse, dl, scale if scale is not None else lse, dx, plan.stride,
                                        0 if scale is not None else 1, plan.n, int(ignore_index), plan.smoothing,
-                                       HAS_SCALE=scale is not None, **plan.bwd_kw)
+                                       HAS_SCALE=scale is not None, **kw)
     return dx
 
 

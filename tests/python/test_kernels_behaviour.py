@@ -108,8 +108,8 @@ def test_reduce_any_dim_numpy():
 # --------------------------------------------------------------------------- cross entropy
 
 def test_cross_entropy_large_vocabulary_chunked():
-    """50257 classes walk the chunked online log-sum-exp (2048 per step); logits far
-    from 0 check that the running max keeps exp() in range."""
+    """50257 classes: the forward's 13 slices (merged by their maxima), the backward's
+    2048-wide chunks; logits far from 0 check that the maxima keep exp() in range."""
     logits = (torch.randn(3, 50257, dtype=torch.float32) * 4 + 200).requires_grad_(True)
     t = torch.tensor([0, 50256, 12345])
     loss = tk.cross_entropy(logits, t)
@@ -134,7 +134,7 @@ def _check_cross_entropy_nan_row(n, device):
     assert torch.isnan(tk.cross_entropy(x.to(device), t.to(device)).cpu())  # the mean over rows
 
 
-@pytest.mark.parametrize("n", [37, 9000], ids=["one_chunk", "chunked"])
+@pytest.mark.parametrize("n", [37, 9000], ids=["one_chunk", "sliced"])
 def test_cross_entropy_nan_logit_gives_a_nan_row(n):
     # The clamped exp of the forward kernels (softmax_ce._exp_of_difference) must not
     # turn a NaN into e^-87, and the chunked walk must not skip a lane whose first
@@ -143,7 +143,7 @@ def test_cross_entropy_nan_logit_gives_a_nan_row(n):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [37, 9000], ids=["one_chunk", "chunked"])
+@pytest.mark.parametrize("n", [37, 9000], ids=["one_chunk", "sliced"])
 def test_cross_entropy_nan_logit_gives_a_nan_row_on_the_gpu(n):
     # On the GPU the clamp is max.NaN.f32 and the exp ex2.approx.ftz (both keep NaN).
     if not torch.cuda.is_available():
@@ -166,7 +166,7 @@ def _check_out_of_range_targets_give_nan(device, n):
     assert torch.isnan(g[[1, 3]]).all() and (g[2] == 0).all() and torch.isfinite(g[0]).all()
 
 
-@pytest.mark.parametrize("n", [37, 9000], ids=["one_chunk", "chunked"])
+@pytest.mark.parametrize("n", [37, 9000], ids=["one_chunk", "sliced"])
 def test_cross_entropy_kernel_guards_out_of_range_targets(n, monkeypatch):
     # On the CPU the host check raises first (below); bypass it to test the kernel's guard.
     from tessera.kernels import softmax_ce
@@ -176,7 +176,7 @@ def test_cross_entropy_kernel_guards_out_of_range_targets(n, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [37, 9000], ids=["one_chunk", "chunked"])
+@pytest.mark.parametrize("n", [37, 9000], ids=["one_chunk", "sliced"])
 def test_cross_entropy_out_of_range_device_targets_give_nan(n):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")

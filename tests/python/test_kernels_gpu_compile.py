@@ -95,6 +95,8 @@ def _record_specializations(monkeypatch, dtype):
     tk.softmax(torch.randn(3, 33, dtype=dtype), dropout_p=0.2, seed=1)
     for name in ("layer_norm", "softmax", "cross_entropy"):  # long rows: 8192-wide tiles, 16 warps
         check_case(next(c for c in ALL_CASES if c.name == name), (2, 4097), dtype)
+    # rows longer than softmax_ce.CE_ONE_CHUNK: the sliced forward (two launches)
+    check_case(next(c for c in ALL_CASES if c.name == "cross_entropy"), (2, 9000), dtype)
     tk.gelu_dropout(torch.randn(3, 33, dtype=dtype, requires_grad=True), 0.2, seed=1).sum().backward()
     monkeypatch.setattr(J, "compile_specialization", real)
     return list(seen.values())

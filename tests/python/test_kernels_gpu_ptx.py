@@ -55,12 +55,40 @@ def test_cross_entropy_forward_uses_the_short_ex2_for_every_element(num_warps, t
     # 4096 classes over 32 * num_warps threads; exp(x - max) clamped at e^-87
     # (_exp_of_difference) is one ex2.approx.ftz each, with no denormal handling.
     ptx = _ptx(S._xent_fwd_kernel, "*fp16:16,*i64:16,*fp32:16,*fp32:16,*fp32:16,*fp16:16,*fp32:16,*i64:16,i32:16,i32,"
-               "i32,i32:16,i32,fp32,i32,i32", dict(SMOOTH=False, ONE_CHUNK=True, REDUCE=True, MEAN=True,
+               "i32,i32:16,i32,fp32,i32,i32", dict(SMOOTH=False, REDUCE=True, MEAN=True,
                                                    ACC=tl.float32, BLOCK=4096, FINAL=S.CE_LOSS_GROUP),
                num_warps, tmp_path)
     assert ptx.count("ex2.approx.ftz.f32") == 4096 // (32 * num_warps)
     assert "ex2.approx.f32" not in ptx
     assert ptx.count("max.NaN.f32") == 4096 // (32 * num_warps)  # the clamp keeps a NaN logit NaN
+
+
+@pytest.mark.parametrize("realign", [False, True])
+def test_cross_entropy_slices_load_16_bytes_at_a_time(realign, tmp_path):
+    # A 4096-class slice over 128 threads: four 16-byte loads per thread, an ex2 per
+    # logit. Rows not provably 16-byte aligned (stride, class count without :16) load
+    # from the row's 16-byte boundary (_from_boundary); only its first and last slices
+    # take the element-wise loads of the row's partial groups, behind a branch.
+    sig = "*fp16:16,*i64:16,*fp32:16," + ("i32,i32,i32,i32,i32" if realign else "i32:16,i32:16,i32,i32:16,i32")
+    ptx = _ptx(S._xent_slice_kernel, sig, dict(SMOOTH=False, ACC=tl.float32, BLOCK=4096, CHUNKS=1, REALIGN=realign,
+                                               VEC=8), 4, tmp_path)
+    assert ptx.count("ld.global.v4.b32") == 4
+    assert ptx.count("ld.global.b16") == (1 + 32 if realign else 1)  # (+ the target's logit)
+    assert ptx.count("ex2.approx.ftz.f32") == 32 and "ex2.approx.f32" not in ptx
+    if realign:
+        assert "bra" in ptx
+
+
+@pytest.mark.parametrize("realign", [False, True])
+def test_cross_entropy_backward_of_unaligned_rows_is_16_bytes_wide(realign, tmp_path):
+    # Rows of an odd class count (stride and n without :16): element accesses only, or,
+    # realigned from each row's 16-byte boundary, one 16-byte load and store per thread
+    # and chunk (2048 classes, 8 warps), the element ones only behind the edge branch.
+    sig = "*fp16:16,*i64:16,*fp32:16,*fp32:16,*fp32:16,*fp16:16,i32,i32,i32,i32,fp32"
+    ptx = _ptx(S._xent_bwd_kernel, sig, dict(SMOOTH=False, HAS_SCALE=True, ACC=tl.float32, BLOCK=2048,
+                                             REALIGN=realign, VEC=8), 8, tmp_path)
+    assert ptx.count("ld.global.v4.b32") == ptx.count("st.global.v4.b32") == (1 if realign else 0)
+    assert ptx.count("ld.global.b16") == ptx.count("st.global.b16") == 8
 
 
 def test_rms_norm_rope_positions_use_32_bit_division(tmp_path):

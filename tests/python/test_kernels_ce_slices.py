@@ -1,0 +1,281 @@
+"""cross_entropy's sliced forward (kernels/softmax_ce.py: rows longer than CE_ONE_CHUNK
+classes): a program per (row, slice) storing the slice's max and sum of exponentials,
+then the merge launch (log-sum-exp, the target's logit, the loss reduction). Against
+torch in fp64, bit-identical runs, every output and partial written (poisoned arrays),
+the arrival counter back at zero; the same on a GPU (the `gpu` marker)."""
+import importlib
+
+import numpy as np
+import pytest
+
+import tessera.kernels as tk
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+H = importlib.import_module("tessera.kernels._host")
+S = importlib.import_module("tessera.kernels.softmax_ce")
+
+
+def _case(rows, n, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed + rows + n)
+    x = torch.randn(rows, n, generator=g) * 3
+    t = torch.randint(0, n, (rows,), generator=g)
+    t[1::5] = -100  # ignored rows: no loss, not counted by the mean
+    if rows > 3:
+        t[3] = n - 1  # the last column (the last, partial slice)
+    return x.to(device, dtype), t.to(device)
+
+
+def _counters_are_zero():
+    return all(not np.asarray(c.cpu() if H.is_torch(c) else c).any() for c in H._ARRIVAL_COUNTERS.values())
+
+
+def _check_against_torch(x, t, rtol, atol):
+    xd, tc = x.double().cpu(), t.cpu()
+    for reduction in ("mean", "sum", "none"):
+        for smoothing in (0.0, 0.1):
+            got = tk.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
+            want = F.cross_entropy(xd, tc, reduction=reduction, label_smoothing=smoothing)
+            assert got.dtype == x.dtype and got.shape == want.shape
+            if x.dtype != torch.float32:  # the reference rounded as the result is
+                want = want.to(x.dtype).double()
+            torch.testing.assert_close(got.double().cpu(), want, rtol=rtol, atol=atol, equal_nan=True,
+                                       msg=lambda m: f"{reduction}, smoothing {smoothing}: {m}")
+
+
+def _check_bits_repeat(x, t):
+    for reduction in ("mean", "sum", "none"):
+        runs = [tk.cross_entropy(x, t, reduction=reduction, label_smoothing=0.1) for _ in range(8)]
+        assert all(torch.equal(r, runs[0]) for r in runs), reduction
+
+
+def test_slicing_covers_the_row_and_the_rows():
+    for rows in (1, 2, 31, 32, 33, 4096, 65537, 10 ** 6):
+        for n in (8193, 32000, 50257, 256 * 4096, 256 * 4096 + 1, 3 * 10 ** 6):
+            chunks, slices, step, group_rows, groups = S._slicing(rows, n)
+            width = chunks * S.CE_SLICE
+            assert slices <= S.CE_MAX_SLICES and (slices - 1) * width < n <= slices * width
+            assert step * H.block_for(slices, 1 << 30) <= max(S.CE_MERGE_TILE, H.block_for(slices, 1 << 30))
+            assert group_rows % step == 0 and groups <= S.CE_MAX_GROUPS
+            assert (groups - 1) * group_rows < rows <= groups * group_rows
+
+
+@pytest.mark.parametrize("rows,n", [(1, 8193), (1, 32000), (7, 9000), (33, 32000), (5, 50257)])
+def test_sliced_forward_matches_torch(rows, n):
+    x, t = _case(rows, n, "cpu")
+    _check_against_torch(x, t, rtol=1e-5, atol=1e-6)
+    _check_bits_repeat(x, t)
+    assert _counters_are_zero()
+
+
+def test_sliced_forward_backward_and_far_logits():
+    # Logits far from 0 (the slices' maxima keep exp in range) and their gradient.
+    x, t = _case(6, 20000, "cpu")
+    x = (x + 300).requires_grad_(True)
+    xr = x.detach().double().requires_grad_(True)
+    loss = tk.cross_entropy(x, t, label_smoothing=0.05)
+    ref = F.cross_entropy(xr, t, label_smoothing=0.05)
+    torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=1e-5)
+    loss.backward()
+    ref.backward()
+    torch.testing.assert_close(x.grad.double(), xr.grad, rtol=1e-4, atol=1e-8)
+
+
+@pytest.mark.parametrize("max_slices,n", [(2, 32000), (1, 9000), (3, 50257)])
+def test_slices_of_several_chunks(monkeypatch, max_slices, n):
+    # Rows longer than CE_MAX_SLICES slices walk each slice in CE_SLICE chunks (the
+    # online log-sum-exp); made reachable here by allowing fewer slices.
+    monkeypatch.setattr(S, "CE_MAX_SLICES", max_slices)
+    S._CE_PLANS.clear()
+    try:
+        chunks, slices, *_ = S._slicing(9, n)
+        assert chunks > 1 and slices <= max_slices
+        x, t = _case(9, n, "cpu")
+        x[2, 5] = float("nan")  # a NaN logit: that row's loss is NaN
+        x[4, : chunks * S.CE_SLICE + 10] = -float("inf")  # a slice of -inf logits adds nothing
+        t[4] = n - 1
+        _check_against_torch(x, t, rtol=1e-5, atol=1e-6)
+        assert torch.isnan(tk.cross_entropy(x, t, reduction="none")[2])
+    finally:
+        S._CE_PLANS.clear()
+
+
+def _unaligned_views(device, dtype=torch.float32):
+    """(name, logits, target): rows whose starts are not 16-byte aligned (the realigned
+    slices) and an aligned stride on a misaligned base, next to their contiguous copies."""
+    g = torch.Generator().manual_seed(11)
+    flat = torch.randn(6 * 32000 + 16, generator=g).to(device, dtype)
+    wide = torch.randn(5, 32011, generator=g).to(device, dtype)
+    gpt2 = torch.randn(5, 50257, generator=g).to(device, dtype)
+    t5 = torch.tensor([0, 31999, -100, 17, 4100], device=device)
+    return [("base 3 elements past a boundary", flat[3:3 + 6 * 32000].view(6, 32000),
+             torch.tensor([0, 31999, -100, 4095, 4096, 12], device=device)),
+            ("base 1 element past, odd stride", flat[1:1 + 5 * 32011].view(5, 32011)[:, :32000], t5),
+            ("column view, stride 32011", wide[:, 5:32005], t5),
+            ("odd vocabulary", gpt2, torch.tensor([50256, 0, -100, 8191, 8192], device=device))]
+
+
+def _check_unaligned(device, dtype=torch.float32, rtol=1e-5, atol=1e-6):
+    # The library's plan (realigned on a GPU only) and a realigned one on either device.
+    for name, x, t in _unaligned_views(device, dtype):
+        for reduction in ("mean", "none"):
+            for smoothing in (0.0, 0.1):
+                got = tk.cross_entropy(x, t, reduction=reduction, label_smoothing=smoothing)
+                want = tk.cross_entropy(x.contiguous(), t, reduction=reduction, label_smoothing=smoothing)
+                ref = F.cross_entropy(x.double().cpu(), t.cpu(), reduction=reduction, label_smoothing=smoothing)
+                torch.testing.assert_close(got.double().cpu(), ref if dtype == torch.float32 else
+                                           ref.to(dtype).double(), rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+                torch.testing.assert_close(got, want, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+                plan = S._ce_plan(x, t, smoothing, reduction, realign=True)
+                assert plan.slice_kw["REALIGN"] or name.startswith("base 3"), name  # (16-byte row strides)
+                out, _, lse = S._ce_forward_with(plan, x, t, -100)
+                _, _, want_lse = S.cross_entropy_forward(x.contiguous(), t, -100, smoothing, reduction)
+                torch.testing.assert_close(out.double().cpu(), ref, rtol=rtol, atol=atol,
+                                           msg=lambda m: f"{name}, realigned: {m}")
+                torch.testing.assert_close(lse, want_lse, rtol=1e-5, atol=1e-5)
+
+
+def test_sliced_forward_of_unaligned_rows():
+    _check_unaligned("cpu")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])
+@pytest.mark.parametrize("n", [4097, 9000, 12281, 12285, 12287, 50257])
+def test_realigned_rows_of_every_lead(dtype, n):
+    # 8 rows of n classes: every lead (the row start's distance past a 16-byte
+    # boundary) of VEC = 2, 4 or 8; the row's last column in the last slice or, when
+    # the realigned positions end just past a slice (12287 fp32: 12290 > 3 * 4096),
+    # in the one before it; targets on the first and last columns. Forward and backward
+    # realigned (as on a GPU) on the CPU: as torch, and as not realigned.
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(8, n, generator=g) * 2).to(dtype)
+    t = torch.tensor([n - 1, 0, n - 1, 5, -100, n - 2, 0, n - 1])
+    rtol = 2e-3 if dtype == torch.float16 else 1e-5
+    for reduction in ("none", "mean"):
+        for smoothing in (0.0, 0.1):
+            want = F.cross_entropy(x.double(), t, reduction=reduction, label_smoothing=smoothing)
+            plain = S._ce_plan(x, t, smoothing, reduction, realign=False)
+            plan = S._ce_plan(x, t, smoothing, reduction, realign=True)
+            assert plan.bwd_realigned_kw is not None and (n <= S.CE_ONE_CHUNK or plan.slice_kw["REALIGN"])
+            out, scale, lse = S._ce_forward_with(plan, x, t, -100)
+            torch.testing.assert_close(out.double(), want if reduction == "none" else want.to(out.dtype).double(),
+                                       rtol=rtol, atol=rtol)
+            dloss = torch.randn(8, generator=g) if reduction == "none" else torch.tensor(1.5)
+            dx = S._ce_backward_with(plan, x, t, lse, dloss, scale, -100)
+            dx_plain = S._ce_backward_with(plain, x, t, lse, dloss, scale, -100)
+            # The same arithmetic per logit, other accesses (the CPU's exp of a [G, VEC]
+            # tile and of a row differ in the last bit or two in fp32, a little more on tiny
+            # terms; an fp16 result may round the other way).
+            same = {torch.float64: (0, 0), torch.float32: (1e-6, 1e-11), torch.float16: (1e-3, 1e-6)}[dtype]
+            torch.testing.assert_close(dx, dx_plain, rtol=same[0], atol=same[1])
+            xr = x.double().clone().requires_grad_(True)
+            (F.cross_entropy(xr, t, reduction=reduction, label_smoothing=smoothing) * dloss.double()).sum().backward()
+            torch.testing.assert_close(dx.double(), xr.grad, rtol=rtol, atol=1e-3 if dtype == torch.float16 else 1e-7)
+
+
+@pytest.mark.parametrize("n", [32000, 50257])
+def test_slices_of_minus_infinity(n):
+    # A whole slice of -inf logits adds nothing (not NaN: _max_or_zero), as torch's;
+    # a NaN among -infs still makes the row NaN.
+    x, t = _case(4, n, "cpu", seed=2)
+    x[0, :8200] = -float("inf")
+    x[1, -9000:] = -float("inf")
+    x[2, 100:5000] = -float("inf")
+    t[:3] = torch.tensor([9000, 5, 99])
+    x[3, :4500] = -float("inf")
+    x[3, 7] = float("nan")
+    got = tk.cross_entropy(x, t, reduction="none")
+    want = F.cross_entropy(x.double(), t, reduction="none")
+    torch.testing.assert_close(got[:3].double(), want[:3], rtol=1e-5, atol=1e-6)
+    assert torch.isnan(got[3])
+
+
+def _check_poisoned(monkeypatch, device):
+    # The plan's allocators hand out NaN-filled arrays: an output element or a slice's
+    # partial that no program wrote would turn up as a NaN (or a different loss).
+    x, t = _case(37, 32000, device, seed=5)
+    S._CE_PLANS.clear()
+    try:
+        for reduction in ("mean", "none"):
+            want_out, want_scale, want_lse = S.cross_entropy_forward(x, t, -100, 0.1, reduction)
+            plan = S._ce_plan_for(x, t, 0.1, reduction)
+            for name in ("new_work", "new_lse", "new_out", "new_part"):
+                make = getattr(plan, name)
+                monkeypatch.setattr(plan, name, lambda make=make: make().fill_(float("nan")))
+            out, scale, lse = S.cross_entropy_forward(x, t, -100, 0.1, reduction)
+            assert torch.equal(out, want_out) and torch.equal(lse, want_lse), reduction
+            assert not torch.isnan(lse).any()
+            if scale is not None:
+                assert torch.equal(scale[:1], want_scale[:1])
+    finally:
+        S._CE_PLANS.clear()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    assert _counters_are_zero()
+
+
+def test_sliced_forward_writes_every_output_and_partial(monkeypatch):
+    _check_poisoned(monkeypatch, "cpu")
+
+
+# ------------------------------------------------------------------------------ GPU
+
+def _gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 1025, 4096])
+@pytest.mark.parametrize("n", [17, 4097, 32000, 50257])
+def test_cross_entropy_vocabularies_on_the_gpu(rows, n):
+    # One row, rows not a multiple of the merge's steps or groups, ignored rows; the
+    # rows held whole (17, 4097) and the sliced ones (32000, 50257): fp32 near torch in
+    # fp64, fp16 and bf16 near it rounded to the dtype; the same bits every run.
+    _gpu()
+    x, t = _case(rows, n, "cuda")
+    _check_against_torch(x, t, rtol=2e-5, atol=1e-5)
+    _check_bits_repeat(x, t)
+    for dtype, tol in ((torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)):
+        xh = x.to(dtype)
+        _check_against_torch(xh, t, rtol=tol, atol=tol)
+        _check_bits_repeat(xh, t)
+    torch.cuda.synchronize()
+    assert _counters_are_zero()
+
+
+@pytest.mark.gpu
+def test_sliced_forward_of_unaligned_rows_on_the_gpu():
+    _gpu()
+    _check_unaligned("cuda")
+    _check_unaligned("cuda", torch.float16, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.gpu
+def test_sliced_forward_writes_every_output_and_partial_on_the_gpu(monkeypatch):
+    _gpu()
+    _check_poisoned(monkeypatch, "cuda")
+
+
+@pytest.mark.gpu
+def test_sliced_forward_is_two_gpu_kernels_and_its_gradient_matches():
+    _gpu()
+    from torch.profiler import ProfilerActivity, profile
+    x, t = _case(2048, 50257, "cuda", dtype=torch.float16)
+    tk.cross_entropy(x, t)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        tk.cross_entropy(x, t)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(names) == 2, names  # the slices, the merge (with the mean)
+    # The backward of rows not 16-byte aligned walks them from their boundaries too.
+    for dtype, atol in ((torch.float32, 1e-9), (torch.float16, 1e-6)):
+        xg = x.to(dtype).requires_grad_(True)
+        xr = x.double().requires_grad_(True)
+        tk.cross_entropy(xg, t, label_smoothing=0.1).backward()
+        F.cross_entropy(xr, t, label_smoothing=0.1).backward()
+        torch.testing.assert_close(xg.grad.double(), xr.grad, rtol=2e-3 if dtype == torch.float16 else 1e-4,
+                                   atol=atol)
+        assert S._ce_plan_for(xg, t, 0.1).bwd_realigned_kw is not None
