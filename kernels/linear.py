@@ -274,22 +274,31 @@ def _split_k_matmul_kernel(A, B, C, PART, ARRIVED, M, N, K, s_am, s_ak, s_bk, s_
 
 
 @tessera.kernel
-def _score_product_tile(a_base, b_base, C, rm, rn, batch, M, N, K, s_am, s_ak, s_bk, s_bn, s_cb, scale,
+def _score_product_tile(a_base, b_base, C, rm, rn, batch, M, N, K, s_am, s_ak, s_bk, s_bn, s_cb, scale, first_block,
                         A_MMAJOR: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_K: tl.constexpr):
+                        BLOCK_K: tl.constexpr, ROTATE: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] tile of C[batch] = A[batch] @ B[batch] * scale (B N-major),
-    for _score_backward_kernel (inlined into each of its two branches)."""
+    for _score_backward_kernel (inlined into each of its two branches). ROTATE: the K
+    steps start at K block `first_block` and wrap around (the sum is the same, in
+    another order)."""
     rk = tl.arange(0, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    k_span = tl.cdiv(K, BLOCK_K) * BLOCK_K
     for k in range(0, K, BLOCK_K):
-        a, b = _operand_tiles(a_base, b_base, rm, rn, k + rk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, False)
+        if ROTATE:
+            kr = k + first_block * BLOCK_K
+            kr = tl.multiple_of(tl.where(kr >= k_span, kr - k_span, kr), BLOCK_K)
+        else:
+            kr = k
+        a, b = _operand_tiles(a_base, b_base, rm, rn, kr + rk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, False)
         acc = tl.dot(a, b, acc)
     _epilogue(acc, rm, rn, batch, M, N, s_cb, a_base, C, C, scale, 0, False, False, True, ACC)
 
 
 @tessera.kernel
 def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, s_kb, s_kn, scale,
-                           ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
+                           ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr,
+                           ROTATE: tl.constexpr = True):
     """attention_score's backward in one launch: dq = ds @ k * scale and dk = ds^T @ q *
     scale, q (batch, M, D), k (batch, N, D), ds (batch, M, N), rows contiguous; grid
     (cdiv(M, BLOCK_M) + cdiv(N, BLOCK_M), 1, batch). A batch's programs are its dq
@@ -307,13 +316,18 @@ def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, 
     if t < q_blocks:
         # dq[b, m, :] = sum_n ds[b, m, n] k[b, n, :]: A = ds (K-major), B = k (N-major).
         rm = t * BLOCK_M + tl.arange(0, BLOCK_M)
+        n_blocks = tl.cdiv(N, BLOCK_K)
+        first = (n_blocks - (t * BLOCK_M // BLOCK_K) % n_blocks) % n_blocks
         _score_product_tile(DS + batch * s_db, KEY + batch * s_kb, DQ, rm, rd, batch, M, D, N, s_dm, 1, s_kn, 1,
-                            M * D, scale, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K)
+                            M * D, scale, first, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K, ROTATE)
     else:
         # dk[b, n, :] = sum_m ds[b, m, n] q[b, m, :]: A = ds^T (M-major), B = q (N-major).
-        rn = (t - q_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+        j = t - q_blocks
+        rn = j * BLOCK_M + tl.arange(0, BLOCK_M)
+        m_blocks = tl.cdiv(M, BLOCK_K)
+        first = (m_blocks - (j * BLOCK_M // BLOCK_K) % m_blocks) % m_blocks
         _score_product_tile(DS + batch * s_db, Q + batch * s_qb, DK, rn, rd, batch, N, D, M, 1, s_dm, s_qm, 1,
-                            N * D, scale, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K)
+                            N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, ROTATE)
 
 
 _MATMUL_PLANS = H.Plans()

@@ -9,6 +9,8 @@
 // set to `other`; unmasked ones are plain LLVM loads/stores in addrspace(1).
 #include <llvm/IR/InlineAsm.h>
 
+#include <cstdlib>
+
 #include "codegen/common/elementwise.h"
 #include "codegen/nvptx/gpu_lowering.h"
 
@@ -143,7 +145,11 @@ void GpuLowering::emit_global_store(llvm::Value* ptr, const ElemType& e, const s
   int n = static_cast<int>(vals.size());
   llvm::Value* gptr = b_.CreateAddrSpaceCast(ptr, llvm::PointerType::get(ctx_, kGlobalAS));
   llvm::Type* mt = llvm_mem_type(ctx_, e);
-  if (is_true(pred)) {
+  // EXPERIMENT (attn helper, not for merge): st.global.cs for 16-byte stores.
+  static const bool streaming = std::getenv("TESSERA_EXPERIMENT_STORE_CS") != nullptr;
+  const bool cs = streaming && n * e.bytes() >= 16;
+  if (cs && is_true(pred)) pred = b_.getTrue();
+  if (is_true(pred) && !cs) {
     llvm::Value* v;
     if (n == 1) {
       v = to_mem(b_, vals[0], e);
@@ -158,7 +164,7 @@ void GpuLowering::emit_global_store(llvm::Value* ptr, const ElemType& e, const s
   std::vector<llvm::Value*> words = pack_words(b_, e, w, vals);
   // $0: address, $1..: words, then the predicate.
   int pred_op = 1 + w.count;
-  std::string text = "@$" + std::to_string(pred_op) + " st.global" +
+  std::string text = "@$" + std::to_string(pred_op) + " st.global" + (cs ? ".cs" : "") +
                      (w.count > 1 ? ".v" + std::to_string(w.count) : "") + "." + w.ptx + " [$0], " +
                      operand_list(1, w.count) + ";";
   std::string cons = "l";
