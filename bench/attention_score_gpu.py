@@ -45,7 +45,23 @@ def kernel_us(fn, calls):
     return best
 
 
-def forward(q, k, s, scale, tiles):
+def _events_us(fn, calls=100):
+    """CUDA events around `calls` back-to-back calls, best of 3 (us per call)."""
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(calls):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        best = min(best, a.elapsed_time(b) * 1e3 / calls)
+    return best
+
+
+def forward(q, k, s, scale, tiles, stream):
     """The forward kernel at explicit tiles (what _attention_score_fast launches)."""
     bt, m, d = q.shape
     n = k.shape[1]
@@ -53,7 +69,7 @@ def forward(q, k, s, scale, tiles):
     kernel, grid, extra, opts = L._gpu_launch(q, m, n, bt, bm, bn, dict(opts))
     kernel[grid](q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale, *extra,
                  A_MMAJOR=False, B_KMAJOR=True, ACT=L.ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
-                 ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+                 ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STREAM_C=stream, **opts)
 
 
 def backward(q, k, ds, dq, dk, scale, tiles, rotate):
@@ -67,22 +83,26 @@ def backward(q, k, ds, dq, dk, scale, tiles, rotate):
         num_stages=stages)
 
 
+# name -> ((BLOCK_M, BLOCK_N, BLOCK_K, launch options), evict-first stores)
 FORWARD = {
-    "128x128x64 s2 persistent 2": (128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}),
-    "128x128x64 s3 persistent 1": (128, 128, 64, {"num_warps": 8, "num_stages": 3, "persistent": 1}),
-    "128x256x64 s2 persistent 1": (128, 256, 64, {"num_warps": 8, "num_stages": 2, "persistent": 1}),
-    "256x128x64 s2 persistent 1": (256, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 1}),
-    "64x128x64 s2 persistent 3 (4 warps)": (64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}),
-    "128x128x64 s2 one tile per CTA": (128, 128, 64, {"num_warps": 8, "num_stages": 2}),
+    "64x128x64 w4 s2 persistent 3, .cs (shipped)": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}),
+                                                    True),
+    "64x128x64 w4 s2 persistent 3": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}), False),
+    "128x128x64 w8 s2 persistent 2, .cs": ((128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}), True),
+    "128x128x64 w8 s2 persistent 2 (before)": ((128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}),
+                                               False),
+    "64x256x64 w4 s2 persistent 2, .cs": ((64, 256, 64, {"num_warps": 4, "num_stages": 2, "persistent": 2}), True),
+    "64x64x64 w4 s2 persistent 4, .cs": ((64, 64, 64, {"num_warps": 4, "num_stages": 2, "persistent": 4}), True),
 }
 
+# name -> ((BLOCK_M, BLOCK_K, num_warps, num_stages), ROTATE)
 BACKWARD = {
-    "64x64 w4 s6": ((64, 64, 4, 6), False),
-    "64x64 w4 s6 rotated": ((64, 64, 4, 6), True),
-    "64x64 w4 s4 rotated": ((64, 64, 4, 4), True),
-    "64x64 w4 s3 rotated": ((64, 64, 4, 3), True),
-    "128x64 w8 s4 rotated": ((128, 64, 8, 4), True),
-    "128x64 w4 s4 rotated": ((128, 64, 4, 4), True),
+    "128x64 w8 s4 rotated (shipped)": ((128, 64, 8, 4), True),
+    "128x64 w8 s4": ((128, 64, 8, 4), False),
+    "128x64 w8 s3 rotated": ((128, 64, 8, 3), True),
+    "128x128 w8 s2 rotated": ((128, 128, 8, 2), True),
+    "256x64 w8 s3 rotated": ((256, 64, 8, 3), True),
+    "64x64 w4 s6 (before)": ((64, 64, 4, 6), False),
 }
 
 
@@ -106,7 +126,7 @@ def main():
     bwd_bytes = (2 * q.numel() + 2 * k.numel() + ds.numel()) * e
     lines = [f"# attention_score kernels, {torch.cuda.get_device_name()}, {args.dtype} {bt}x{m}x{n}x{d}", "",
              f"forward bytes {fwd_bytes / 1e6:.1f} MB, backward bytes {bwd_bytes / 1e6:.1f} MB; kernel us "
-             f"(torch.profiler, best of 3 x {args.calls} calls); 'of copy' = copy of the same bytes / variant", "",
+             f"(torch.profiler, best of 3 x {args.calls} calls, unless marked); 'of copy' = copy of the same bytes / variant", "",
              "| direction | variant | us | of copy | GB/s | max error / reference max |", "|---|---|---|---|---|---|"]
 
     def copy_fn(nbytes):
@@ -128,12 +148,19 @@ def main():
         kt = k.transpose(1, 2)
         row("fwd", "torch bmm (cuBLAS, no scale)", kernel_us(lambda: torch.bmm(q, kt), args.calls), copy_us,
             fwd_bytes, "")
-        for name, tiles in FORWARD.items():
+        for name, (tiles, stream) in FORWARD.items():
             s = torch.full((bt, m, n), float("nan"), dtype=dt, device="cuda")
-            forward(q, k, s, scale, tiles)
+            forward(q, k, s, scale, tiles, stream)
             err = ((s.float() - ref).abs().max() / ref.abs().max()).item()
-            row("fwd", name, kernel_us(lambda: forward(q, k, s, scale, tiles), args.calls), copy_us, fwd_bytes,
-                f"{err:.1e}")
+            row("fwd", name, kernel_us(lambda: forward(q, k, s, scale, tiles, stream), args.calls), copy_us,
+                fwd_bytes, f"{err:.1e}")
+        # The library call as bench/kernels.py times it (CUDA events around back-to-back
+        # calls: the kernel plus whatever the host adds when it is the slower side).
+        lib = importlib.import_module("tessera.kernels")
+        ev = _events_us(lambda: lib.attention_score(q, k, scale))
+        lines.append(f"| fwd | tk.attention_score, CUDA events (host included) | {ev:.1f} | {copy_us / ev:.3f} | "
+                     f"{fwd_bytes / ev / 1e3:.0f} | |")
+        print(lines[-1], flush=True)
     if args.only != "fwd":
         dsf = ds.float()
         ref_q, ref_k = dsf @ k.float() * scale, dsf.transpose(1, 2) @ q.float() * scale
