@@ -66,7 +66,12 @@ def forward(q, k, s, scale, tiles, stream):
     bt, m, d = q.shape
     n = k.shape[1]
     bm, bn, bk, opts = tiles
-    kernel, grid, extra, opts = L._gpu_launch(q, m, n, bt, bm, bn, dict(opts))
+    opts = dict(opts)
+    balanced = opts.pop("balanced", False)
+    kernel, grid, extra, opts = L._gpu_launch(q, m, n, bt, bm, bn, opts)
+    if balanced:  # as many programs as give every one the same number of tiles, +-1
+        total = tessera.cdiv(m, bm) * tessera.cdiv(n, bn) * bt
+        grid = (tessera.cdiv(total, tessera.cdiv(total, grid[0])), 1, 1)
     kernel[grid](q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale, *extra,
                  A_MMAJOR=False, B_KMAJOR=True, ACT=L.ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
                  ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STREAM_C=stream, **opts)
@@ -88,6 +93,8 @@ FORWARD = {
     "64x128x64 w4 s2 persistent 3, .cs (shipped)": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}),
                                                     True),
     "64x128x64 w4 s2 persistent 3": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}), False),
+    "64x128x64 w4 s2 persistent 3 balanced, .cs": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3,
+                                                                   "balanced": True}), True),
     "128x128x64 w8 s2 persistent 2, .cs": ((128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}), True),
     "128x128x64 w8 s2 persistent 2 (before)": ((128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}),
                                                False),
@@ -113,6 +120,8 @@ def main():
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--only", default="", help="fwd or bwd: one direction")
     ap.add_argument("--shipped", action="store_true", help="only the shipped and the before configurations")
+    ap.add_argument("--events", action="store_true", help="also CUDA-events time of each forward variant "
+                    "(back-to-back calls; 'of copy' then against the copy's events time)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     dt = getattr(torch, args.dtype)
@@ -143,6 +152,9 @@ def main():
         ref = (q.float() @ k.float().transpose(1, 2) * scale)
         copy_us = kernel_us(copy_fn(fwd_bytes), args.calls)
         row("fwd", "copy (same bytes)", copy_us, copy_us, fwd_bytes, "")
+        copy_events_us = _events_us(copy_fn(fwd_bytes)) if args.events else None
+        if args.events:
+            row("fwd", "copy (same bytes) (CUDA events)", copy_events_us, copy_events_us, fwd_bytes, "")
         out = torch.empty(bt, m, n, dtype=dt, device="cuda")
         row("fwd", "fill of the output (write only)", kernel_us(lambda: out.fill_(1.0), args.calls), copy_us,
             fwd_bytes, "")
@@ -157,6 +169,9 @@ def main():
             err = ((s.float() - ref).abs().max() / ref.abs().max()).item()
             row("fwd", name, kernel_us(lambda: forward(q, k, s, scale, tiles, stream), args.calls), copy_us,
                 fwd_bytes, f"{err:.1e}")
+            if args.events:  # back to back: the previous call's dirty L2 lines and launch gaps included
+                ev = _events_us(lambda: forward(q, k, s, scale, tiles, stream))
+                row("fwd", name + " (CUDA events)", ev, copy_events_us, fwd_bytes, "")
         # The library call as bench/kernels.py times it (CUDA events around back-to-back
         # calls: the kernel plus whatever the host adds when it is the slower side).
         lib = importlib.import_module("tessera.kernels")

@@ -595,8 +595,9 @@ def _score_backward_tiles(dtype_name, d, qs, ks, dss):
 # of a copy of the byte model's 75 MB: with the K order rotated (ROTATE) 128x64 rows x K over 8
 # warps, 4 stages, 0.887: 256 programs, all resident at once (two per SM), each ds tile read by
 # its dq and dk programs at about the same step (one read from memory, one from the L2);
-# 128x64 over 4 warps 0.83; 64x64 (512 programs, two waves) 0.70-0.75 at 3-6 stages, rotated or
-# not (0.73 unrotated 6 stages, the earlier choice: the second read of ds often from memory).
+# 128x64 over 4 warps 0.83; 64x64 (512 programs, two waves) 0.60-0.75 at 3-6 stages, rotated or
+# not (0.73 unrotated 6 stages, the earlier choice: the second read of ds often from memory);
+# 128x64 in plain order 0.71, 128x128 (K) 0.67, 256x64 0.80.
 # The two branches' rings share shared memory (lower_if): stages x (BLOCK_M + BLOCK_D) x
 # BLOCK_K x 2 bytes, 96 KB here (two CTAs per SM).
 SCORE_BACKWARD_TILES = (128, 64, 8, 4)
