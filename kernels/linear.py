@@ -316,7 +316,12 @@ def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, 
     around, so that at step t every program of a batch reads a tile of the same
     anti-diagonal (row block + column block = t mod the blocks): dq program i reads ds
     tile (i, t - i) at the step dk program t - i reads it, and the second read hits the
-    L2 -- ds leaves memory once. In plain order the two reads of tile (i, j) came up to
+    L2 -- ds leaves memory once. (Counted in BLOCK_K blocks: a program of BLOCK_M = R x
+    BLOCK_K rows starts at -R x its index, and the two reads of a tile come within R
+    steps of each other. Example, 8 x 2048 x 2048 at 128 x 64: 16 + 16 programs a batch,
+    32 K steps each; dq program 3 starts at column block 26, dk program 3 at row block
+    26; tile (6, 26) is read by dq program 3 at step 0 and by dk program 13 at step
+    6 + 26 - 32 = 0.) In plain order the two reads of tile (i, j) came up to
     a whole batch apart, and with 8 heads of 2048 x 2048 (8 MB of ds each, a few batches
     in flight against 50 MB of L2) many second reads went to memory too. Two launches
     read all of ds twice from memory (64 MB each for 8 heads: 2x the bytes).
@@ -469,7 +474,8 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
       128x256 s2 1 CTA 0.93 / 0.89, 256x128 s2 1 CTA 0.84 / 0.83, one tile per CTA 0.86 /
       0.71 (bench/results/kernels_cuda_float16_attn.md). Earlier, GPU-queued, of cuBLAS:
       128x128 s2 took q k^T from 0.80 to 0.98-0.99 and x @ W^T 8192x64x4096 from 0.67 to
-      0.98 (bench/results/kernels_cuda_float16_linear3.md).
+      0.98 (bench/results/kernels_cuda_float16_linear3.md); linear's K <= 64 products take
+      the 64x128 tiles too (plain stores; not measured there).
       Longer K keeps one tile per CTA: there the flat loop's per-step bookkeeping cost
       more than the overlap gained (x @ W^T 4096x1024x2048: 0.81 persistent 128x256 s3,
       0.68-0.69 with a wgmma group in flight at 128x128 s4 or 128x256x32 s6, against 0.88).

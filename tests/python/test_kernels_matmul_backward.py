@@ -104,18 +104,21 @@ def test_split_k_kernel_on_the_cpu(rows, n, k):
     assert _counters_are_zero()
 
 
-@pytest.mark.parametrize("bt,m,n,d", [(2, 70, 50, 24), (3, 128, 64, 64), (1, 33, 97, 40)])
-def test_score_backward_kernel_on_the_cpu(bt, m, n, d):
-    # dq and dk of one launch: a batch's dq row blocks, then its dk row blocks (32 rows
-    # each here), partial row blocks and K steps on both sides, D below its block.
+@pytest.mark.parametrize("bm,rotate", [(32, True), (64, True), (32, False)], ids=["rotated", "rotated-2", "plain"])
+@pytest.mark.parametrize("bt,m,n,d", [(2, 70, 50, 24), (3, 128, 64, 64), (1, 33, 97, 40), (2, 200, 90, 16)])
+def test_score_backward_kernel_on_the_cpu(bt, m, n, d, bm, rotate):
+    # dq and dk of one launch: a batch's dq row blocks, then its dk row blocks (32 or 64
+    # rows each here, K steps of 32: a rotation by 1 or 2 K blocks per program), partial
+    # row blocks and K steps on both sides (the rotation wraps over a partial last
+    # block), D below its block, M != N.
     gen = torch.Generator().manual_seed(bt * m + n + d)
     q, k, ds = (torch.randn(bt, m, d, generator=gen), torch.randn(bt, n, d, generator=gen),
                 torch.randn(bt, m, n, generator=gen))
     dq, dk = torch.full((bt, m, d), float("nan")), torch.full((bt, n, d), float("nan"))
-    bm, bd = 32, tessera.next_power_of_2(d)
+    bd = tessera.next_power_of_2(d)
     L._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
         ds, q, k, dq, dk, m, n, d, ds.stride(0), ds.stride(1), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        0.25, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=32)
+        0.25, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=32, ROTATE=rotate)
     _close(dq, ds.double() @ k.double() * 0.25, 3e-5, "dq")
     _close(dk, ds.double().transpose(1, 2) @ q.double() * 0.25, 3e-5, "dk")
 
