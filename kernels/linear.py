@@ -31,11 +31,12 @@ GROUP_M = 1
 
 @tessera.kernel
 def _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
-              STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr):
+              STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr, STREAM_C: tl.constexpr = False):
     """Both matmul kernels' epilogue, inlined into each: scale, bias, the pre-activation
     Z if asked, the activation, the store of C (batch, M, N) contiguous. A kernel (not a
     plain function) so that bench/kernels.py's Triton build of this file, where
-    @tessera.kernel becomes @triton.jit, can call it too."""
+    @tessera.kernel becomes @triton.jit, can call it too. STREAM_C: C is stored with
+    st.global.cs (evict-first: attention scores, larger than the L2 and read once)."""
     if SCALE:
         acc = acc * scale
     if HAS_BIAS:
@@ -51,7 +52,10 @@ def _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT: tl.constex
         acc = tl.fma(half, tl.erf(acc * 0.7071067811865476), half)
     if ACT == 3:
         acc = 0.5 * acc * (1.0 + tl.tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)))
-    tl.store(C + offs, acc, mask=out_mask)
+    if STREAM_C:
+        tl.store(C + offs, acc, mask=out_mask, cache_modifier=".cs")
+    else:
+        tl.store(C + offs, acc, mask=out_mask)
 
 
 @tessera.kernel
@@ -118,7 +122,8 @@ def _operand_tiles(a_base, b_base, rm, rn, kk, M, N, K, s_am, s_ak, s_bk, s_bn, 
 def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, scale,
                    A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
                    STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr, BATCHED: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                   STREAM_C: tl.constexpr = False):
     """The GPU kernel; grid (tiles of C, 1, batch) in grouped order (_grouped_tile).
     Every operand tile is written as `base + row * stride + col` over an index that
     starts at a scalar, masked by `index < bound` with the same index, and the K index
@@ -138,7 +143,7 @@ def _matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb, s_bk, s_bn
         # fp32 inputs: three tf32 products on tensor cores give fp32 accuracy, as
         # torch's default (allow_tf32=False) does; 16-bit inputs ignore the option.
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
-    _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC)
+    _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC, STREAM_C)
 
 
 @tessera.kernel
@@ -146,7 +151,8 @@ def _persistent_matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb,
                               A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr,
                               HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr,
                               BATCHED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False):
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
+                              STREAM_C: tl.constexpr = False):
     """_matmul_kernel on a fixed grid (a few CTAs per SM), each program taking the
     tiles t = program, program + programs, ... of all `batches` (batch-major, each in
     _grouped_tile's order); grid (programs, 1, 1).
@@ -186,7 +192,7 @@ def _persistent_matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb,
         acc = tl.dot(a, b, acc, input_precision="tf32x3")
         k += BLOCK_K
         if k >= K:
-            _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC)
+            _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT, HAS_BIAS, STORE_Z, SCALE, ACC, STREAM_C)
             acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
         last = k >= K
         t = tl.where(last, t + programs, t)
@@ -280,31 +286,51 @@ def _split_k_matmul_kernel(A, B, BIAS, C, Z, PART, ARRIVED, M, N, K, s_am, s_ak,
 
 
 @tessera.kernel
-def _score_product_tile(a_base, b_base, C, rm, rn, batch, M, N, K, s_am, s_ak, s_bk, s_bn, s_cb, scale,
+def _score_product_tile(a_base, b_base, C, rm, rn, batch, M, N, K, s_am, s_ak, s_bk, s_bn, s_cb, scale, first_block,
                         A_MMAJOR: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_K: tl.constexpr):
+                        BLOCK_K: tl.constexpr, ROTATE: tl.constexpr):
     """One [BLOCK_M, BLOCK_N] tile of C[batch] = A[batch] @ B[batch] * scale (B N-major),
-    for _score_backward_kernel (inlined into each of its two branches)."""
+    for _score_backward_kernel (inlined into each of its two branches). ROTATE: the K
+    steps start at K block `first_block` and wrap around (the sum is the same, in
+    another order)."""
     rk = tl.arange(0, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    k_span = tl.cdiv(K, BLOCK_K) * BLOCK_K
     for k in range(0, K, BLOCK_K):
-        a, b = _operand_tiles(a_base, b_base, rm, rn, k + rk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, False)
+        if ROTATE:
+            kr = k + first_block * BLOCK_K
+            kr = tl.multiple_of(tl.where(kr >= k_span, kr - k_span, kr), BLOCK_K)
+        else:
+            kr = k
+        a, b = _operand_tiles(a_base, b_base, rm, rn, kr + rk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, False)
         acc = tl.dot(a, b, acc)
     _epilogue(acc, rm, rn, batch, M, N, s_cb, a_base, C, C, scale, 0, False, False, True, ACC)
 
 
 @tessera.kernel
 def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, s_kb, s_kn, scale,
-                           ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr):
+                           ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr,
+                           ROTATE: tl.constexpr = True):
     """attention_score's backward in one launch: dq = ds @ k * scale and dk = ds^T @ q *
     scale, q (batch, M, D), k (batch, N, D), ds (batch, M, N), rows contiguous; grid
     (cdiv(M, BLOCK_M) + cdiv(N, BLOCK_M), 1, batch). A batch's programs are its dq
     row blocks, then its dk row blocks; CTAs start in grid order, x fastest, so the
     programs in flight are those of a few consecutive batches: the dq programs read
     the batch's ds along its rows, the dk programs along its columns, at about the same
-    time, and the second read of each ds tile hits the L2 (8 MB of ds per 2048x2048
-    batch; a few such batches fit the 50 MB of an H100). Two launches read all of ds
-    twice from memory (64 MB each for 8 heads: 2x the bytes).
+    time. ROTATE (the default): dq program i starts its K steps (ds's column blocks) at
+    block -i, dk program j its K steps (ds's row blocks) at block -j, both wrapping
+    around, so that at step t every program of a batch reads a tile of the same
+    anti-diagonal (row block + column block = t mod the blocks): dq program i reads ds
+    tile (i, t - i) at the step dk program t - i reads it, and the second read hits the
+    L2 -- ds leaves memory once. (Counted in BLOCK_K blocks: a program of BLOCK_M = R x
+    BLOCK_K rows starts at -R x its index, and the two reads of a tile come within R
+    steps of each other. Example, 8 x 2048 x 2048 at 128 x 64: 16 + 16 programs a batch,
+    32 K steps each; dq program 3 starts at column block 26, dk program 3 at row block
+    26; tile (6, 26) is read by dq program 3 at step 0 and by dk program 13 at step
+    6 + 26 - 32 = 0.) In plain order the two reads of tile (i, j) came up to
+    a whole batch apart, and with 8 heads of 2048 x 2048 (8 MB of ds each, a few batches
+    in flight against 50 MB of L2) many second reads went to memory too. Two launches
+    read all of ds twice from memory (64 MB each for 8 heads: 2x the bytes).
     dk's A operand is ds^T, M-major (wgmma's transposed A)."""
     batch = tl.program_id(2).to(tl.int64)
     t = tl.program_id(0)
@@ -313,33 +339,39 @@ def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, 
     if t < q_blocks:
         # dq[b, m, :] = sum_n ds[b, m, n] k[b, n, :]: A = ds (K-major), B = k (N-major).
         rm = t * BLOCK_M + tl.arange(0, BLOCK_M)
+        n_blocks = tl.cdiv(N, BLOCK_K)
+        first = (n_blocks - (t * BLOCK_M // BLOCK_K) % n_blocks) % n_blocks
         _score_product_tile(DS + batch * s_db, KEY + batch * s_kb, DQ, rm, rd, batch, M, D, N, s_dm, 1, s_kn, 1,
-                            M * D, scale, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K)
+                            M * D, scale, first, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K, ROTATE)
     else:
         # dk[b, n, :] = sum_m ds[b, m, n] q[b, m, :]: A = ds^T (M-major), B = q (N-major).
-        rn = (t - q_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+        j = t - q_blocks
+        rn = j * BLOCK_M + tl.arange(0, BLOCK_M)
+        m_blocks = tl.cdiv(M, BLOCK_K)
+        first = (m_blocks - (j * BLOCK_M // BLOCK_K) % m_blocks) % m_blocks
         _score_product_tile(DS + batch * s_db, Q + batch * s_qb, DK, rn, rd, batch, N, D, M, 1, s_dm, s_qm, 1,
-                            N * D, scale, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K)
+                            N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, ROTATE)
 
 
 _MATMUL_PLANS = H.Plans()
 
 
 def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_NONE, scale=None,
-           store_z=False, tiles=None):
+           store_z=False, tiles=None, stream=False):
     """(C, Z): C (batch, m, n) contiguous = act(scale * A @ B + bias), A and B given by
     their pointers and (batch, row, col) element strides; Z the pre-activation or None.
     tiles: (BLOCK_M, BLOCK_N, BLOCK_K, launch options) instead of the heuristic's
-    choice (bench/linear_gpu.py --sweep compares them)."""
+    choice (bench/linear_gpu.py --sweep compares them). stream: on a GPU, C is stored
+    evict-first (_epilogue's STREAM_C)."""
     c = H.empty(like, (batch, m, n))
     z = H.empty(like, (batch, m, n)) if store_z else None
     if batch and m and n:
         key = (a_strides, b_strides, batch, m, n, k, like.dtype, H.on_gpu(like), bias is not None, act, scale,
-               store_z, None if tiles is None else (tiles[:3], tuple(sorted(tiles[3].items()))))
+               store_z, None if tiles is None else (tiles[:3], tuple(sorted(tiles[3].items()))), stream)
         plan = _MATMUL_PLANS.get(key)
         if plan is None:
             plan = _MATMUL_PLANS.remember(key, _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act,
-                                                            scale, store_z, tiles))
+                                                            scale, store_z, tiles, stream))
         _run_plan(plan, a, b, bias if bias is not None else a, c, z if z is not None else c)
     return c, z
 
@@ -355,7 +387,7 @@ def _run_plan(plan, a, b, bias, c, z):
         kernel[grid](a, b, bias, c, z, *sizes, **meta)
 
 
-def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, store_z, tiles):
+def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, store_z, tiles, stream=False):
     """(kernel, grid, the arguments after the five arrays, constexpr and launch keywords)."""
     gpu = H.on_gpu(like)
     if tiles is None:
@@ -375,6 +407,8 @@ def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, s
                 B_KMAJOR=b_strides[1] == 1 and b_strides[2] != 1, ACT=act, HAS_BIAS=bias is not None,
                 STORE_Z=store_z, SCALE=scale is not None, ACC=H.acc_dtype(like), BATCHED=batch > 1,
                 BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+    if gpu and stream:
+        meta["STREAM_C"] = True
     return kernel, grid, sizes, meta
 
 
@@ -453,10 +487,16 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
       against 0.55 at 4097x1000x1030 when the launch specialized on divisibility by 16
       only (K = 1000's 2000-byte rows then counted as unaligned);
     - one K step (K <= 64: attention's q k^T, store-bound with heads x 2048 x 2048
-      outputs), 16-bit, rows aligned: _persistent_matmul_kernel, 128x128, 2 stages, two
-      CTAs per SM: the next tiles' loads overlap this tile's stores. GPU-queued, of
-      cuBLAS: q k^T 8x2048x2048x64 0.80 -> 0.98-0.99, x @ W^T 8192x64x4096 0.67 -> 0.98
-      (128x256 s3 on one CTA per SM: 0.99 / 0.93; bench/results/kernels_cuda_float16_linear3.md).
+      outputs), 16-bit, rows aligned: _persistent_matmul_kernel, 64x128 over 4 warps (one
+      warpgroup), 2 stages, three CTAs per SM (66 KB of shared memory each): the next
+      tiles' loads overlap this tile's stores. Kernel time (torch.profiler) at q k^T
+      8x2048x2048x64 fp16 on an H100, of a copy of the same bytes, with evict-first stores
+      (STREAM_C) / without: 64x128 s2 3 CTAs 1.00 / 0.92, 128x128 s2 2 CTAs 0.93 / 0.89,
+      128x256 s2 1 CTA 0.93 / 0.89, 256x128 s2 1 CTA 0.84 / 0.83, one tile per CTA 0.86 /
+      0.71 (bench/results/kernels_cuda_float16_attn.md). Earlier, GPU-queued, of cuBLAS:
+      128x128 s2 took q k^T from 0.80 to 0.98-0.99 and x @ W^T 8192x64x4096 from 0.67 to
+      0.98 (bench/results/kernels_cuda_float16_linear3.md); linear's K <= 64 products take
+      the 64x128 tiles too (plain stores; not measured there).
       Longer K keeps one tile per CTA: there the flat loop's per-step bookkeeping cost
       more than the overlap gained (x @ W^T 4096x1024x2048: 0.81 persistent 128x256 s3,
       0.68-0.69 with a wgmma group in flight at 128x128 s4 or 128x256x32 s6, against 0.88).
@@ -473,7 +513,7 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
     if name != "float32" and 0 < k <= 64 and rows_aligned:  # (K = 0: no step would run the epilogue)
-        return 128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}
+        return 64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}
     if name != "float32" and batch == 1 and rows_aligned and not a_mmajor and m <= SMALL_M:
         bm, bn, bk, warps, stages = SMALL_M_TILES
         splits = _small_m_splits(n, k, bn, bk)
@@ -597,7 +637,7 @@ def attention_score_forward(q, k, scale):
     (qv, qs), (kv, ks) = _score_views((H.layout(q), H.layout(k)), (q, k), lambda: _check_scores(q, k))
     bt, m, d = qv.shape
     n = kv.shape[1]
-    s, _ = matmul(qv, kv, qs, (ks[0], ks[2], ks[1]), bt, m, n, d, q, scale=scale)
+    s, _ = matmul(qv, kv, qs, (ks[0], ks[2], ks[1]), bt, m, n, d, q, scale=scale, stream=True)
     return H.shaped(s, tuple(q.shape[:-1]) + (n,))
 
 
@@ -615,13 +655,17 @@ def _score_backward_tiles(dtype_name, d, qs, ks, dss):
     return bm, max(16, tessera.next_power_of_2(d)), bk, {"num_warps": warps, "num_stages": stages}
 
 
-# (BLOCK_M, BLOCK_K, num_warps, num_stages) of _score_backward_kernel, from bench/linear_gpu.py
-# --backward on an H100 at 8x2048x2048x64 (bench/results/kernels_cuda_float16_mmbwd.md, runs
-# 2-4): 64x64 rows x K over 4 warps, 6 stages, 0.038 ms (0.74-0.75 of a copy of the model's
-# bytes); 128 rows 3-4 stages and 256 rows 3 stages 1-4% slower; 32-wide K steps 0.65 or less.
+# (BLOCK_M, BLOCK_K, num_warps, num_stages) of _score_backward_kernel. Kernel time on an H100 at
+# 8x2048x2048x64 fp16 (bench/attention_score_gpu.py, bench/results/kernels_cuda_float16_attn.md),
+# of a copy of the byte model's 75 MB: with the K order rotated (ROTATE) 128x64 rows x K over 8
+# warps, 4 stages, 0.887: 256 programs, all resident at once (two per SM), each ds tile read by
+# its dq and dk programs at about the same step (one read from memory, one from the L2);
+# 128x64 over 4 warps 0.83; 64x64 (512 programs, two waves) 0.60-0.75 at 3-6 stages, rotated or
+# not (0.73 unrotated 6 stages, the earlier choice: the second read of ds often from memory);
+# 128x64 in plain order 0.71, 128x128 (K) 0.67, 256x64 0.80.
 # The two branches' rings share shared memory (lower_if): stages x (BLOCK_M + BLOCK_D) x
 # BLOCK_K x 2 bytes, 96 KB here (two CTAs per SM).
-SCORE_BACKWARD_TILES = (64, 64, 4, 6)
+SCORE_BACKWARD_TILES = (128, 64, 8, 4)
 
 
 def attention_score_backward(q, k, ds, scale):
@@ -678,7 +722,7 @@ def _attention_score_fast(q, k, scale):
     # A = q (bt, m, d) row-major; B = k^T: B[b, d, n] at k + b * n * d + n * d + d.
     kernel[grid](q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale, *extra,
                  A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
-                 ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+                 ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STREAM_C=True, **opts)
     return s
 
 

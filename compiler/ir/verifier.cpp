@@ -197,6 +197,11 @@ class Verifier {
         n_operands(op, 2, 3), n_results(op, 0);
         if (!op.operands[0]->type.elem.is_ptr()) fail(&op, "store needs pointers");
         same_shape(op, op.operands[0]->type, op.operands[1]->type);
+        if (op.has_attr("cache_modifier")) {
+          const std::string c = op.str_attr("cache_modifier");
+          if (c != ".wb" && c != ".cg" && c != ".cs" && c != ".wt")
+            fail(&op, "store cache_modifier must be .wb, .cg, .cs or .wt, got \"" + c + "\"");
+        }
         break;
       case OpKind::AtomicRmw:
         n_operands(op, 2, 3), n_results(op, 1);

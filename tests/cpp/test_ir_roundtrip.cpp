@@ -221,6 +221,7 @@ TEST(IrVerifier, RejectsBrokenRulesWithOpAndLoc) {
        "elementwise operand tile<8xi32> does not match result tile<4xi32>"},
       {"%0 = cmp %a, %a {pred = \"lte\"} : i1 loc(4:2)", "unknown predicate 'lte'"},
       {"%0 = load %a : i32 loc(4:2)", "load needs pointers"},
+      {"store %p, %f {cache_modifier = \".ca\"} loc(4:2)", "store cache_modifier must be .wb, .cg, .cs or .wt"},
       {"%0 = program_id {axis = 3} : i32 loc(4:2)", "axis must be 0, 1 or 2"},
       {"%0 = const {value = 0} : ptr<f32> loc(4:2)", "pointer constants are not allowed"},
       {"%0 = splat %a : tile<4xi32>\n  %1 = broadcast %0 : tile<8xi32> loc(4:2)", "only size-1 dims can be broadcast"},

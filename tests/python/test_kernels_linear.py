@@ -127,6 +127,22 @@ def test_linear_wide_tiles_on_gpu(op, dtype):
         _close(run(x, w, b), ref(*inputs), TOL[dtype], "output without grad")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("m,k,n", [(4096, 64, 2048), (1000, 48, 333)], ids=lambda v: str(v))
+def test_linear_one_k_step_on_gpu(m, k, n, dtype):
+    """K <= 64: _gpu_tiles' persistent 64x128 tiles, three CTAs per SM (the scores'
+    choice), with partial row and column tiles (1000 x 333) and a K below its block."""
+    _skip_without("cuda")
+    assert L._gpu_tiles("float16", m, n, k, 1)[:2] == (64, 128)
+    run, ref = LINEAR_OPS["gelu"]
+    inputs = _linear_inputs(m, k, n)
+    _check(run, ref, inputs, dtype, "cuda")
+    x, w, b = (t.to("cuda", dtype) for t in inputs)
+    with torch.no_grad():
+        _close(run(x, w, b), ref(*inputs), TOL[dtype], "output without grad")
+
+
 @pytest.mark.parametrize("device,dtype", _devices_and_dtypes())
 def test_linear_without_bias_and_leading_dims(device, dtype):
     _skip_without(device)
@@ -339,9 +355,9 @@ def test_gpu_tiles_per_product():
     assert pick("float16", 4096, 768, 2048, 1) == (128, 128, 64, 3)         # 96 such tiles
     assert pick("float16", 2048, 1024, 4096, 1, a_mmajor=True) == (128, 128, 64, 4)
     assert pick("float16", 16384, 4096, 1024, 1, a_mmajor=True) == (128, 128, 64, 4)
-    assert pick("float16", 2048, 2048, 64, 8) == (128, 128, 64, 2)          # batched scores: persistent
-    assert L._gpu_tiles("float16", 2048, 2048, 64, 8)[3]["persistent"] == 2
-    assert L._gpu_tiles("bfloat16", 4096, 2048, 40, 1)[3]["persistent"] == 2   # one K step
+    assert pick("float16", 2048, 2048, 64, 8) == (64, 128, 64, 2)           # batched scores: persistent
+    assert L._gpu_tiles("float16", 2048, 2048, 64, 8)[3] == {"num_warps": 4, "num_stages": 2, "persistent": 3}
+    assert L._gpu_tiles("bfloat16", 4096, 2048, 40, 1)[3]["persistent"] == 3   # one K step
     assert "persistent" not in L._gpu_tiles("float16", 4096, 2048, 128, 1)[3]
     assert "persistent" not in L._gpu_tiles("float16", 4096, 2048, 0, 1)[3]     # K = 0: no step, no epilogue
     assert pick("float16", 2048, 2048, 72, 8) == (128, 128, 64, 3)          # two K steps: one tile per CTA
@@ -377,7 +393,7 @@ def test_ptx_unbatched_16bit_products_run_wgmma_from_a_tma_ring(case, dtype, row
     assert not re.search(r"st\.global\.b32", ptx)
 
 
-def _compiled_persistent(case, dtype="fp16", act=L.ACT_RELU, bn=256, stages=3, bk=64):
+def _compiled_persistent(case, dtype="fp16", act=L.ACT_RELU, bn=256, stages=3, bk=64, bm=128, warps=8, stream=False):
     """_persistent_matmul_kernel for sm_90a as _compiled compiles _matmul_kernel (K 1024
     for linear's products, or 64 for the scores)."""
     ck = _compiled(case, dtype, act, rows=16384)  # the same signature and constexprs, plus `batches`
@@ -389,9 +405,29 @@ def _compiled_persistent(case, dtype="fp16", act=L.ACT_RELU, bn=256, stages=3, b
     ce = {p: 1 for p in unit}
     ce.update(A_MMAJOR=case == "dw", B_KMAJOR=case in ("fwd", "score"), ACT=act if case == "fwd" else L.ACT_NONE,
               HAS_BIAS=case == "fwd", STORE_Z=False, SCALE=case == "score", ACC=tl.float32,
-              BATCHED=case == "score", BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=L.GROUP_M)
+              BATCHED=case == "score", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=L.GROUP_M, STREAM_C=stream)
     del ck
-    return tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=8, num_stages=stages)
+    return tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=warps,
+                           num_stages=stages)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_ptx_scores_stream_their_output_from_the_persistent_kernel(dtype, tmp_path):
+    # q k^T as _attention_score_fast launches it at 8x2048x2048x64 (_gpu_tiles' K <= 64
+    # tiles, STREAM_C): each 64x128 tile leaves through shared memory in 16-byte
+    # evict-first stores (16 KB over 128 threads: 8 each), inside the tile loop; the ring
+    # and the conversion buffer leave room for three CTAs per SM (227 KB on an H100).
+    # linear's outputs keep plain stores (STREAM_C false).
+    from ptxas_check import assemble
+    bm, bn, bk, opts = L._gpu_tiles(dtype.replace("fp16", "float16").replace("bf16", "bfloat16"), 2048, 2048, 64, 8)
+    ck = _compiled_persistent("score", dtype, bn=bn, bk=bk, bm=bm, warps=opts["num_warps"],
+                              stages=opts["num_stages"], stream=True)
+    ptx = ck.asm["ptx"]
+    assert len(re.findall(r"st\.global\.cs\.v4\.b32", ptx)) == 8 and "st.global.v4" not in ptx, ptx
+    assert opts["persistent"] * (int(ck.metadata["shared"]) + 1024) <= 227 * 1024
+    assert "0 bytes spill stores" in assemble(ptx, "90a", tmp_path, verbose=True)
+    plain = _compiled_persistent("fwd", dtype, bn=bn, bk=bk, bm=bm, warps=opts["num_warps"], stages=opts["num_stages"])
+    assert "st.global.cs" not in plain.asm["ptx"] and len(re.findall(r"st\.global\.v4\.b32", plain.asm["ptx"])) == 8
 
 
 @pytest.mark.parametrize("case", ["fwd", "dx", "dw", "score"])

@@ -105,18 +105,21 @@ def test_split_k_kernel_on_the_cpu(rows, n, k):
     assert _counters_are_zero()
 
 
-@pytest.mark.parametrize("bt,m,n,d", [(2, 70, 50, 24), (3, 128, 64, 64), (1, 33, 97, 40)])
-def test_score_backward_kernel_on_the_cpu(bt, m, n, d):
-    # dq and dk of one launch: a batch's dq row blocks, then its dk row blocks (32 rows
-    # each here), partial row blocks and K steps on both sides, D below its block.
+@pytest.mark.parametrize("bm,rotate", [(32, True), (64, True), (32, False)], ids=["rotated", "rotated-2", "plain"])
+@pytest.mark.parametrize("bt,m,n,d", [(2, 70, 50, 24), (3, 128, 64, 64), (1, 33, 97, 40), (2, 200, 90, 16)])
+def test_score_backward_kernel_on_the_cpu(bt, m, n, d, bm, rotate):
+    # dq and dk of one launch: a batch's dq row blocks, then its dk row blocks (32 or 64
+    # rows each here, K steps of 32: a rotation by 1 or 2 K blocks per program), partial
+    # row blocks and K steps on both sides (the rotation wraps over a partial last
+    # block), D below its block, M != N.
     gen = torch.Generator().manual_seed(bt * m + n + d)
     q, k, ds = (torch.randn(bt, m, d, generator=gen), torch.randn(bt, n, d, generator=gen),
                 torch.randn(bt, m, n, generator=gen))
     dq, dk = torch.full((bt, m, d), float("nan")), torch.full((bt, n, d), float("nan"))
-    bm, bd = 32, tessera.next_power_of_2(d)
+    bd = tessera.next_power_of_2(d)
     L._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
         ds, q, k, dq, dk, m, n, d, ds.stride(0), ds.stride(1), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        0.25, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=32)
+        0.25, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=32, ROTATE=rotate)
     _close(dq, ds.double() @ k.double() * 0.25, 3e-5, "dq")
     _close(dk, ds.double().transpose(1, 2) @ q.double() * 0.25, 3e-5, "dk")
 
@@ -284,3 +287,38 @@ def test_attention_score_backward_launches_the_fused_kernel(shape, monkeypatch):
     assert launched == [("_score_backward_kernel", (-(-m // bm) + -(-n // bm), 1, batch))]
     _close(dq, ds.double() @ k.double() * 0.25, 4e-3, "dq")
     _close(dk, ds.double().transpose(-1, -2) @ q.double() * 0.25, 4e-3, "dk")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("shape", [(8, 2048, 2048, 64), (3, 333, 208, 64), (2, 4, 100, 160, 32), (1, 1, 48, 16),
+                                   (2, 2048, 1024, 64)], ids=lambda s: "x".join(map(str, s)))
+def test_attention_score_writes_every_element_on_gpu(shape, dtype, monkeypatch):
+    # The scores (the persistent kernel's 64x128 tiles, evict-first stores) and dq, dk
+    # (the fused backward, K order rotated) into NaN-filled outputs: edge tiles with M and
+    # N not multiples of the tiles (333 x 208: partial row blocks and K steps on both
+    # sides, a rotation over 3 and 2 K blocks), two leading dimensions, one query row
+    # block, M != N (the dq and dk programs' rotations of different lengths).
+    _skip_without_cuda()
+    real_empty, real_h_empty = torch.empty, L.H.empty
+
+    def poisoned(t):
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: poisoned(real_empty(*a, **kw)))
+    monkeypatch.setattr(L.H, "empty", lambda *a, **kw: poisoned(real_h_empty(*a, **kw)))
+    *lead, m, n, d = shape
+    gen = torch.Generator().manual_seed(sum(shape))
+    q = torch.randn(*lead, m, d, generator=gen).to("cuda", dtype)
+    k = torch.randn(*lead, n, d, generator=gen).to("cuda", dtype)
+    ds = torch.randn(*lead, m, n, generator=gen).to("cuda", dtype)
+    scale = d ** -0.5
+    qd, kd, dsd = q.double(), k.double(), ds.double()
+    with torch.no_grad():
+        s = tk.attention_score(q, k)                                  # the fast path
+    _close(s, qd @ kd.transpose(-1, -2) * scale, GRAD_TOL[dtype], f"scores {shape}")
+    qg, kg = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
+    s2 = tk.attention_score(qg, kg)                                   # through autograd: matmul's plan
+    torch.testing.assert_close(s2.detach(), s, rtol=0, atol=0)
+    dq, dk = torch.autograd.grad(s2, (qg, kg), ds)
+    _close(dq, dsd @ kd * scale, GRAD_TOL[dtype], f"dq {shape}")
+    _close(dk, dsd.transpose(-1, -2) @ qd * scale, GRAD_TOL[dtype], f"dk {shape}")

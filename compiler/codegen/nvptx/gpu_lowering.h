@@ -123,8 +123,9 @@ class GpuLowering {
   int64_t mask_constancy(const ir::Value* m, int dim);
   std::vector<llvm::Value*> emit_global_load(llvm::Value* ptr, const ir::ElemType& e, int n, llvm::Value* pred,
                                              const std::vector<llvm::Value*>& others);
+  // cache: a store's cache_modifier attribute (".cs": st.global.cs, evict-first), or "".
   void emit_global_store(llvm::Value* ptr, const ir::ElemType& e, const std::vector<llvm::Value*>& vals,
-                         llvm::Value* pred);
+                         llvm::Value* pred, const std::string& cache = "");
 
   // --- store_through_smem_nvptx.cpp: wide stores of narrow-run layouts -------
   // A 2-D tile store whose value's layout gives short runs (an MMA accumulator)

@@ -138,12 +138,14 @@ std::vector<llvm::Value*> GpuLowering::emit_global_load(llvm::Value* ptr, const 
 }
 
 void GpuLowering::emit_global_store(llvm::Value* ptr, const ElemType& e, const std::vector<llvm::Value*>& vals,
-                                    llvm::Value* pred) {
+                                    llvm::Value* pred, const std::string& cache) {
   if (is_false(pred)) return;
   int n = static_cast<int>(vals.size());
   llvm::Value* gptr = b_.CreateAddrSpaceCast(ptr, llvm::PointerType::get(ctx_, kGlobalAS));
   llvm::Type* mt = llvm_mem_type(ctx_, e);
-  if (is_true(pred)) {
+  // A cache operator (tl.store's cache_modifier) needs the inline form.
+  if (!cache.empty() && is_true(pred)) pred = b_.getTrue();
+  if (is_true(pred) && cache.empty()) {
     llvm::Value* v;
     if (n == 1) {
       v = to_mem(b_, vals[0], e);
@@ -158,7 +160,7 @@ void GpuLowering::emit_global_store(llvm::Value* ptr, const ElemType& e, const s
   std::vector<llvm::Value*> words = pack_words(b_, e, w, vals);
   // $0: address, $1..: words, then the predicate.
   int pred_op = 1 + w.count;
-  std::string text = "@$" + std::to_string(pred_op) + " st.global" +
+  std::string text = "@$" + std::to_string(pred_op) + " st.global" + cache +
                      (w.count > 1 ? ".v" + std::to_string(w.count) : "") + "." + w.ptx + " [$0], " +
                      operand_list(1, w.count) + ";";
   std::string cons = "l";
@@ -272,7 +274,7 @@ void GpuLowering::lower_store(const Op& op) {
     if (first) pred = pred ? b_.CreateAnd(pred, first) : first;
     std::vector<llvm::Value*> vals;
     for (int i = 0; i < g; ++i) vals.push_back(at(val, l.index_of(r0 + i)));
-    emit_global_store(ptr, e, vals, pred);
+    emit_global_store(ptr, e, vals, pred, op.str_attr("cache_modifier"));
   }
 }
 
@@ -288,7 +290,8 @@ llvm::Value* GpuLowering::lower_scalar_load(const Op& op) {
 void GpuLowering::lower_scalar_store(const Op& op) {
   llvm::Value* pred = b_.CreateICmpEQ(tid_, b_.getInt32(0));
   if (op.operands.size() >= 3) pred = b_.CreateAnd(pred, scalar(op.operands[2]));
-  emit_global_store(scalar(op.operands[0]), op.operands[1]->type.elem, {scalar(op.operands[1])}, pred);
+  emit_global_store(scalar(op.operands[0]), op.operands[1]->type.elem, {scalar(op.operands[1])}, pred,
+                    op.str_attr("cache_modifier"));
 }
 
 }  // namespace tessera::codegen::nvptx

@@ -145,7 +145,7 @@ bool GpuLowering::store_through_smem(const Op& op) {
       for (int i = 0; i < chunk_wide; ++i) vals.push_back(from_mem(b_, b_.CreateExtractElement(v, b_.getInt32(i)), e));
       llvm::Value* pred = mask ? at(mask, s0) : nullptr;
       if (first) pred = pred ? b_.CreateAnd(pred, first) : first;
-      emit_global_store(at(op.operands[0], s0), e, vals, pred);
+      emit_global_store(at(op.operands[0], s0), e, vals, pred, op.str_attr("cache_modifier"));
     }
   }
   return true;

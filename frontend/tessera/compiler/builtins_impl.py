@@ -138,7 +138,7 @@ def _load(cg, pointer, mask=None, other=None, boundary_check=(), padding_option=
 
 @builtin_impl("store")
 def _store(cg, pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
-    cg.sem.store(pointer, value, mask, boundary_check or ())
+    cg.sem.store(pointer, value, mask, boundary_check or (), cache_modifier or "")
 
 
 @builtin_impl("make_block_ptr")

@@ -8,6 +8,10 @@ from ..language import dtypes as D
 from ..language.semantics import SemanticError, is_power_of_two
 from .values import BlockPointer, Value, describe, is_number
 
+# tl.store's cache_modifier values, PTX's store cache operators (st.global.wb/.cg/.cs/.wt on
+# NVPTX; the CPU ignores them): ".cs" streams an output read at most once (evict-first).
+STORE_CACHE_MODIFIERS = ("", ".wb", ".cg", ".cs", ".wt")
+
 _ATOMIC_UNSUPPORTED = {"i1", "i8", "i16", "u8", "u16", "bf16"}
 
 
@@ -87,11 +91,14 @@ class MemoryOps:
         operands = [ptr] + ([mask] if mask is not None else []) + ([other] if other is not None else [])
         return self._op("load", operands, elt, ptr.shape)
 
-    def store(self, ptr, value, mask=None, boundary_check=()):
+    def store(self, ptr, value, mask=None, boundary_check=(), cache_modifier=""):
+        if cache_modifier not in STORE_CACHE_MODIFIERS:
+            raise SemanticError(f"tl.store cache_modifier must be one of {', '.join(map(repr, STORE_CACHE_MODIFIERS))}, "
+                                f"got {cache_modifier!r}")
         if isinstance(ptr, BlockPointer):
             if mask is not None:
                 raise SemanticError("tl.store through a block pointer takes no mask; use boundary_check")
-            return self._store_block(ptr, value, boundary_check)
+            return self._store_block(ptr, value, boundary_check, cache_modifier)
         ptr = self._pointer(ptr, "tl.store")
         if boundary_check:
             raise SemanticError("boundary_check needs a block pointer (tl.make_block_ptr); "
@@ -108,14 +115,14 @@ class MemoryOps:
         mask = self._mask_for(mask, ptr.shape, "tl.store")
         if mask is not None:
             mask = self._to_shape(mask, ptr.shape, "the store mask", ptr)
-        self._emit_store(ptr, value, mask)
+        self._emit_store(ptr, value, mask, cache_modifier)
 
-    def _emit_store(self, ptr, value, mask):
+    def _emit_store(self, ptr, value, mask, cache_modifier=""):
         if ptr.dtype.element_ty.is_bool():
             ptr = self.cast(ptr, D.pointer_type(D.int8))
             value = self.cast(value, D.int8)
         operands = [ptr.handle, value.handle] + ([mask.handle] if mask is not None else [])
-        self.builder.create("store", operands)
+        self.builder.create("store", operands, attrs={"cache_modifier": cache_modifier} if cache_modifier else None)
 
     # ------------------------------------------------------------------ atomics
     def atomic_rmw(self, op, ptr, val, mask=None):
@@ -268,7 +275,7 @@ class MemoryOps:
             other = self.const(0 if padding_option == "zero" else float("nan"), elt, ptrs.shape)
         return self._emit_load(ptrs, mask, other)
 
-    def _store_block(self, bp, value, boundary_check):
+    def _store_block(self, bp, value, boundary_check, cache_modifier=""):
         ptrs, mask = self._expand_block_ptr(bp, boundary_check)
         elt = bp.base.dtype.element_ty
         if is_number(value):
@@ -277,4 +284,4 @@ class MemoryOps:
             value = self._to_shape(self.cast(value, elt), ptrs.shape, "the stored value", bp)
         else:
             raise SemanticError(f"tl.store value must be a number or a tensor, got {describe(value)}")
-        self._emit_store(ptrs, value, mask)
+        self._emit_store(ptrs, value, mask, cache_modifier)

@@ -1,0 +1,209 @@
+"""attention_score's forward and backward kernels on a GPU, tile configurations side by
+side in one run with the byte floors (a copy of the same bytes, a write-only fill of
+the output) and torch (cuBLAS): what kernels/linear.py's choices are measured from.
+
+    python bench/attention_score_gpu.py [--dtype float16] [--shape 8,2048,2048,64] [--out DIR]
+
+Times are torch.profiler's CUDA kernel time per call (no host launch cost), best of
+3 rounds of `--calls` calls; every variant's result is checked against torch first.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "frontend"))
+
+import tessera  # noqa: E402
+import tessera.language as tl  # noqa: E402
+
+L = importlib.import_module("tessera.kernels.linear")
+
+
+def kernel_us(fn, calls):
+    """Best over 3 rounds of the summed CUDA kernel time per call (us)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        total = 0.0
+        for ev in prof.key_averages():  # the kernels' (and device copies') own time
+            if ev.device_type == torch.autograd.DeviceType.CUDA:
+                t = getattr(ev, "self_device_time_total", None)
+                total += t if t is not None else ev.self_cuda_time_total
+        best = min(best, total / calls)
+    return best
+
+
+def _events_us(fn, calls=100):
+    """CUDA events around `calls` back-to-back calls, best of 3 (us per call)."""
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(calls):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        best = min(best, a.elapsed_time(b) * 1e3 / calls)
+    return best
+
+
+def forward(q, k, s, scale, tiles, stream):
+    """The forward kernel at explicit tiles (what _attention_score_fast launches)."""
+    bt, m, d = q.shape
+    n = k.shape[1]
+    bm, bn, bk, opts = tiles
+    opts = dict(opts)
+    balanced = opts.pop("balanced", False)
+    kernel, grid, extra, opts = L._gpu_launch(q, m, n, bt, bm, bn, opts)
+    if balanced:  # as many programs as give every one the same number of tiles, +-1
+        total = tessera.cdiv(m, bm) * tessera.cdiv(n, bn) * bt
+        grid = (tessera.cdiv(total, tessera.cdiv(total, grid[0])), 1, 1)
+    kernel[grid](q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale, *extra,
+                 A_MMAJOR=False, B_KMAJOR=True, ACT=L.ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
+                 ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STREAM_C=stream, **opts)
+
+
+def backward(q, k, ds, dq, dk, scale, tiles, rotate):
+    bt, m, d = q.shape
+    n = k.shape[1]
+    bm, bk, warps, stages = tiles
+    bd = max(16, tessera.next_power_of_2(d))
+    L._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+        ds, q, k, dq, dk, m, n, d, ds.stride(0), ds.stride(1), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        scale, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, ROTATE=rotate, num_warps=warps,
+        num_stages=stages)
+
+
+# name -> ((BLOCK_M, BLOCK_N, BLOCK_K, launch options), evict-first stores)
+FORWARD = {
+    "64x128x64 w4 s2 persistent 3, .cs (shipped)": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}),
+                                                    True),
+    "64x128x64 w4 s2 persistent 3": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}), False),
+    "64x128x64 w4 s2 persistent 3 balanced, .cs": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3,
+                                                                   "balanced": True}), True),
+    "128x128x64 w8 s2 persistent 2, .cs": ((128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}), True),
+    "128x128x64 w8 s2 persistent 2 (before)": ((128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 2}),
+                                               False),
+    "64x256x64 w4 s2 persistent 2, .cs": ((64, 256, 64, {"num_warps": 4, "num_stages": 2, "persistent": 2}), True),
+    "64x64x64 w4 s2 persistent 4, .cs": ((64, 64, 64, {"num_warps": 4, "num_stages": 2, "persistent": 4}), True),
+}
+
+# name -> ((BLOCK_M, BLOCK_K, num_warps, num_stages), ROTATE)
+BACKWARD = {
+    "128x64 w8 s4 rotated (shipped)": ((128, 64, 8, 4), True),
+    "128x64 w8 s4": ((128, 64, 8, 4), False),
+    "128x64 w8 s3 rotated": ((128, 64, 8, 3), True),
+    "128x128 w8 s2 rotated": ((128, 128, 8, 2), True),
+    "256x64 w8 s3 rotated": ((256, 64, 8, 3), True),
+    "64x64 w4 s6 (before)": ((64, 64, 4, 6), False),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--shape", default="8,2048,2048,64")
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--only", default="", help="fwd or bwd: one direction")
+    ap.add_argument("--shipped", action="store_true", help="only the shipped and the before configurations")
+    ap.add_argument("--events", action="store_true", help="also CUDA-events time of each forward variant "
+                    "(back-to-back calls; 'of copy' then against the copy's events time)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    dt = getattr(torch, args.dtype)
+    bt, m, n, d = (int(v) for v in args.shape.split(","))
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(bt, m, d, generator=gen).to("cuda", dt)
+    k = torch.randn(bt, n, d, generator=gen).to("cuda", dt)
+    ds = torch.randn(bt, m, n, generator=gen).to("cuda", dt)
+    scale = d ** -0.5
+    e = q.element_size()
+    fwd_bytes = (q.numel() + k.numel() + bt * m * n) * e
+    bwd_bytes = (2 * q.numel() + 2 * k.numel() + ds.numel()) * e
+    lines = [f"# attention_score kernels, {torch.cuda.get_device_name()}, {args.dtype} {bt}x{m}x{n}x{d}", "",
+             f"forward bytes {fwd_bytes / 1e6:.1f} MB, backward bytes {bwd_bytes / 1e6:.1f} MB; kernel us "
+             f"(torch.profiler, best of 3 x {args.calls} calls, unless marked); 'of copy' = copy of the same bytes / variant", "",
+             "| direction | variant | us | of copy | GB/s | max error / reference max |", "|---|---|---|---|---|---|"]
+
+    def copy_fn(nbytes):
+        src = torch.empty(nbytes // 2 // 4, dtype=torch.float32, device="cuda")
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
+
+    def row(direction, name, us, copy_us, nbytes, err):
+        lines.append(f"| {direction} | {name} | {us:.1f} | {copy_us / us:.3f} | {nbytes / us / 1e3:.0f} | {err} |")
+        print(lines[-1], flush=True)
+
+    if args.only != "bwd":
+        ref = (q.float() @ k.float().transpose(1, 2) * scale)
+        copy_us = kernel_us(copy_fn(fwd_bytes), args.calls)
+        row("fwd", "copy (same bytes)", copy_us, copy_us, fwd_bytes, "")
+        copy_events_us = _events_us(copy_fn(fwd_bytes)) if args.events else None
+        if args.events:
+            row("fwd", "copy (same bytes) (CUDA events)", copy_events_us, copy_events_us, fwd_bytes, "")
+        out = torch.empty(bt, m, n, dtype=dt, device="cuda")
+        row("fwd", "fill of the output (write only)", kernel_us(lambda: out.fill_(1.0), args.calls), copy_us,
+            fwd_bytes, "")
+        kt = k.transpose(1, 2)
+        row("fwd", "torch bmm (cuBLAS, no scale)", kernel_us(lambda: torch.bmm(q, kt), args.calls), copy_us,
+            fwd_bytes, "")
+        for name, (tiles, stream) in FORWARD.items():
+            if args.shipped and "shipped" not in name and "before" not in name:
+                continue
+            s = torch.full((bt, m, n), float("nan"), dtype=dt, device="cuda")
+            forward(q, k, s, scale, tiles, stream)
+            err = ((s.float() - ref).abs().max() / ref.abs().max()).item()
+            row("fwd", name, kernel_us(lambda: forward(q, k, s, scale, tiles, stream), args.calls), copy_us,
+                fwd_bytes, f"{err:.1e}")
+            if args.events:  # back to back: the previous call's dirty L2 lines and launch gaps included
+                ev = _events_us(lambda: forward(q, k, s, scale, tiles, stream))
+                row("fwd", name + " (CUDA events)", ev, copy_events_us, fwd_bytes, "")
+        # The library call as bench/kernels.py times it (CUDA events around back-to-back
+        # calls: the kernel plus whatever the host adds when it is the slower side).
+        lib = importlib.import_module("tessera.kernels")
+        ev = _events_us(lambda: lib.attention_score(q, k, scale))
+        lines.append(f"| fwd | tk.attention_score, CUDA events (host included) | {ev:.1f} | {copy_us / ev:.3f} | "
+                     f"{fwd_bytes / ev / 1e3:.0f} | |")
+        print(lines[-1], flush=True)
+    if args.only != "fwd":
+        dsf = ds.float()
+        ref_q, ref_k = dsf @ k.float() * scale, dsf.transpose(1, 2) @ q.float() * scale
+        copy_us = kernel_us(copy_fn(bwd_bytes), args.calls)
+        row("bwd", "copy (same bytes)", copy_us, copy_us, bwd_bytes, "")
+        row("bwd", "torch (two bmm + scale)", kernel_us(lambda: (torch.bmm(ds, k) * scale,
+                                                                  torch.bmm(ds.transpose(1, 2), q) * scale),
+                                                          args.calls), copy_us, bwd_bytes, "")
+        for name, (tiles, rotate) in BACKWARD.items():
+            if args.shipped and "shipped" not in name and "before" not in name:
+                continue
+            dq = torch.full((bt, m, d), float("nan"), dtype=dt, device="cuda")
+            dk = torch.full((bt, n, d), float("nan"), dtype=dt, device="cuda")
+            backward(q, k, ds, dq, dk, scale, tiles, rotate)
+            err = max(((dq.float() - ref_q).abs().max() / ref_q.abs().max()).item(),
+                      ((dk.float() - ref_k).abs().max() / ref_k.abs().max()).item())
+            row("bwd", name, kernel_us(lambda: backward(q, k, ds, dq, dk, scale, tiles, rotate), args.calls),
+                copy_us, bwd_bytes, f"{err:.1e}")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        tag = f"{args.dtype}_{bt}x{m}x{n}x{d}" + (f"_{args.only}" if args.only else "") + \
+            ("_shipped" if args.shipped else "")
+        with open(os.path.join(args.out, f"attention_score_gpu_{tag}.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
