@@ -46,6 +46,9 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     (128, 128, 64, 8, 3, 1, 2, True), (256, 128, 64, 16, 3, 1, 1, True),
     # grouped tile order (GROUP_M rows of tiles share B's columns in L2) for the specialized 128x256
     (128, 256, 64, 8, 4, 4, 1, True), (128, 256, 64, 8, 4, 8, 1, True),
+    # Ping-pong (compiler/codegen/nvptx/ping_pong_nvptx.cpp): two consumer warpgroups, each
+    # with its own 64x256 tile (num_warps 4 is one warpgroup's), take the tiles in turn.
+    (64, 256, 64, 4, 4, 1, 1, True, True), (64, 256, 64, 4, 3, 1, 1, True, True), (64, 256, 64, 4, 4, 8, 1, True, True),
 ]
 
 
@@ -128,12 +131,13 @@ def sweep(dtype, only="", configs=""):
         for (bm, bn, bk, w, s, g, per_sm, *ws) in SWEEP:
             if dtype == torch.float32 and bk > 32:
                 continue
-            ws = bool(ws and ws[0])
-            cfg_name = f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") + (" ws" if ws else "")
+            ws, pp = bool(ws and ws[0]), bool(len(ws) > 1 and ws[1])
+            cfg_name = (f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") +
+                        (" ws" if ws else "") + (" pingpong" if pp else ""))
             if configs and not any(c in cfg_name for c in configs.split(",")):
                 continue
             t = (bm, bn, bk, {"num_warps": w, "num_stages": s, "GROUP_M": g, **({"persistent": per_sm} if per_sm else {}),
-                              **({"warp_specialize": True} if ws else {})})
+                              **({"warp_specialize": True} if ws else {}), **({"ping_pong": True} if pp else {})})
             fns[cfg_name] = (lambda t=t, f=f_tk: f(t))
         fns["heuristic"] = lambda f=f_tk: f(None)
         with torch.no_grad():

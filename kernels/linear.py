@@ -146,7 +146,8 @@ def _persistent_matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb,
                               A_MMAJOR: tl.constexpr, B_KMAJOR: tl.constexpr, ACT: tl.constexpr,
                               HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr,
                               BATCHED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False):
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
+                              PING_PONG: tl.constexpr = False):
     """_matmul_kernel on a fixed grid (a few CTAs per SM), each program taking the
     tiles t = program, program + programs, ... of all `batches` (batch-major, each in
     _grouped_tile's order); grid (programs, 1, 1).
@@ -170,7 +171,7 @@ def _persistent_matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb,
     t = first
     k = 0
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
-    for i in tl.range(0, steps, warp_specialize=WARP_SPECIALIZE):
+    for i in tl.range(0, steps, warp_specialize=WARP_SPECIALIZE, ping_pong=PING_PONG):
         if BATCHED:
             batch = (t // per_batch).to(tl.int64)
             pid_m, pid_n = _grouped_tile(t % per_batch, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -369,11 +370,14 @@ def _gpu_launch(like, m, n, batch, bm, bn, opts):
     opts = {"GROUP_M": GROUP_M, **opts}
     per_sm = opts.pop("persistent", 0)
     ws = opts.pop("warp_specialize", False)
+    ping_pong = opts.pop("ping_pong", False)
     tiles = tessera.cdiv(m, bm) * tessera.cdiv(n, bn)
     if not per_sm:
         return _matmul_kernel, (tiles, 1, batch), (), opts
     if ws:  # a producer warp issues the ring's copies (sm_90a; other targets ignore it)
         opts["WARP_SPECIALIZE"] = True
+    if ping_pong:  # two consumer warpgroups take the tiles in turn (num_warps 4: one tile's)
+        opts["PING_PONG"] = True
     return _persistent_matmul_kernel, (min(tiles * batch, per_sm * _sm_count(like)), 1, 1), (batch,), opts
 
 
