@@ -84,9 +84,11 @@ def test_ping_pong_ptx(tmp_path):
     assert re.search(r"or\.b32\s+" + re.escape(group_bars[0]) + r", %r\d+, 2;", consumers)
     assert consumers.count("barrier.sync \t1, 256;") == 1 and consumers.count("barrier.sync \t1, 128;") == 1
     # Turns: a run's first iteration waits on its warpgroup's turn barrier; the run's last
-    # releases its stage and hands the turn over before the epilogue (three arrives: that
-    # release, the turn, and the usual release of the other iterations' stages).
-    assert consumers.count("mbarrier.arrive.shared::cta.b64") == 3
+    # waits for its wgmma groups, releases its two stages (a group stays in flight within a
+    # run: wait_group 1) and hands the turn over before the epilogue (four arrives: those two
+    # releases, the turn, and the usual release of the previous iteration's stage).
+    assert consumers.count("mbarrier.arrive.shared::cta.b64") == 4
+    assert consumers.count("wgmma.wait_group.sync.aligned 1;") == 1
     assert consumers.count("mbarrier.try_wait.parity") == 2  # the full barrier and the turn
     info = _assemble(ptx, tmp_path)
     assert "0 bytes spill stores" in info

@@ -159,7 +159,16 @@ void GpuLowering::ping_pong_hand_over(Pipeline& p) {
   // The run's last wgmma has retired (no group stays in flight in a ping-pong loop):
   // its stage goes back to the producer now, not after the epilogue, and the other
   // warpgroup may start (every stage of this run has landed: its parity waits are safe).
+  // With a wgmma group in flight (pipeline_nvptx.cpp) the stage of the run's previous
+  // iteration is still held too: the branch waited for both (lower_if).
   llvm::Value* lane0 = b_.CreateICmpEQ(b_.CreateAnd(tid_, b_.getInt32(31)), b_.getInt32(0));
+  if (p.wgmma_async) {
+    llvm::Value* prev = b_.CreateSelect(b_.CreateICmpEQ(p.current_stage, b_.getInt32(0)),
+                                        b_.getInt32(static_cast<uint32_t>(p.stages - 1)),
+                                        b_.CreateSub(p.current_stage, b_.getInt32(1)));
+    emit_asm(b_, "@$1 mbarrier.arrive.shared::cta.b64 _, [$0];",
+             {smem32(empty_of(p, prev)), b_.CreateAnd(lane0, b_.CreateNot(p.first_iteration))}, "r,b,~{memory}");
+  }
   emit_asm(b_, "@$1 mbarrier.arrive.shared::cta.b64 _, [$0];", {smem32(empty_of(p, p.current_stage)), lane0},
            "r,b,~{memory}");
   b_.CreateStore(b_.getTrue(), p.released);
@@ -223,10 +232,11 @@ void GpuLowering::ping_pong_iteration(const Block& body, Pipeline& p, llvm::Valu
   // This warpgroup's iteration: the whole body, its barriers and buffers its own.
   b_.SetInsertPoint(own);
   memo_.clear();
+  llvm::Value* starts = b_.CreateLoad(b_.getInt1Ty(), p.run_start);
   {  // A run's first iteration waits for its turn (the turn_bars[g] completion of this run).
     auto* wait = llvm::BasicBlock::Create(ctx_, "pingpong.turn", fn_);
     auto* go = llvm::BasicBlock::Create(ctx_, "pingpong.go", fn_);
-    b_.CreateCondBr(b_.CreateLoad(b_.getInt1Ty(), p.run_start), wait, go);
+    b_.CreateCondBr(starts, wait, go);
     b_.SetInsertPoint(wait);
     llvm::Value* runs = b_.CreateLoad(i32, p.runs);
     emit_mbarrier_wait(smem32(b_.CreateInBoundsGEP(b_.getInt8Ty(), p.turn_bars, b_.CreateMul(group_, b_.getInt32(8)))),
@@ -242,6 +252,9 @@ void GpuLowering::ping_pong_iteration(const Block& body, Pipeline& p, llvm::Valu
   in_ping_pong_ = true;
   ping_pong_ = &p;
   pipeline_iteration(body, p, step, in_range);
+  // A group in flight (wait_group 1) releases the previous iteration's stage, which the
+  // run's first iteration does not have (the last run ended with none in flight).
+  p.first_iteration = starts;
   lower_block(body);
   pipeline_end_iteration(p);
   in_ping_pong_ = false;

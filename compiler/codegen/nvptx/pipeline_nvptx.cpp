@@ -223,10 +223,8 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   // group in flight costs one stage of S: from 3 stages (bench/results/kernels_cuda_float16_wspec.md).
   const bool specialized = p.tma && !tma_cta_barrier_ && ws_inflight_from_3_ && loop && loop->kind == OpKind::For &&
                            asks_warp_specialize(*loop);
-  // Not in a ping-pong loop (ping_pong_nvptx.cpp): a warpgroup's iterations are not
-  // consecutive there, and the stage it read last is released at once.
-  const bool ping_pong = specialized && asks_ping_pong(*loop);
-  if (p.async_proxy && !ping_pong && p.stages >= (specialized ? 3 : 4)) {
+  // (In a ping-pong loop, ping_pong_nvptx.cpp, within a warpgroup's run of iterations.)
+  if (p.async_proxy && p.stages >= (specialized ? 3 : 4)) {
     const Op* y = body.terminator();
     bool all = y && y->kind == OpKind::Yield;
     std::vector<size_t> idx;
