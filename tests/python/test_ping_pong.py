@@ -272,3 +272,35 @@ def test_ping_pong_training_forward_on_gpu(monkeypatch):
     assert not torch.isnan(c).any() and not torch.isnan(z).any()
     torch.testing.assert_close(z[0].double().cpu(), want_z, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(c[0].double().cpu(), torch.nn.functional.gelu(want_z), rtol=2e-2, atol=2e-2)
+
+
+# --------------------------------------------------------------------------- the epilogue's GELU
+
+@tessera.kernel
+def _gelu_of(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out + offs, L._gelu(tl.load(x + offs, mask=offs < n)), mask=offs < n)
+
+
+def _gelu_error(device):
+    x = torch.cat([torch.linspace(-12, 12, 200_001), torch.tensor([0.0, -0.0, 6.0, -6.0, 1e-30, -1e-30])])
+    xd = x.to(device)
+    out = torch.full_like(xd, float("nan"))
+    _gelu_of[(tessera.cdiv(x.numel(), 1024),)](xd, out, x.numel(), BLOCK=1024)
+    want = torch.nn.functional.gelu(x.double())
+    return ((out.cpu().double() - want).abs() / x.double().abs().clamp(min=1)).max().item()
+
+
+def test_epilogue_gelu_accuracy(monkeypatch):
+    # L._gelu (one polynomial for log2 Phi and one exp2) against float64 erf GELU: within
+    # 2^-22 of max(1, |x|) on the CPU (f32 rounding included), as the erf form is.
+    assert _gelu_error("cpu") < 2.4e-7
+    monkeypatch.setenv("TESSERA_INTERPRET", "1")
+    assert _gelu_error("cpu") < 2.4e-7
+
+
+@pytest.mark.gpu
+def test_epilogue_gelu_accuracy_on_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    assert _gelu_error("cuda") < 5e-7  # ex2.approx: 2^-22 relative on p
