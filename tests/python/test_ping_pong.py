@@ -151,6 +151,7 @@ def _flat(a, b, c, M, N, K, steps, BM: tl.constexpr, BN: tl.constexpr, BK: tl.co
     rk = tl.arange(0, BK)
     t = 0
     k = 0
+    seen = 0.0
     acc = tl.zeros([BM, BN], tl.float32)
     if MODE == 1:
         acc = tl.full([BM, BN], 1.0, tl.float32)
@@ -161,6 +162,8 @@ def _flat(a, b, c, M, N, K, steps, BM: tl.constexpr, BN: tl.constexpr, BK: tl.co
         y = tl.load(b + rn[:, None] * K + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
         acc = tl.dot(x, tl.trans(y), acc)
         k += BK
+        if MODE == 3:  # a carried scalar read from memory: the other warpgroup cannot compute it
+            seen += tl.load(c + i)
         if k >= K:
             tl.store(c + rm[:, None] * N + rn[None, :], acc, mask=rm[:, None] < M)
             if MODE != 2:
@@ -168,6 +171,8 @@ def _flat(a, b, c, M, N, K, steps, BM: tl.constexpr, BN: tl.constexpr, BK: tl.co
         last = k >= K
         t = tl.where(last, t + 1, t)
         k = tl.where(last, 0, k)
+    if MODE == 3:
+        tl.store(c, seen)
     if MODE == 4:
         tl.store(c + tl.arange(0, BM)[:, None] * N + rn[None, :], acc)
 
@@ -179,8 +184,9 @@ FLAT_SIG = {"a": "*fp16:16", "b": "*fp16:16", "c": "*fp32:16", "M": "i32", "N": 
     (0, 8, "launch it with num_warps=4 (got 8)"),
     (1, 4, "does not start from zeros"),
     (2, 4, "is not reset to zeros by the loop's `if` that ends a tile"),
+    (3, 4, "must be plain arithmetic on scalars"),
     (4, 4, "is used after the loop"),
-], ids=["num_warps", "init", "no_reset", "tile_used_after"])
+], ids=["num_warps", "init", "no_reset", "scalar_from_memory", "tile_used_after"])
 def test_where_it_cannot_apply(mode, num_warps, message):
     with pytest.raises(tessera.CompilationError) as e:
         tessera.compile(tessera.kernel(_flat), FLAT_SIG, {"BM": 16 * num_warps, "BN": 128, "BK": 64, "MODE": mode},
