@@ -478,7 +478,10 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
       8192x4096x4096 relu 0.92-0.93 -> 0.94; bf16 (3 stages) relu 0.86 -> 0.91, 8192 0.88
       -> 0.92; dX = dZ W 0.97 both (bench/results/kernels_cuda_float16_wspec.md). At fp16
       4096x1024x2048, GROUP_M 8 (0.914 vs 0.916 GPU-queued relu) and 3 stages (0.908) are no
-      better (bench/results/kernels_cuda_float16_epi16.md)."""
+      better (bench/results/kernels_cuda_float16_epi16.md). Ping-pong consumers (the option
+      "ping_pong": two warpgroups of 64x256 tiles taking turns, 4 warps) hide the epilogue
+      but ran 0.75-0.79 of cuBLAS against this kernel's 0.97 (the 64-row tiles' B traffic;
+      bench/results/kernels_cuda_float16_pingpong.md): not chosen."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
     if name != "float32" and 0 < k <= 64 and rows_aligned:  # (K = 0: no step would run the epilogue)

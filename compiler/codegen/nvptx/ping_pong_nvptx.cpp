@@ -14,22 +14,31 @@
 // them plus the producer. The iterations form runs (the steps of one tile) that end where
 // that `if` resets the carried tiles; runs go to the warpgroups in turn.
 // Worked example, 64x256x64 tiles, K = 1024 (16 steps a tile), 4 stages, 12 warps:
+//   before the split: thread 0 also inits turn[0], turn[1] (1 arrival each) and arrives
+//     on turn[0] (warpgroup 0's first turn).
 //   producer (tid 256..383): as warp_specialize_nvptx.cpp, issues every iteration's
 //     copies in order: tile 0's 16 stages, tile 1's, ... (the ring is shared).
 //   consumer warpgroup g = tid / 128 (thread ids tid % 128 from here, so the layouts
 //   are the kernel's 4-warp ones), turn = 0, for every iteration j:
-//     turn == g:  try_wait full[j%4]; wgmma (m64n256k16 x 4); wait_group 0;
-//                 lane 0 of each of g's 4 warps: arrive empty[j%4] (the empty barriers
-//                 count 4 arrivals); on a run's last step the epilogue, its CTA barriers
-//                 the named barrier 2 + g over g's 128 threads, its shared memory g's own
-//                 copy (group_smem);
+//     turn == g:  a run's first step: try_wait.parity turn[g], runs_g & 1 (the other
+//                 warpgroup has waited for all its stages: no full barrier can be two
+//                 phases behind this warpgroup's parity);
+//                 try_wait full[j%4]; wgmma (m64n256k16 x 4); wait_group 1 (a group in
+//                 flight within the run); lane 0 of each of g's 4 warps: arrive
+//                 empty[(j-1)%4] (the empty barriers count 4 arrivals; not in a run's first
+//                 step); on a run's last step, entering the epilogue branch: wait_group 0,
+//                 arrive empty[(j-1)%4] and empty[j%4], thread 0: arrive turn[1-g] -- the
+//                 tensor cores are the other warpgroup's while this one runs the epilogue,
+//                 whose CTA barriers are the named barrier 2 + g over g's 128 threads and
+//                 whose shared memory is g's own copy (group_smem);
 //     else:       read stage and phase advance; the carried scalars (t, k) advance.
 //     turn ^= (k >= K)
-//   So warpgroup 1 starts tile 1 as soon as the producer has its stages, i.e. while 0
-//   runs tile 0's last steps and then its epilogue; 0 waits for tile 2's stages, which
-//   follow tile 1's in the ring. The ring's order is what alternates the tensor cores.
 //   After the loop: bar.sync 1, 256; warpgroup 1 returns, 0 goes on alone (barrier 1 over
 //   its 128 threads).
+// Measured on an H100 (bench/results/kernels_cuda_float16_pingpong.md): correct, but a
+// 64-row tile loads B for half the rows of the cooperative 128x256 tile (1.67x the L2 ->
+// shared bytes per MAC), and the mainloop, not the epilogue, then sets the pace: 0.77 of
+// cuBLAS against the cooperative kernel's 0.97 (x @ W^T + b, 4096x1024x2048 fp16).
 // The sequential meaning is kept exactly (the CPU and the interpreter run the loop in
 // order): every carried tile starts from zeros and is reset to zeros in the run-ending
 // branch, so a run's tiles never depend on the run before, which the other warpgroup ran;
