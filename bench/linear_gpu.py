@@ -28,6 +28,7 @@ import torch.nn.functional as F  # noqa: E402
 import tessera.kernels as tk  # noqa: E402
 from tessera.kernels import linear as L  # noqa: E402
 
+PP = {"warp_specialize": True, "ping_pong": True}
 SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persistent CTAs per SM or 0)
     (128, 128, 64, 8, 3, 1, 0), (128, 256, 64, 8, 4, 1, 0), (128, 256, 32, 8, 8, 1, 0), (256, 128, 64, 16, 4, 1, 0),
     # _persistent_matmul_kernel: the ring runs across a program's tiles. From 4 stages a
@@ -55,6 +56,9 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     (64, 64, 64, 4, 4, 1, 0, {"split_k": 2}), (64, 64, 64, 4, 8, 1, 0, {"split_k": 2}),
     (64, 32, 64, 4, 8, 1, 0, {"split_k": 2}), (64, 16, 64, 4, 8, 1, 0, {"split_k": 2}),
     (64, 64, 64, 4, 4, 1, 0), (64, 32, 64, 4, 12, 1, 0), (64, 16, 64, 4, 16, 1, 0),
+    # Ping-pong (compiler/codegen/nvptx/ping_pong_nvptx.cpp): two consumer warpgroups, each
+    # with its own 64x256 tile (num_warps 4 is one warpgroup's), take the tiles in turn.
+    (64, 256, 64, 4, 4, 1, 1, PP), (64, 256, 64, 4, 3, 1, 1, PP), (64, 256, 64, 4, 4, 8, 1, PP),
 ]
 
 
@@ -140,7 +144,7 @@ def sweep(dtype, only="", configs=""):
             extra = extra[0] if extra else {}
             extra = {"warp_specialize": True} if extra is True else extra  # True: warp-specialized
             cfg_name = f"{bm}x{bn}x{bk} w{w} s{s} g{g}" + (f" persistent x{per_sm}" if per_sm else "") + \
-                (" ws" if extra.get("warp_specialize") else "") + \
+                (" ws" if extra.get("warp_specialize") else "") + (" pingpong" if extra.get("ping_pong") else "") + \
                 (f" split{extra['split_k']}" if "split_k" in extra else "")
             if configs and not any(c in cfg_name for c in configs.split(",")):
                 continue

@@ -48,14 +48,40 @@ def _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT: tl.constex
     if ACT == 1:
         acc = tl.maximum(acc, 0.0)
     if ACT == 2:
-        half = 0.5 * acc  # 0.5 acc (1 + erf) as one FMA: half * erf + half
-        acc = tl.fma(half, tl.erf(acc * 0.7071067811865476), half)
+        if ACC == tl.float64:  # (float64 products: GELU to float64's precision)
+            half = 0.5 * acc  # 0.5 acc (1 + erf) as one FMA: half * erf + half
+            acc = tl.fma(half, tl.erf(acc * 0.7071067811865476), half)
+        else:
+            acc = _gelu(acc)
     if ACT == 3:
         acc = 0.5 * acc * (1.0 + tl.tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)))
     if STREAM_C:
         tl.store(C + offs, acc, mask=out_mask, cache_modifier=".cs")
     else:
         tl.store(C + offs, acc, mask=out_mask)
+
+
+@tessera.kernel
+def _gelu(x):
+    """GELU(x) = x Phi(x) (Phi the normal CDF, i.e. 0.5 (1 + erf(x / sqrt 2))) of f32 for the
+    epilogue, in about half the instructions of 0.5 x (1 + tl.erf(x / sqrt 2)): one
+    polynomial q(a) = log2 Phi(-a) for a = min(|x|, 6) (Phi(-6) = 1e-9: past it the tail
+    changes nothing), p = 2^q (one ex2 on a GPU), Phi(x) = 1 - p for x >= 0, else p.
+    On an H100 the erf form cost ~3 us per 128x256 tile beyond relu's epilogue, all while
+    the tensor cores idle (bench/results/kernels_cuda_float16_pingpong.md). The fit
+    (degree 6, near-minimax weighted by Phi: Lawson-iterated least squares on Chebyshev
+    nodes in double, coefficients rounded to f32) is within 1.5e-7 = 2^-22.7 of Phi on
+    all of [0, 6] (absolute), what the GPU's ex2 (2^-22 relative) and erf give; so
+    |GELU error| <= 1.5e-7 |x| + the f32 rounding of x Phi."""
+    a = tl.minimum(tl.abs(x), 6.0)
+    q = 1.9177055946784094e-05 * a - 0.0006586206727661192
+    q = q * a + 0.007754447869956493
+    q = q * a - 0.0529654361307621
+    q = q * a - 0.4590602219104767
+    q = q * a - 1.1511220932006836
+    q = q * a - 0.9999997019767761
+    p = tl.exp2(tl.maximum(q, -126.0))  # (q >= -30 here; the clamp picks ex2's short form)
+    return x * tl.where(x >= 0, 1.0 - p, p)
 
 
 @tessera.kernel
@@ -152,7 +178,7 @@ def _persistent_matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb,
                               HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, SCALE: tl.constexpr, ACC: tl.constexpr,
                               BATCHED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
-                              STREAM_C: tl.constexpr = False):
+                              STREAM_C: tl.constexpr = False, PING_PONG: tl.constexpr = False):
     """_matmul_kernel on a fixed grid (a few CTAs per SM), each program taking the
     tiles t = program, program + programs, ... of all `batches` (batch-major, each in
     _grouped_tile's order); grid (programs, 1, 1).
@@ -176,7 +202,7 @@ def _persistent_matmul_kernel(A, B, BIAS, C, Z, M, N, K, s_ab, s_am, s_ak, s_bb,
     t = first
     k = 0
     acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
-    for i in tl.range(0, steps, warp_specialize=WARP_SPECIALIZE):
+    for i in tl.range(0, steps, warp_specialize=WARP_SPECIALIZE, ping_pong=PING_PONG):
         if BATCHED:
             batch = (t // per_batch).to(tl.int64)
             pid_m, pid_n = _grouped_tile(t % per_batch, M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -420,11 +446,14 @@ def _gpu_launch(like, m, n, batch, bm, bn, opts):
     opts = {"GROUP_M": GROUP_M, **opts}
     per_sm = opts.pop("persistent", 0)
     ws = opts.pop("warp_specialize", False)
+    ping_pong = opts.pop("ping_pong", False)
     tiles = tessera.cdiv(m, bm) * tessera.cdiv(n, bn)
     if not per_sm:
         return _matmul_kernel, (tiles, 1, batch), (), opts
     if ws:  # a producer warp issues the ring's copies (sm_90a; other targets ignore it)
         opts["WARP_SPECIALIZE"] = True
+    if ping_pong:  # two consumer warpgroups take the tiles in turn (num_warps 4: one tile's)
+        opts["PING_PONG"] = True
     return _persistent_matmul_kernel, (min(tiles * batch, per_sm * _sm_count(like)), 1, 1), (batch,), opts
 
 
@@ -509,7 +538,10 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
       8192x4096x4096 relu 0.92-0.93 -> 0.94; bf16 (3 stages) relu 0.86 -> 0.91, 8192 0.88
       -> 0.92; dX = dZ W 0.97 both (bench/results/kernels_cuda_float16_wspec.md). At fp16
       4096x1024x2048, GROUP_M 8 (0.914 vs 0.916 GPU-queued relu) and 3 stages (0.908) are no
-      better (bench/results/kernels_cuda_float16_epi16.md)."""
+      better (bench/results/kernels_cuda_float16_epi16.md). Ping-pong consumers (the option
+      "ping_pong": two warpgroups of 64x256 tiles taking turns, 4 warps) hide the epilogue
+      but ran 0.75-0.79 of cuBLAS against this kernel's 0.97 (the 64-row tiles' B traffic;
+      bench/results/kernels_cuda_float16_pingpong.md): not chosen."""
     if name not in ("float16", "bfloat16", "float32"):
         return BM, BN, BK, {}
     if name != "float32" and 0 < k <= 64 and rows_aligned:  # (K = 0: no step would run the epilogue)

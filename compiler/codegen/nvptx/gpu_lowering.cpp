@@ -535,7 +535,10 @@ void GpuLowering::barrier() {
   if (in_producer_)
     throw CompileError("warp_specialize: the producer's copies would need a CTA barrier (this is a Tessera bug)", false);
   if (consumer_barriers_) {
-    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_sync_cnt, {}, {b_.getInt32(1), b_.getInt32(num_threads_)});
+    // In a ping-pong loop's body (ping_pong_nvptx.cpp) each warpgroup has its own: 2 + group.
+    llvm::Value* id = in_ping_pong_ ? b_.CreateAdd(group_, b_.getInt32(2)) : b_.getInt32(1);
+    b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_sync_cnt, {},
+                       {id, b_.getInt32(in_ping_pong_ ? num_threads_ : consumer_threads_)});
     return;
   }
   b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
@@ -556,10 +559,12 @@ llvm::Value* GpuLowering::new_smem(llvm::Type* elem, int64_t count, const std::s
   auto* ty = llvm::ArrayType::get(elem, count);
   int64_t bytes = static_cast<int64_t>(m_.getDataLayout().getTypeAllocSize(ty));
   int64_t offset = ((shared_bytes_ + align - 1) / align) * align;
-  shared_bytes_ = static_cast<int>(offset + bytes);
+  // (a ping-pong loop's body: one copy per consumer warpgroup, `bytes` apart)
+  const int64_t copies = in_ping_pong_ ? consumer_groups_ : 1;
+  if (copies > 1) bytes = (bytes + align - 1) / align * align;
+  shared_bytes_ = static_cast<int>(offset + copies * bytes);
   ++smem_count_;
-  llvm::Value* p = llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_,
-                                                                llvm::ConstantInt::get(b_.getInt64Ty(), offset));
+  llvm::Value* p = group_smem(offset, bytes);
   smem_offset_[p] = offset;
   return p;
 }
@@ -691,7 +696,10 @@ void GpuLowering::lower_for(const Op& op) {
   };
   auto in_range = [&](llvm::Value* i) { return ivt.is_unsigned() ? b_.CreateICmpULT(i, ub) : b_.CreateICmpSLT(i, ub); };
   std::optional<Pipeline> pipe = plan_pipeline(body);
-  if (warp_specialize_loop(op, pipe)) pipe->warp_specialized = true;
+  if (warp_specialize_loop(op, pipe)) {
+    pipe->warp_specialized = true;
+    if (asks_ping_pong(op)) plan_ping_pong(op, *pipe);
+  }
   std::vector<Prefetch> pf = pipe ? std::vector<Prefetch>{} : plan_prefetch(body);
   if (pipe) {
     std::vector<BlockedLayout> layouts;
@@ -731,12 +739,24 @@ void GpuLowering::lower_for(const Op& op) {
     tiles_[p.load->result()] = TileVal{TileVal::Regs, p.layout, regs};
     prefetched_.insert(p.load->result());
   }
-  if (pipe) pipeline_iteration(body, *pipe, step, in_range);
-  lower_block(body);
-  if (pipe) pipeline_end_iteration(*pipe);
-  for (auto& p : pf) prefetched_.erase(p.load->result());
   std::vector<const Value*> ys(body.terminator()->operands.begin(), body.terminator()->operands.end());
-  store_values(ys);
+  if (pipe && pipe->ping_pong) {  // (ping_pong_nvptx.cpp)
+    auto store_yields = [&](const std::vector<const Value*>& vals, bool scalars_only) {
+      std::vector<std::vector<llvm::Value*>> v(n);
+      for (size_t i = 0; i < n; ++i)
+        if (!vals[i]->type.is_tile()) v[i] = {scalar(vals[i])};
+        else if (!scalars_only) v[i] = materialize(vals[i], c[i].layout);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t r = 0; r < v[i].size(); ++r) b_.CreateStore(v[i][r], c[i].slots[r]);
+    };
+    ping_pong_iteration(body, *pipe, step, in_range, [&] { load_values(args); }, store_yields);
+  } else {
+    if (pipe) pipeline_iteration(body, *pipe, step, in_range);
+    lower_block(body);
+    if (pipe) pipeline_end_iteration(*pipe);
+    for (auto& p : pf) prefetched_.erase(p.load->result());
+    store_values(ys);
+  }
   llvm::Value* next = b_.CreateAdd(iv, step);
   if (!pf.empty() && !b_.GetInsertBlock()->getTerminator()) {
     std::vector<TileVal> ct;
@@ -768,6 +788,7 @@ void GpuLowering::lower_for(const Op& op) {
   std::vector<Value*> results;
   for (auto& r : op.results) results.push_back(r.get());
   load_values(results);
+  if (pipe && pipe->ping_pong) ping_pong_exit(*pipe);
   if (pipe) {
     pipeline_epilogue(*pipe);
     // Past the loop its ring is scratch memory (store_through_smem_nvptx.cpp).
@@ -889,6 +910,8 @@ void GpuLowering::lower_if(const Op& op) {
         in_flight.push_back({v, tile(v)});
         tiles_[v].regs = wgmma_wait_tied(tiles_[v].regs);
       }
+    if (ping_pong_ && ping_pong_->reset_if == &op && ping_pong_->reset_branch == r && in_ping_pong_)
+      ping_pong_hand_over(*ping_pong_);  // (a tile's last MMA is done: ping_pong_nvptx.cpp)
     lower_block(blk);
     for (auto& [v, t] : in_flight) tiles_[v] = t;
     if (!in_flight.empty()) memo_.clear();

@@ -46,6 +46,8 @@ bool kernel_fp_fusion(const ir::Kernel& k);
 
 // The loop's warp_specialize attribute is set (tl.range's hint; warp_specialize_nvptx.cpp).
 bool asks_warp_specialize(const ir::Op& loop);
+// ... and its ping_pong attribute: two consumer warpgroups take its tiles in turn (ping_pong_nvptx.cpp).
+bool asks_ping_pong(const ir::Op& loop);
 
 // The tensor-core instruction a dot lowers to (lower_dot_mma_nvptx.cpp).
 enum class MmaKind { F16, BF16, TF32, TF32x3, I8 };
@@ -64,8 +66,9 @@ class GpuLowering {
   // Emits the kernel function (named after the kernel) and returns it.
   llvm::Function* run();
   int shared_bytes() const { return shared_bytes_; }
-  // Threads per block to launch: num_warps*32, plus a warp-specialized loop's producer warp.
-  int block_threads() const { return num_threads_ + producer_threads_; }
+  // Threads per block to launch: num_warps*32 per consumer warpgroup (two for a
+  // ping-pong loop), plus a warp-specialized loop's producer warpgroup.
+  int block_threads() const { return num_threads_ * consumer_groups_ + producer_threads_; }
   // The tensor maps the kernel takes after its own parameters, for the runtime
   // (runtime/include/tessera/tensor_map_spec.h); "" when none.
   std::string tensor_map_spec() const;
@@ -252,6 +255,25 @@ class GpuLowering {
     // issuer: the i1 that picks the issuing thread (nullptr: thread 0).
     bool warp_specialized = false;
     llvm::Value* issuer = nullptr;
+    // Two consumer warpgroups take the loop's runs of iterations (tiles) in turn
+    // (ping_pong_nvptx.cpp): a run ends where `reset_if` takes its branch `reset_branch`,
+    // which resets every carried tile; `scalar_ops` (in order) compute the carried
+    // scalars' yields and that condition, which the warpgroup not running the iteration
+    // computes too; `turn` (i32 alloca): the warpgroup whose run it is.
+    bool ping_pong = false;
+    const ir::Op* reset_if = nullptr;
+    int reset_branch = 0;
+    std::vector<const ir::Op*> scalar_ops;
+    llvm::Value* turn = nullptr;
+    // Per warpgroup an mbarrier (turn_bars[g]) the other one arrives on once it has
+    // waited for its run's last stage: g may then start its run (no earlier, or its
+    // parity waits on the full barriers could see a phase two behind); `runs` (i32
+    // alloca) counts g's runs, `run_start` (i1 alloca) marks an iteration that starts one.
+    llvm::Value* turn_bars = nullptr;
+    llvm::Value* runs = nullptr;
+    llvm::Value* run_start = nullptr;
+    // i1: the stage of this iteration was released early (its run's last: ping_pong_hand_over).
+    llvm::Value* released = nullptr;
   };
   // Re-lowering part of a loop body with other bindings (the values of a later
   // iteration: prefetch_nvptx.cpp, pipeline_nvptx.cpp): forget_bindings saves and
@@ -322,6 +344,26 @@ class GpuLowering {
   // builder in the consumers' block, where barriers are named ones from then on.
   void emit_producer(const ir::Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,
                      const std::function<llvm::Value*(llvm::Value*)>& in_range);
+
+  // --- ping_pong_nvptx.cpp: two consumer warpgroups taking a specialized loop's tiles in turn ---
+  // Checks the loop (a CompilationError where asked but impossible) and fills p's
+  // ping-pong fields.
+  void plan_ping_pong(const ir::Op& loop, Pipeline& p);
+  // One iteration of the consumers' loop: the body where it is this warpgroup's turn,
+  // else only the ring's stage count and the carried scalars. load_args binds the body's
+  // arguments to the carried slots; store_yields(values, scalars_only) stores them back.
+  void ping_pong_iteration(const ir::Block& body, Pipeline& p, llvm::Value* step,
+                           const std::function<llvm::Value*(llvm::Value*)>& in_range,
+                           const std::function<void()>& load_args,
+                           const std::function<void(const std::vector<const ir::Value*>&, bool)>& store_yields);
+  // After the loop: both warpgroups are out of it; warpgroup 1 returns, 0 goes on alone.
+  void ping_pong_exit(Pipeline& p);
+  // Entering the branch that ends a run: release its stage, let the other warpgroup's run start.
+  void ping_pong_hand_over(Pipeline& p);
+  void emit_ping_pong_barriers(Pipeline& p);  // before the split: the turn mbarriers
+  // Shared memory at `offset` of `bytes` per consumer warpgroup: in the ping-pong loop's
+  // body each warpgroup's own copy (the region holds two), elsewhere the region itself.
+  llvm::Value* group_smem(int64_t offset, int64_t bytes);
 
   // --- lower_atomic_nvptx.cpp: atomic_rmw / atomic_cas ---------------------
   void lower_atomic(const ir::Op& op);
@@ -399,6 +441,16 @@ class GpuLowering {
   int producer_threads_ = 0;
   bool in_producer_ = false;
   bool consumer_barriers_ = false;
+  int consumer_threads_ = 0;  // threads a consumers' barrier waits for
+  // Ping-pong (ping_pong_nvptx.cpp): consumer warpgroups launched (1 or 2); this thread's
+  // (i32 0/1, past the split); the instruction before which values of group_ are
+  // computed (it dominates every consumer block); lowering the loop's body (barriers and
+  // new shared memory are the warpgroup's own).
+  int consumer_groups_ = 1;
+  llvm::Value* group_ = nullptr;
+  llvm::Instruction* group_anchor_ = nullptr;
+  bool in_ping_pong_ = false;
+  Pipeline* ping_pong_ = nullptr;  // the ping-pong loop's pipeline while it is lowered
 };
 
 }  // namespace tessera::codegen::nvptx

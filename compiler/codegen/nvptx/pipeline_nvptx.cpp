@@ -223,6 +223,7 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   // group in flight costs one stage of S: from 3 stages (bench/results/kernels_cuda_float16_wspec.md).
   const bool specialized = p.tma && !tma_cta_barrier_ && ws_inflight_from_3_ && loop && loop->kind == OpKind::For &&
                            asks_warp_specialize(*loop);
+  // (In a ping-pong loop, ping_pong_nvptx.cpp, within a warpgroup's run of iterations.)
   if (p.async_proxy && p.stages >= (specialized ? 3 : 4)) {
     const Op* y = body.terminator();
     bool all = y && y->kind == OpKind::Yield;

@@ -70,12 +70,14 @@ bool GpuLowering::store_through_smem(const Op& op) {
   };
   const int64_t pad = 16 / eb;
   llvm::Type* mt = llvm_mem_type(ctx_, e);
+  // (In a ping-pong loop's body each consumer warpgroup needs its own copy: group_smem.)
+  const int64_t copies = in_ping_pong_ ? consumer_groups_ : 1;
   auto fits_somewhere = [&](int64_t bytes) {
     for (auto& [offset, size] : dead_smem_)
-      if (size >= bytes && offset % 16 == 0) return true;
+      if (size >= copies * bytes && offset % 16 == 0) return true;
     for (auto& [offset, size] : store_smem_)
-      if (size >= bytes) return true;
-    return shared_bytes_ + bytes + 16 <= max_dynamic_shared_bytes(cc_);
+      if (size >= copies * bytes) return true;
+    return shared_bytes_ + copies * bytes + 16 <= max_dynamic_shared_bytes(cc_);
   };
   int k = 0;  // log2 of the chunks
   while (!fits_somewhere(rows * (cols / (int64_t{1} << k) + pad) * eb) && k < col_bits &&
@@ -90,18 +92,17 @@ bool GpuLowering::store_through_smem(const Op& op) {
   const int64_t bytes = rows * stride * eb;
   llvm::Value* buf = nullptr;
   for (auto& [offset, size] : dead_smem_)
-    if (size >= bytes && offset % 16 == 0) {
-      buf = llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_, llvm::ConstantInt::get(b_.getInt64Ty(), offset));
+    if (size >= copies * bytes && offset % 16 == 0) {
+      buf = group_smem(offset, bytes);
       break;
     }
   // Or an earlier conversion's buffer (the same fences: a fused epilogue storing both Z
   // and C, which a warp-specialized loop's ring cannot lend its memory to).
   for (auto& [offset, size] : store_smem_)
-    if (!buf && size >= bytes)
-      buf = llvm::ConstantExpr::getInBoundsGetElementPtr(b_.getInt8Ty(), dyn_smem_, llvm::ConstantInt::get(b_.getInt64Ty(), offset));
+    if (!buf && size >= copies * bytes) buf = group_smem(offset, bytes);
   if (!buf) {
     buf = new_smem(b_.getInt8Ty(), bytes, "store_cvt");
-    store_smem_.emplace_back(smem_offset_.at(buf), bytes);
+    store_smem_.emplace_back(smem_offset_.at(buf), copies * bytes);
   }
   // s's element within its chunk (a whole-tile index loses the chunk's column bits).
   auto element_ptr = [&](SymIndex s) {

@@ -308,6 +308,7 @@ void GpuLowering::tma_prologue(Pipeline& p) {
     for (int s = 0; s < p.stages; ++s)
       b_.CreateCall(fty, init_n, {smem32(empty_of(p, b_.getInt32(s))), leader});
   }
+  if (p.ping_pong) emit_ping_pong_barriers(p);  // (after the ring: its 1024-byte alignment wastes nothing)
   // The copy engine (async proxy) completes transactions on them.
   emit_asm(b_, "fence.mbarrier_init.release.cluster;");
   emit_asm(b_, "fence.proxy.async.shared::cta;");
@@ -434,6 +435,8 @@ void GpuLowering::tma_release_stage(Pipeline& p) {
                             prev);
     pred = b_.CreateAnd(pred, b_.CreateNot(p.first_iteration));
   }
+  // (A ping-pong run's last stage was released before its epilogue: ping_pong_nvptx.cpp.)
+  if (p.released) pred = b_.CreateAnd(pred, b_.CreateNot(b_.CreateLoad(b_.getInt1Ty(), p.released)));
   auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt32Ty(), b_.getInt1Ty()}, false);
   auto* arrive = llvm::InlineAsm::get(fty, "@$1 mbarrier.arrive.shared::cta.b64 _, [$0];", "r,b,~{memory}", true);
   b_.CreateCall(fty, arrive, {smem32(empty_of(p, stage)), pred});

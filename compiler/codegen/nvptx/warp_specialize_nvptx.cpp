@@ -132,17 +132,19 @@ void GpuLowering::emit_producer(const Block& body, Pipeline& p, llvm::Value* lb,
   // cost as much (a ninth warp also makes three in one sub-partition). The producer keeps
   // kProducerRegs; the consumers take what it releases (8 warps: 168 -> 232).
   producer_threads_ = 128;
-  const int block = num_threads_ + producer_threads_;
+  consumer_groups_ = p.ping_pong ? 2 : 1;  // (ping_pong_nvptx.cpp)
+  const int consumers = num_threads_ * consumer_groups_;
+  const int block = consumers + producer_threads_;
   const int launch_regs = std::min(255, 65536 / 4 / ((block / 32 + 3) / 4) / 32) / 8 * 8;
   // setmaxnreg.inc waits until the pool the block was launched with has the registers:
   // what the producer released is all there is.
   const int pool = launch_regs * block;
-  const int consumer_regs = std::min(256, (pool - kProducerRegs * producer_threads_) / num_threads_ / 8 * 8);
+  const int consumer_regs = std::min(256, (pool - kProducerRegs * producer_threads_) / consumers / 8 * 8);
   llvm::BasicBlock* producer_bb = llvm::BasicBlock::Create(ctx_, "ws.producer", fn_);
   llvm::BasicBlock* consumer_bb = llvm::BasicBlock::Create(ctx_, "ws.consumer", fn_);
   llvm::BasicBlock* issuer_bb = llvm::BasicBlock::Create(ctx_, "ws.issuer", fn_);
   llvm::BasicBlock* done_bb = llvm::BasicBlock::Create(ctx_, "ws.producer.done", fn_);
-  const uint32_t first = static_cast<uint32_t>(num_threads_);
+  const uint32_t first = static_cast<uint32_t>(consumers);
   b_.CreateCondBr(b_.CreateICmpUGE(tid_, b_.getInt32(first)), producer_bb, consumer_bb);
   b_.SetInsertPoint(producer_bb);
   if (consumer_regs > launch_regs) emit_setmaxnreg(b_, /*inc=*/false, kProducerRegs);
@@ -180,9 +182,17 @@ void GpuLowering::emit_producer(const Block& body, Pipeline& p, llvm::Value* lb,
   // The consumers go on with the loop and the rest of the kernel.
   b_.SetInsertPoint(consumer_bb);
   if (consumer_regs > launch_regs) emit_setmaxnreg(b_, /*inc=*/true, consumer_regs);
+  if (p.ping_pong) {
+    // Each warpgroup runs the kernel's num_warps-warp layouts on its own tiles: its
+    // thread ids are 0..num_threads-1 again.
+    group_ = b_.CreateLShr(tid_, b_.getInt32(7));
+    tid_ = b_.CreateAnd(tid_, b_.getInt32(static_cast<uint32_t>(num_threads_ - 1)));
+    group_anchor_ = llvm::cast<llvm::Instruction>(tid_);
+  }
   memo_.clear();
   smem_written_.clear();
   consumer_barriers_ = true;
+  consumer_threads_ = consumers;
 }
 
 }  // namespace tessera::codegen::nvptx

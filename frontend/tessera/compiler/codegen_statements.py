@@ -385,11 +385,12 @@ class StatementsMixin:
 
     # ------------------------------------------------------------------ loops
     def _loop_hints(self, rng, where):
-        """The for op's attributes from tl.range's hints: warp_specialize (a compile-time
-        bool), num_stages (>= 0: this loop's GPU ring depth; 0, 1: no ring) and
+        """The for op's attributes from tl.range's hints: warp_specialize and ping_pong
+        (compile-time bools; ping_pong only with warp_specialize), num_stages (>= 0: this loop's GPU ring depth; 0, 1: no ring) and
         loop_unroll_factor (>= 1: LLVM unrolls by it, 1: never)."""
         attrs = {}
-        for name, lowest in (("warp_specialize", None), ("num_stages", 0), ("loop_unroll_factor", 1)):
+        for name, lowest in (("warp_specialize", None), ("ping_pong", None), ("num_stages", 0),
+                             ("loop_unroll_factor", 1)):
             v = getattr(rng, name)
             v = v.value if isinstance(v, core.constexpr) else v
             if lowest is None:  # a bool
@@ -402,6 +403,9 @@ class StatementsMixin:
                     raise self.error(where, f"tl.range's {name} must be a compile-time integer >= {lowest}, got "
                                             f"{describe(v)}")
                 attrs[name] = v
+        if "ping_pong" in attrs and "warp_specialize" not in attrs:
+            raise self.error(where, "tl.range's ping_pong=True needs warp_specialize=True (the two consumer "
+                                    "warpgroups that take turns are the specialized loop's)")
         return attrs
 
     def visit_For(self, node):

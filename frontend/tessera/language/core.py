@@ -282,7 +282,7 @@ class range:
     a loop (options are hints). Only meaningful inside kernels."""
 
     def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
-                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False):
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False, ping_pong=False):
         if arg2 is None:
             self.start, self.end = 0, arg1
         else:
@@ -293,6 +293,9 @@ class range:
         # A GPU schedule hint (sm_90a: a producer warp issues the loop's TMA copies;
         # docs/language.md); the CPU back end and the interpreter ignore it.
         self.warp_specialize = warp_specialize
+        # With warp_specialize: two consumer warpgroups take the loop's tiles in turn
+        # (one's epilogue under the other's MMA; docs/language.md). Also a hint.
+        self.ping_pong = ping_pong
 
     def __iter__(self):  # the interpreter iterates it like Python's range
         import builtins
