@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -181,6 +182,9 @@ def load_triton_tk():
             # triton.language has no tanh: Triton users call libdevice's (an accurate
             # tanh, as tl.tanh is in Tessera).
             text = text.replace("tl.tanh(", "libdevice.tanh(")
+            # Tessera's ping-pong schedule hint has no Triton spelling (the Triton peer runs
+            # the loop without it; the library's plans leave it off).
+            text = re.sub(r",\s*ping_pong=[A-Za-z_]+", "", text)
             text = text.replace("import triton.language as tl",
                                 "import triton.language as tl\nfrom triton.language.extra import libdevice")
             with open(os.path.join(root, "tk_triton", f), "w") as fh:
