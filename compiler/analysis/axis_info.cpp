@@ -109,7 +109,16 @@ void AxisAnalysis::visit_op(const Op& op) {
     case OpKind::ExpandDims: {
       AxisInfo a = in(0);
       int64_t ax = op.int_attr("axis");
-      int64_t div = *std::min_element(a.divisibility.begin(), a.divisibility.end());
+      // Along the new axis every element starts a run of one, so its divisibility is
+      // what divides ALL elements: 1 if the input is contiguous along some dim (its runs
+      // hold start + 1), else the least of its dims' (each element a run start). Not
+      // the run starts' divisibility: offs_m[:, None] (pid * 32 + arange(32)) is not
+      // divisible by 32 along axis 1, and offs_m[:, None] * stride with an odd stride
+      // is not 16-byte aligned there (a 16-byte cp.async of such rows faulted).
+      int64_t div = kMaxDiv;
+      for (size_t d = 0; d < a.divisibility.size(); ++d)
+        div = std::min(div, a.contiguity[d] > 1 ? int64_t{1} : a.divisibility[d]);
+      if (a.constant) div = pow2_divisor(*a.constant);
       if (op.operands[0]->type.is_scalar()) a = make(0, 1, div, 1);
       a.contiguity.insert(a.contiguity.begin() + ax, 1);
       a.divisibility.insert(a.divisibility.begin() + ax, div);

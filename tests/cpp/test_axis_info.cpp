@@ -143,13 +143,48 @@ TEST(AxisInfo, MatmulPointerTiles) {
   %15 = addptr %14, %13 : tile<32x16xptr<f16>> loc(16:1)
   return
 })");
-  expect_info(a.at(7), {32, 1}, {32, 32}, {1, 1});
-  expect_info(a.at(9), {1, 1}, {512, 512}, {1, 1});
-  expect_info(a.at(10), {1, 1}, {512, 512}, {1, 16});
-  expect_info(a.at(12), {1, 16}, {kMaxDiv, kMaxDiv}, {1, 1});
-  expect_info(a.at(13), {1, 16}, {kMaxDiv, kMaxDiv}, {32, 1});
-  expect_info(a.at(14), {1, 16}, {512, 512}, {1, 1});
-  expect_info(a.at(16), {1, 16}, {16, 16}, {1, 1});
+  // offs_m[:, None]: runs of 32 start at multiples of 32 along axis 0; along the new
+  // axis 1 every element is a run of one, and pid * 32 + 1 is odd: divisibility 1.
+  expect_info(a.at(7), {32, 1}, {32, 1}, {1, 1});
+  expect_info(a.at(9), {1, 1}, {512, 16}, {1, 1});
+  expect_info(a.at(10), {1, 1}, {512, 16}, {1, 16});
+  // offs_k[None, :] likewise: along the new axis 0 its elements 0..15 include odd ones.
+  expect_info(a.at(12), {1, 16}, {1, kMaxDiv}, {1, 1});
+  expect_info(a.at(13), {1, 16}, {1, kMaxDiv}, {32, 1});
+  expect_info(a.at(14), {1, 16}, {1, 16}, {1, 1});
+  expect_info(a.at(16), {1, 16}, {2, 16}, {1, 1});  // rows of 16 f16 starting 16-byte aligned
+}
+
+// The same tiles with a row stride nothing is known of (lda = 204 f16: 408-byte rows):
+// each row's 16 contiguous elements start only 2-byte aligned, so no load or cp.async
+// may be wider than one element. (Taking the divisibility of offs_m's run starts for
+// the new axis claimed 16 bytes here, and a 16-byte cp.async ring faulted on an H100.)
+TEST(AxisInfo, MatmulPointerTilesUnknownRowStride) {
+  Analyzed a(R"(kernel @k(%a: ptr<f16> {divisibility = 16}, %stride_am: i32) {
+  %0 = program_id {axis = 0} : i32 loc(1:1)
+  %1 = const {value = 32} : i32 loc(2:1)
+  %2 = mul %0, %1 : i32 loc(3:1)
+  %3 = splat %2 : tile<32xi32> loc(4:1)
+  %4 = arange {start = 0, end = 32} : tile<32xi32> loc(5:1)
+  %5 = add %3, %4 : tile<32xi32> loc(6:1)
+  %6 = expand_dims %5 {axis = 1} : tile<32x1xi32> loc(7:1)
+  %7 = splat %stride_am : tile<32x1xi32> loc(8:1)
+  %8 = mul %6, %7 : tile<32x1xi32> loc(9:1)
+  %9 = broadcast %8 : tile<32x16xi32> loc(10:1)
+  %10 = arange {start = 0, end = 16} : tile<16xi32> loc(11:1)
+  %11 = expand_dims %10 {axis = 0} : tile<1x16xi32> loc(12:1)
+  %12 = broadcast %11 : tile<32x16xi32> loc(13:1)
+  %13 = add %9, %12 : tile<32x16xi32> loc(14:1)
+  %14 = splat %a : tile<32x16xptr<f16>> loc(15:1)
+  %15 = addptr %14, %13 : tile<32x16xptr<f16>> loc(16:1)
+  %16 = const {value = 4} : i32 loc(17:1)
+  %17 = splat %16 : tile<1xi32> loc(18:1)
+  %18 = expand_dims %17 {axis = 0} : tile<1x1xi32> loc(19:1)
+  return
+})");
+  expect_info(a.at(9), {1, 1}, {32, 1}, {1, 1});
+  expect_info(a.at(16), {1, 16}, {2, 2}, {1, 1});
+  EXPECT_EQ(a.at(19).divisibility, V({4, 4}));  // a constant keeps its own divisor
 }
 
 // Pointer tiles carried around the K loop keep their facts when the increment
