@@ -120,11 +120,9 @@ TEST(AxisInfo, AddPtr) {
   EXPECT_EQ(a.at(11).divisibility, V{16});  // gcd(16, 4 * 4 bytes)
 }
 
-// The 2-D pointer tiles of a matmul:
-//   a_ptrs = a + (offs_m[:, None] * stride_am) + offs_k[None, :]
-// rows start anywhere (stride unknown beyond 16), columns are 16 contiguous f16.
-TEST(AxisInfo, MatmulPointerTiles) {
-  Analyzed a(R"(kernel @k(%a: ptr<f16> {divisibility = 16}, %stride_am: i32 {divisibility = 16}) {
+// a_ptrs of a 32x16 f16 tile; stride_attr: stride_am's divisibility attribute or "".
+std::string matmul_pointer_tiles(const std::string& stride_attr, const std::string& extra = "") {
+  return "kernel @k(%a: ptr<f16> {divisibility = 16}, %stride_am: i32" + stride_attr + ") {\n" + R"(
   %0 = program_id {axis = 0} : i32 loc(1:1)
   %1 = const {value = 32} : i32 loc(2:1)
   %2 = mul %0, %1 : i32 loc(3:1)
@@ -141,8 +139,14 @@ TEST(AxisInfo, MatmulPointerTiles) {
   %13 = add %9, %12 : tile<32x16xi32> loc(14:1)
   %14 = splat %a : tile<32x16xptr<f16>> loc(15:1)
   %15 = addptr %14, %13 : tile<32x16xptr<f16>> loc(16:1)
-  return
-})");
+)" + extra + "  return\n}";
+}
+
+// The 2-D pointer tiles of a matmul:
+//   a_ptrs = a + (offs_m[:, None] * stride_am) + offs_k[None, :]
+// rows start anywhere (stride unknown beyond 16), columns are 16 contiguous f16.
+TEST(AxisInfo, MatmulPointerTiles) {
+  Analyzed a(matmul_pointer_tiles(" {divisibility = 16}"));
   // offs_m[:, None]: runs of 32 start at multiples of 32 along axis 0; along the new
   // axis 1 every element is a run of one, and pid * 32 + 1 is odd: divisibility 1.
   expect_info(a.at(7), {32, 1}, {32, 1}, {1, 1});
@@ -160,28 +164,10 @@ TEST(AxisInfo, MatmulPointerTiles) {
 // may be wider than one element. (Taking the divisibility of offs_m's run starts for
 // the new axis claimed 16 bytes here, and a 16-byte cp.async ring faulted on an H100.)
 TEST(AxisInfo, MatmulPointerTilesUnknownRowStride) {
-  Analyzed a(R"(kernel @k(%a: ptr<f16> {divisibility = 16}, %stride_am: i32) {
-  %0 = program_id {axis = 0} : i32 loc(1:1)
-  %1 = const {value = 32} : i32 loc(2:1)
-  %2 = mul %0, %1 : i32 loc(3:1)
-  %3 = splat %2 : tile<32xi32> loc(4:1)
-  %4 = arange {start = 0, end = 32} : tile<32xi32> loc(5:1)
-  %5 = add %3, %4 : tile<32xi32> loc(6:1)
-  %6 = expand_dims %5 {axis = 1} : tile<32x1xi32> loc(7:1)
-  %7 = splat %stride_am : tile<32x1xi32> loc(8:1)
-  %8 = mul %6, %7 : tile<32x1xi32> loc(9:1)
-  %9 = broadcast %8 : tile<32x16xi32> loc(10:1)
-  %10 = arange {start = 0, end = 16} : tile<16xi32> loc(11:1)
-  %11 = expand_dims %10 {axis = 0} : tile<1x16xi32> loc(12:1)
-  %12 = broadcast %11 : tile<32x16xi32> loc(13:1)
-  %13 = add %9, %12 : tile<32x16xi32> loc(14:1)
-  %14 = splat %a : tile<32x16xptr<f16>> loc(15:1)
-  %15 = addptr %14, %13 : tile<32x16xptr<f16>> loc(16:1)
-  %16 = const {value = 4} : i32 loc(17:1)
+  Analyzed a(matmul_pointer_tiles("", R"(  %16 = const {value = 4} : i32 loc(17:1)
   %17 = splat %16 : tile<1xi32> loc(18:1)
   %18 = expand_dims %17 {axis = 0} : tile<1x1xi32> loc(19:1)
-  return
-})");
+)"));
   expect_info(a.at(9), {1, 1}, {32, 1}, {1, 1});
   expect_info(a.at(16), {1, 16}, {2, 2}, {1, 1});
   EXPECT_EQ(a.at(19).divisibility, V({4, 4}));  // a constant keeps its own divisor

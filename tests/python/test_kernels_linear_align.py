@@ -20,6 +20,7 @@ import tessera.kernels as tk  # noqa: E402
 import tessera.language as tl  # noqa: E402
 from tessera import specialization as S  # noqa: E402
 from tessera.kernels import linear as L  # noqa: E402
+from ptxas_check import launch_signature  # noqa: E402
 
 PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
                                   else None)
@@ -175,21 +176,6 @@ def test_small_m_fast_path_on_the_cpu(dtype):
 
 # --------------------------------------------------------------------------- PTX (no GPU needed)
 
-def _signature(kernel, pointers, sizes, meta):
-    """tessera.compile's signature of a launch: pointers as given, ints by their
-    divisibility class (specialization.divisibility_class), 1 as a constant."""
-    names = [n for i, n in enumerate(kernel.arg_names) if not kernel.constexpr_mask[i]]
-    sig, ce = dict(zip(names, pointers)), dict(meta)
-    for name, v in zip(names[len(pointers):], sizes):
-        if isinstance(v, float):
-            sig[name] = "fp32"
-        elif v == 1:
-            ce[name] = 1
-        else:
-            div = S.divisibility_class(v)
-            sig[name] = f"i32:{div}" if div > 1 else "i32"
-    opts = {o: ce.pop(o) for o in ("num_warps", "num_stages") if o in ce}
-    return sig, ce, opts
 
 
 def _linear_ptx(m, k, n, target="cuda:90a", tiles=None, dtype="fp16"):
@@ -200,7 +186,7 @@ def _linear_ptx(m, k, n, target="cuda:90a", tiles=None, dtype="fp16"):
     sizes = (m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0) + extra
     meta = dict(A_MMAJOR=False, B_KMAJOR=True, ACT=L.ACT_RELU, HAS_BIAS=True, STORE_Z=False, SCALE=False,
                 ACC=tl.float32, BATCHED=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
-    sig, ce, o = _signature(kernel, [f"*{dtype}:16"] * 5, sizes, meta)
+    sig, ce, o = launch_signature(kernel, [f"*{dtype}:16"] * 5, sizes, meta)
     return tessera.compile(kernel, sig, ce, target=target, **o)
 
 
@@ -245,7 +231,7 @@ def test_ptx_small_m_split_k_runs_wgmma_from_a_tma_ring(dtype, n, b_kmajor, tmp_
                                                   L.ACT_GELU if b_kmajor else L.ACT_NONE, b_kmajor)
     assert meta["SPLITS"] * meta["BLOCK_M"] * meta["SLICE_N"] <= 128 * 32 * meta["num_warps"]
     ptr = f"*{dtype}:16"
-    sig, ce, o = _signature(kernel, [ptr] * 5 + ["*fp32:16", "*i32:16"], sizes, meta)
+    sig, ce, o = launch_signature(kernel, [ptr] * 5 + ["*fp32:16", "*i32:16"], sizes, meta)
     ck = tessera.compile(kernel, sig, ce, target="cuda:90a", **o)
     ptx = ck.asm["ptx"]
     t = {"fp16": "f16", "bf16": "bf16"}[dtype]

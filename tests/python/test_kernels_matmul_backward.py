@@ -14,7 +14,7 @@ import pytest
 import tessera
 import tessera.kernels as tk
 import tessera.language as tl
-from tessera.specialization import divisibility_class
+from ptxas_check import launch_signature  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
@@ -138,21 +138,6 @@ def _assembled(ck, tmp_path):
     return ptx
 
 
-def _signature(kernel, sizes, pointer_types, meta):
-    """The launch's specialization: pointers 16-byte aligned, ints divisible by 16 or 8
-    as such, ints equal to 1 as constants (as a launch specializes them)."""
-    names = [n for i, n in enumerate(kernel.arg_names) if not kernel.constexpr_mask[i]]
-    sig, ce = dict(pointer_types), dict(meta)
-    for name, v in zip(names[len(pointer_types):], sizes):
-        if isinstance(v, float):
-            sig[name] = "fp32"
-        elif v == 1:
-            ce[name] = 1
-        else:
-            div = divisibility_class(v)
-            sig[name] = f"i32:{div}" if div > 1 else "i32"
-    opts = {o: ce.pop(o) for o in ("num_warps", "num_stages") if o in ce}
-    return sig, ce, opts
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -170,8 +155,8 @@ def test_ptx_split_k_dw_runs_wide_wgmma_from_a_tma_ring(dtype, monkeypatch, tmp_
                               torch.empty(4096, 2048, dtype=tdt), False)
     kernel, grid, sizes, meta = plan.dw_launch
     ptr = f"*{dtype}:16"
-    sig, ce, opts = _signature(kernel, sizes, {"A": ptr, "B": ptr, "BIAS": ptr, "C": ptr, "Z": ptr,
-                                               "PART": "*fp32:16", "ARRIVED": "*i32:16"}, meta)
+    sig, ce, opts = launch_signature(kernel, {"A": ptr, "B": ptr, "BIAS": ptr, "C": ptr, "Z": ptr,
+                                              "PART": "*fp32:16", "ARRIVED": "*i32:16"}, sizes, meta)
     ck = tessera.compile(kernel, sig, ce, target="cuda:90a", **opts)
     ptx = _assembled(ck, tmp_path)
     t = {"fp16": "f16", "bf16": "bf16"}[dtype]
@@ -195,8 +180,8 @@ def test_ptx_score_backward_runs_both_products_on_wgmma(dtype, tmp_path):
                                                (2048 * 64, 64, 1), (2048 * 64, 64, 1), (2048 * 2048, 2048, 1))
     ptr = f"*{dtype}:16"
     sizes = (2048, 2048, 64, 2048 * 2048, 2048, 2048 * 64, 64, 2048 * 64, 64, 0.125)
-    sig, ce, opts = _signature(L._score_backward_kernel, sizes, {p: ptr for p in ("DS", "Q", "KEY", "DQ", "DK")},
-                               dict(ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, **opts))
+    sig, ce, opts = launch_signature(L._score_backward_kernel, {p: ptr for p in ("DS", "Q", "KEY", "DQ", "DK")}, sizes,
+                                     dict(ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, **opts))
     ck = tessera.compile(L._score_backward_kernel, sig, ce, target="cuda:90a", **opts)
     ptx = _assembled(ck, tmp_path)
     t = {"fp16": "f16", "bf16": "bf16"}[dtype]
