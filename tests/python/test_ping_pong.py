@@ -233,8 +233,8 @@ def test_ping_pong_linear_on_gpu(dtype, monkeypatch):
     # Edges: M, N not multiples of the tile; K not a multiple of BK (80), K < BK (48), one K step
     # (64), K 1024; odd and even tile counts per program (one CTA per SM: 4097x1030 at 64x256 is
     # 65 x 5 = 325 tiles, 2-3 per program, so each warpgroup's share differs); bias or not;
-    # relu, gelu, none; 3 and 4 stages; 64x128 tiles. K = 200 (rows not 16-byte aligned: no
-    # TMA) runs unspecialized.
+    # relu, gelu, none; 3 and 4 stages; 64x128 tiles. K = 200 (400-byte rows: a multiple of 8
+    # elements only, which the launch also specializes on).
     for stages, bn in ((4, 256), (3, 256), (4, 128)):
         tiles = (64, bn, 64, {**PP, "num_stages": stages})
         for product, act in [((1, 4097, 80, 1030, False, True), L.ACT_RELU),

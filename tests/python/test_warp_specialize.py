@@ -284,7 +284,8 @@ def test_specialized_linear_on_gpu(dtype, monkeypatch):
     # Edges: M, N not multiples of the tile, K not a multiple of BK (80), K < BK (48), one K
     # step (64), K 1024; several tiles per program (297 tiles of 128x128 on one CTA per SM);
     # bias or not, relu and gelu; N-major B (dX = dZ W); stage counts with and without a wgmma
-    # group in flight. K = 200 (rows not 16-byte aligned: no TMA) runs unspecialized.
+    # group in flight. K = 200 (400-byte rows: a multiple
+    # of 8 elements only, which the launch also specializes on).
     for per_sm, stages, bn, bk in ((1, 3, 256, 64), (1, 4, 256, 64), (1, 6, 256, 32), (1, 4, 128, 64),
                                    (2, 3, 128, 64)):
         tiles = (128, bn, bk, {"num_warps": 8, "num_stages": stages, "persistent": per_sm, "warp_specialize": True})
