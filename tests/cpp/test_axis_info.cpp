@@ -150,8 +150,10 @@ TEST(AxisInfo, MatmulPointerTiles) {
   // offs_m[:, None]: runs of 32 start at multiples of 32 along axis 0; along the new
   // axis 1 every element is a run of one, and pid * 32 + 1 is odd: divisibility 1.
   expect_info(a.at(7), {32, 1}, {32, 1}, {1, 1});
-  expect_info(a.at(9), {1, 1}, {512, 16}, {1, 1});
-  expect_info(a.at(10), {1, 1}, {512, 16}, {1, 16});
+  // offs_m[:, None] * stride_am: runs of one, and (pid * 32 + 1) * 16 is divisible by
+  // 16 only (not 32 * 16: that holds at offs_m's run starts, not at every element).
+  expect_info(a.at(9), {1, 1}, {16, 16}, {1, 1});
+  expect_info(a.at(10), {1, 1}, {16, 16}, {1, 16});
   // offs_k[None, :] likewise: along the new axis 0 its elements 0..15 include odd ones.
   expect_info(a.at(12), {1, 16}, {1, kMaxDiv}, {1, 1});
   expect_info(a.at(13), {1, 16}, {1, kMaxDiv}, {32, 1});
@@ -168,7 +170,7 @@ TEST(AxisInfo, MatmulPointerTilesUnknownRowStride) {
   %17 = splat %16 : tile<1xi32> loc(18:1)
   %18 = expand_dims %17 {axis = 0} : tile<1x1xi32> loc(19:1)
 )"));
-  expect_info(a.at(9), {1, 1}, {32, 1}, {1, 1});
+  expect_info(a.at(9), {1, 1}, {1, 1}, {1, 1});
   expect_info(a.at(16), {1, 16}, {2, 2}, {1, 1});
   EXPECT_EQ(a.at(19).divisibility, V({4, 4}));  // a constant keeps its own divisor
 }
