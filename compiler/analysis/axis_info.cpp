@@ -243,6 +243,26 @@ void AxisAnalysis::transfer(const Op& op) {
       a.nonnegative = x.nonnegative;
       return set(a);
     }
+    case OpKind::Cmp: {
+      // A mask `offs < n` (or offs >= n, n > offs, n <= offs) with offs in runs of c
+      // consecutive values starting at multiples of g and n constant along the dim and
+      // a multiple of g: a0 + i < n == a0 < n for i < g = min(c, div(offs), div(n)),
+      // since a0 < n means a0 <= n - g. So a K-edge mask is constant over 16-byte runs
+      // when K is a multiple of 8 f16 (what lets loads under it be vector loads).
+      // Not for offs <= n: offs < n + 1, and n + 1 is odd.
+      std::string p = op.str_attr("pred");
+      const Value *x = op.operands[0], *n = op.operands[1];
+      if (p == "gt" || p == "le") std::swap(x, n), p = p == "gt" ? "lt" : "ge";
+      if (!rt->is_tile() || (p != "lt" && p != "ge") || !x->type.elem.is_int()) break;
+      const AxisInfo &xi = get(x), &ni = get(n);
+      AxisInfo a = make(rank, 1, 1, 1);
+      for (int d = 0; d < rank; ++d) {
+        a.constancy[d] = gcd2(xi.constancy[d], ni.constancy[d]);
+        if (ni.constancy[d] == rt->shape[d])
+          a.constancy[d] = std::max(a.constancy[d], std::min({xi.contiguity[d], xi.divisibility[d], ni.divisibility[d], rt->shape[d]}));
+      }
+      return set(a);
+    }
     case OpKind::Cast:
     case OpKind::Hint: {
       AxisInfo a = in(0);

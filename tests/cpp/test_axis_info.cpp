@@ -410,5 +410,35 @@ TEST(AxisInfo, LoopJoinDividesAtTheJoinedRunStarts) {
   EXPECT_TRUE(a.axis->get(body.args[0].get()).nonnegative);  // 0 + j * 1
 }
 
+// A mask `offs < n` is constant over runs where offs's runs start at multiples of g
+// and n is a multiple of g (the NVPTX access width reads this constancy).
+TEST(AxisInfo, EdgeMaskConstancy) {
+  Analyzed a(R"(kernel @k(%n: i32 {divisibility = 8}) {
+  %0 = program_id {axis = 0} : i32 loc(1:1)
+  %1 = const {value = 64} : i32 loc(2:1)
+  %2 = mul %0, %1 : i32 loc(3:1)
+  %3 = splat %2 : tile<64xi32> loc(4:1)
+  %4 = arange {start = 0, end = 64} : tile<64xi32> loc(5:1)
+  %5 = add %3, %4 : tile<64xi32> loc(6:1)
+  %6 = splat %n : tile<64xi32> loc(7:1)
+  %7 = cmp %5, %6 {pred = "lt"} : tile<64xi1> loc(8:1)
+  %8 = cmp %6, %5 {pred = "gt"} : tile<64xi1> loc(9:1)
+  %9 = cmp %5, %6 {pred = "ge"} : tile<64xi1> loc(10:1)
+  %10 = cmp %5, %6 {pred = "le"} : tile<64xi1> loc(11:1)
+  %11 = cmp %6, %5 {pred = "lt"} : tile<64xi1> loc(12:1)
+  %12 = and %7, %9 : tile<64xi1> loc(13:1)
+  %13 = expand_dims %7 {axis = 0} : tile<1x64xi1> loc(14:1)
+  %14 = broadcast %13 : tile<4x64xi1> loc(15:1)
+  return
+})");
+  EXPECT_EQ(a.at(8).constancy, V{8});   // offs < n
+  EXPECT_EQ(a.at(9).constancy, V{8});   // n > offs
+  EXPECT_EQ(a.at(10).constancy, V{8});  // offs >= n
+  EXPECT_EQ(a.at(11).constancy, V{1});  // offs <= n: true at offs = n, false at n + 1
+  EXPECT_EQ(a.at(12).constancy, V{1});  // n < offs, the same
+  EXPECT_EQ(a.at(13).constancy, V{8});
+  EXPECT_EQ(a.at(15).constancy, V({4, 8}));
+}
+
 }  // namespace
 }  // namespace tessera::analysis

@@ -395,7 +395,7 @@ class KernelGenerator {
     if (depth <= 0 || chance(0.15)) return gen_leaf(s, elem);
     std::string ty = type_str(s, elem);
     auto sub = [&](const Shape& s2) { return gen_int(s2, elem, depth - 1); };
-    switch (uniform(0, 19)) {
+    switch (uniform(0, 23)) {
       case 0: case 1: case 2: return emit("add " + sub(s) + ", " + sub(s), ty);
       case 3: return emit("sub " + sub(s) + ", " + sub(s), ty);
       case 4: case 5: return emit(std::string(chance(0.5) ? "mul " : "mul ") + sub(s) + ", " + small(s, elem), ty);
@@ -409,10 +409,7 @@ class KernelGenerator {
         return emit(std::string(chance(0.5) ? "shl " : "shr ") + sub(s) + ", " + amount, ty);
       }
       case 9: {
-        static const std::vector<std::string> preds = {"eq", "ne", "lt", "le", "gt", "ge"};
-        Shape cs = s.empty() || chance(0.8) ? s : Shape{};
-        std::string c = emit("cmp " + gen_int(cs, elem, depth - 1) + ", " + gen_int(cs, elem, depth - 1) + " {pred = \"" + pick(preds) + "\"}",
-                             type_str(cs, "i1"));
+        std::string c = gen_cmp(s.empty() || chance(0.8) ? s : Shape{}, elem, depth - 1);
         return emit("select " + c + ", " + sub(s) + ", " + sub(s), ty);
       }
       case 10: {
@@ -467,8 +464,7 @@ class KernelGenerator {
         if (elem != "i32") break;
         std::string p = gen_ptr(s, "i32", depth - 1);
         if (s.empty() || chance(0.5)) return emit("load " + p, ty);
-        std::string m = emit("cmp " + sub(s) + ", " + sub(s) + " {pred = \"lt\"}", type_str(s, "i1"));
-        return emit("load " + p + ", " + m + ", " + gen_leaf(s, elem), ty);
+        return emit("load " + p + ", " + gen_cmp(s, elem, depth - 1) + ", " + gen_leaf(s, elem), ty);
       }
       case 19: {
         if (loop_depth_ >= 2) break;
@@ -476,8 +472,30 @@ class KernelGenerator {
           return chance(0.5) ? emit("add " + v + ", " + sub(s), ty) : sub(s);
         });
       }
+      // The shapes kernels write, more often than chance gives them: block offsets
+      // splat(pid * B) + arange(B), and their remainder and masks.
+      case 20: case 21: return offsets(s, elem, depth);
+      case 22: return emit("rem " + offsets(s, elem, depth) + ", " + small(s, elem), ty);
+      case 23: return emit("select " + gen_cmp(s, elem, depth - 1) + ", " + sub(s) + ", " + sub(s), ty);
     }
     return emit("add " + sub(s) + ", " + sub(s), ty);
+  }
+
+  // splat(start) + arange(B) (or another leaf) for 1-D i32 tiles, else any expression.
+  std::string offsets(const Shape& s, const std::string& elem, int depth) {
+    if (s.size() != 1 || elem != "i32" || chance(0.3)) return gen_int(s, elem, depth - 1);
+    std::string start = gen_int({}, elem, depth - 1);
+    return emit("add " + emit("splat " + start, type_str(s, elem)) + ", " + gen_leaf(s, elem), type_str(s, elem));
+  }
+
+  // A comparison, often the mask form `offsets < splat(n)` (either way round).
+  std::string gen_cmp(const Shape& s, const std::string& elem, int depth) {
+    static const std::vector<std::string> preds = {"eq", "ne", "lt", "le", "gt", "ge"};
+    std::string x = offsets(s, elem, depth);
+    std::string bound = elem == "i32" && chance(0.5) ? pick(int_args).name : gen_int({}, elem, depth);
+    std::string n = s.empty() || chance(0.3) ? gen_int(s, elem, depth) : emit("splat " + bound, type_str(s, elem));
+    if (chance(0.5)) std::swap(x, n);
+    return emit("cmp " + x + ", " + n + " {pred = \"" + pick(preds) + "\"}", type_str(s, "i1"));
   }
 
   std::string small_const(const Shape& s, const std::string& elem, int64_t v) {
@@ -549,9 +567,9 @@ Concrete random_concrete(const KernelGenerator& g, std::mt19937_64& rng) {
 // Every fact the analysis claims about a random kernel holds for random arguments.
 // TESSERA_AXIS_FUZZ_CASES raises the case count (the default keeps it under a few seconds).
 TEST(AxisInfoFuzz, EveryClaimedFactHoldsOnConcreteValues) {
-  int cases = 3000;
+  int cases = 8000;
   if (const char* env = std::getenv("TESSERA_AXIS_FUZZ_CASES")) cases = std::atoi(env);
-  const int runs_per_case = 4;
+  const int runs_per_case = 6;
   int checked_runs = 0, discarded_runs = 0, failures = 0;
   std::map<std::string, std::string> smallest_failure;  // per op kind: the shortest failing kernel and why
   for (int seed = 0; seed < cases; ++seed) {
