@@ -182,6 +182,21 @@ void AxisAnalysis::transfer(const Op& op) {
       a.contiguity.resize(rank), a.divisibility.resize(rank), a.constancy.resize(rank);
       return set(a);
     }
+    case OpKind::Permute: {
+      // Facts along a dim do not depend on the other dims' order: result dim d is
+      // operand dim order[d] (tl.trans of a pointer tile keeps its contiguous dim).
+      const AxisInfo& x = in(0);
+      auto order = op.ints_attr("order");
+      AxisInfo a = make(rank, 1, 1, 1);
+      for (int d = 0; d < rank; ++d) {
+        a.contiguity[d] = x.contiguity[order[d]];
+        a.divisibility[d] = x.divisibility[order[d]];
+        a.constancy[d] = x.constancy[order[d]];
+      }
+      a.constant = x.constant;
+      a.nonnegative = x.nonnegative;
+      return set(a);
+    }
     case OpKind::Add:
     case OpKind::Sub:
     case OpKind::AddPtr: {

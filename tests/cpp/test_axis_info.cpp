@@ -440,5 +440,19 @@ TEST(AxisInfo, EdgeMaskConstancy) {
   EXPECT_EQ(a.at(15).constancy, V({4, 8}));
 }
 
+// permute carries each dim's facts to its new place.
+TEST(AxisInfo, PermuteMovesFacts) {
+  Analyzed a(R"(kernel @k() {
+  %0 = arange {start = 0, end = 16} : tile<16xi32> loc(1:1)
+  %1 = expand_dims %0 {axis = 0} : tile<1x16xi32> loc(2:1)
+  %2 = broadcast %1 : tile<4x16xi32> loc(3:1)
+  %3 = permute %2 {order = [1, 0]} : tile<16x4xi32> loc(4:1)
+  return
+})");
+  expect_info(a.at(3), {1, 16}, {1, kMaxDiv}, {4, 1});
+  expect_info(a.at(4), {16, 1}, {kMaxDiv, 1}, {1, 4});
+  EXPECT_TRUE(a.at(4).nonnegative);
+}
+
 }  // namespace
 }  // namespace tessera::analysis
