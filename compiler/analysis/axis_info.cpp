@@ -236,6 +236,37 @@ void AxisAnalysis::transfer(const Op& op) {
       a.nonnegative = x.nonnegative && y.nonnegative;
       return set(a);
     }
+    case OpKind::Shl: {
+      // x << k for k constant is x * 2^k.
+      const AxisInfo &x = in(0), &y = in(1);
+      if (!y.constant || *y.constant < 0 || *y.constant >= std::min(rt->elem.bits(), 31)) break;
+      int64_t k = *y.constant;
+      AxisInfo a = make(rank, 1, 1, 1);
+      for (size_t d = 0; d < a.contiguity.size(); ++d) {
+        int64_t c = a.contiguity[d] = k == 0 ? x.contiguity[d] : 1;
+        a.divisibility[d] = std::min(kMaxDiv, div_at_runs(x.divisibility[d], x.contiguity[d], c) << k);
+        a.constancy[d] = x.constancy[d];
+      }
+      if (x.constant) a.constant = wrap_to(static_cast<uint64_t>(*x.constant) << k, rt->elem);
+      a.nonnegative = x.nonnegative;
+      return set(a);
+    }
+    case OpKind::Div: {
+      // (a + i) / m with m constant over the tile, a >= 0 and a, m multiples of g is
+      // the same for i < g = min(contig(a), div(a), div(m)) (a % m + g - 1 < m, as for
+      // rem): offs // GROUP is constant over GROUP-long runs. Not for a < 0 (truncation:
+      // -4 / 4 = -1 but -3 / 4 = 0).
+      const AxisInfo &x = in(0), &y = in(1);
+      if (!rt->elem.is_int() || rt->is_scalar()) break;
+      AxisInfo a = make(rank, 1, 1, 1);
+      for (int d = 0; d < rank; ++d) {
+        a.constancy[d] = gcd2(x.constancy[d], y.constancy[d]);
+        if (y.constancy[d] == rt->shape[d] && x.nonnegative)
+          a.constancy[d] = std::max(a.constancy[d], std::min({x.contiguity[d], x.divisibility[d], y.divisibility[d], rt->shape[d]}));
+      }
+      a.nonnegative = x.nonnegative && y.nonnegative;
+      return set(a);
+    }
     case OpKind::Rem: {
       // (a + i) % m with m constant over the tile and a >= 0 keeps runs of
       // g = gcd(contig(a), div(a), div(m)): a and m are multiples of g, so a % m is

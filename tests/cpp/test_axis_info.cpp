@@ -454,5 +454,29 @@ TEST(AxisInfo, PermuteMovesFacts) {
   EXPECT_TRUE(a.at(4).nonnegative);
 }
 
+// x << k is x * 2^k; offs // GROUP is constant over GROUP-long runs of non-negative
+// offsets (not of offsets of unknown sign: -4 / 4 = -1, -3 / 4 = 0).
+TEST(AxisInfo, ShiftByConstantAndDivisionIntoGroups) {
+  Analyzed a(R"(kernel @k(%n: i32 {divisibility = 64}) {
+  %0 = program_id {axis = 0} : i32 loc(1:1)
+  %1 = const {value = 64} : i32 loc(2:1)
+  %2 = mul %0, %1 : i32 loc(3:1)
+  %3 = splat %2 : tile<64xi32> loc(4:1)
+  %4 = arange {start = 0, end = 64} : tile<64xi32> loc(5:1)
+  %5 = add %3, %4 : tile<64xi32> loc(6:1)
+  %6 = const {value = 4} : tile<64xi32> loc(7:1)
+  %7 = div %5, %6 : tile<64xi32> loc(8:1)
+  %8 = const {value = 2} : tile<64xi32> loc(9:1)
+  %9 = shl %5, %8 : tile<64xi32> loc(10:1)
+  %10 = splat %n : tile<64xi32> loc(11:1)
+  %11 = add %10, %4 : tile<64xi32> loc(12:1)
+  %12 = div %11, %6 : tile<64xi32> loc(13:1)
+  return
+})");
+  expect_info(a.at(8), {1}, {1}, {4});
+  expect_info(a.at(10), {1}, {4}, {1});
+  expect_info(a.at(13), {1}, {1}, {1});
+}
+
 }  // namespace
 }  // namespace tessera::analysis

@@ -405,7 +405,7 @@ class KernelGenerator {
         return emit(pick(ops) + " " + sub(s) + ", " + sub(s), ty);
       }
       case 8: {
-        std::string amount = emit("and " + sub(s) + ", " + small_const(s, elem, 3), ty);
+        std::string amount = chance(0.5) ? small_const(s, elem, uniform(0, 3)) : emit("and " + sub(s) + ", " + small_const(s, elem, 3), ty);
         return emit(std::string(chance(0.5) ? "shl " : "shr ") + sub(s) + ", " + amount, ty);
       }
       case 9: {
@@ -475,7 +475,7 @@ class KernelGenerator {
       // The shapes kernels write, more often than chance gives them: block offsets
       // splat(pid * B) + arange(B), and their remainder and masks.
       case 20: case 21: return offsets(s, elem, depth);
-      case 22: return emit("rem " + offsets(s, elem, depth) + ", " + small(s, elem), ty);
+      case 22: return emit(std::string(chance(0.5) ? "rem " : "div ") + offsets(s, elem, depth) + ", " + small(s, elem), ty);
       case 23: return emit("select " + gen_cmp(s, elem, depth - 1) + ", " + sub(s) + ", " + sub(s), ty);
     }
     return emit("add " + sub(s) + ", " + sub(s), ty);
