@@ -150,8 +150,10 @@ TEST(AxisInfo, MatmulPointerTiles) {
   // offs_m[:, None]: runs of 32 start at multiples of 32 along axis 0; along the new
   // axis 1 every element is a run of one, and pid * 32 + 1 is odd: divisibility 1.
   expect_info(a.at(7), {32, 1}, {32, 1}, {1, 1});
-  expect_info(a.at(9), {1, 1}, {512, 16}, {1, 1});
-  expect_info(a.at(10), {1, 1}, {512, 16}, {1, 16});
+  // offs_m[:, None] * stride_am: runs of one, and (pid * 32 + 1) * 16 is divisible by
+  // 16 only (not 32 * 16: that holds at offs_m's run starts, not at every element).
+  expect_info(a.at(9), {1, 1}, {16, 16}, {1, 1});
+  expect_info(a.at(10), {1, 1}, {16, 16}, {1, 16});
   // offs_k[None, :] likewise: along the new axis 0 its elements 0..15 include odd ones.
   expect_info(a.at(12), {1, 16}, {1, kMaxDiv}, {1, 1});
   expect_info(a.at(13), {1, 16}, {1, kMaxDiv}, {32, 1});
@@ -168,7 +170,7 @@ TEST(AxisInfo, MatmulPointerTilesUnknownRowStride) {
   %17 = splat %16 : tile<1xi32> loc(18:1)
   %18 = expand_dims %17 {axis = 0} : tile<1x1xi32> loc(19:1)
 )"));
-  expect_info(a.at(9), {1, 1}, {32, 1}, {1, 1});
+  expect_info(a.at(9), {1, 1}, {1, 1}, {1, 1});
   expect_info(a.at(16), {1, 16}, {2, 2}, {1, 1});
   EXPECT_EQ(a.at(19).divisibility, V({4, 4}));  // a constant keeps its own divisor
 }
@@ -276,6 +278,204 @@ TEST(AxisInfo, HintRaisesFacts) {
   expect_info(a.at(6), {64}, {16}, {1});
   expect_info(a.at(7), {1}, {4}, {1});  // unhinted: only i32 alignment survives
   expect_info(a.at(8), {64}, {kMaxDiv}, {1});  // hints never lower what is known
+}
+
+// The rules below were found unsound by test_axis_info_fuzz.cpp; each case is the
+// smallest form of one, with the fact the rule used to claim.
+
+// offs * stride with offs in runs: every element of the product is a run start, and
+// offs's elements inside its runs are not divisible by offs's run-start divisibility.
+// (offs_m * stride_am)[:, None] + offs_k[None, :] with an odd stride claimed 16-byte
+// rows (div(offs_m) = 32 carried to every element): the expand_dims fault again.
+TEST(AxisInfo, MulDividesEveryElementByTheFactorsElementDivisibility) {
+  Analyzed a(R"(kernel @k(%a: ptr<f16> {divisibility = 16}, %stride: i32) {
+  %0 = arange {start = 0, end = 4} : tile<4xi32> loc(1:1)
+  %1 = const {value = 2} : tile<4xi32> loc(2:1)
+  %2 = mul %0, %1 : tile<4xi32> loc(3:1)
+  %3 = program_id {axis = 0} : i32 loc(4:1)
+  %4 = const {value = 32} : i32 loc(5:1)
+  %5 = mul %3, %4 : i32 loc(6:1)
+  %6 = splat %5 : tile<32xi32> loc(7:1)
+  %7 = arange {start = 0, end = 32} : tile<32xi32> loc(8:1)
+  %8 = add %6, %7 : tile<32xi32> loc(9:1)
+  %9 = splat %stride : tile<32xi32> loc(10:1)
+  %10 = mul %8, %9 : tile<32xi32> loc(11:1)
+  %11 = expand_dims %10 {axis = 1} : tile<32x1xi32> loc(12:1)
+  %12 = broadcast %11 : tile<32x16xi32> loc(13:1)
+  %13 = arange {start = 0, end = 16} : tile<16xi32> loc(14:1)
+  %14 = expand_dims %13 {axis = 0} : tile<1x16xi32> loc(15:1)
+  %15 = broadcast %14 : tile<32x16xi32> loc(16:1)
+  %16 = add %12, %15 : tile<32x16xi32> loc(17:1)
+  %17 = splat %a : tile<32x16xptr<f16>> loc(18:1)
+  %18 = addptr %17, %16 : tile<32x16xptr<f16>> loc(19:1)
+  return
+})");
+  expect_info(a.at(3), {1}, {2}, {1});  // [0, 2, 4, 6], not 2^30
+  expect_info(a.at(11), {1}, {1}, {1});  // was 32
+  expect_info(a.at(19), {1, 16}, {2, 2}, {1, 1});  // rows 2-byte aligned, not 16
+}
+
+// x + y with y constant in pairs only: the sum's runs are pairs, and the pair starting
+// at x's element 2 is divisible by 2, not by div(y) = 4.
+TEST(AxisInfo, AddDividesItsShorterRunsStarts) {
+  Analyzed a(R"(kernel @k(%p: ptr<i32> {divisibility = 16}) {
+  %0 = arange {start = 0, end = 8} : tile<8xi32> loc(1:1)
+  %1 = splat %p : tile<8xptr<i32>> loc(2:1)
+  %2 = addptr %1, %0 : tile<8xptr<i32>> loc(3:1)
+  %3 = load %2 : tile<8xi32> loc(4:1)
+  %4 = hint %3 {divisibility = [4], constancy = [2]} : tile<8xi32> loc(5:1)
+  %5 = add %0, %4 : tile<8xi32> loc(6:1)
+  %6 = addptr %2, %4 : tile<8xptr<i32>> loc(7:1)
+  return
+})");
+  expect_info(a.at(6), {2}, {2}, {1});  // was divisibility 4
+  expect_info(a.at(7), {2}, {8}, {1});  // pairs start at 16-byte base + 8 bytes: 8, was 16
+}
+
+// (a + i) % m stays contiguous only where a >= 0 and a's runs start at multiples of
+// what divides m; the remainder's divisibility holds at its own run starts.
+TEST(AxisInfo, RemRunsNeedANonNegativeAlignedDividend) {
+  Analyzed a(R"(kernel @k(%M: i32 {divisibility = 16}, %n: i32 {divisibility = 64}) {
+  %0 = program_id {axis = 0} : i32 loc(1:1)
+  %1 = const {value = 64} : i32 loc(2:1)
+  %2 = mul %0, %1 : i32 loc(3:1)
+  %3 = splat %2 : tile<64xi32> loc(4:1)
+  %4 = arange {start = 0, end = 64} : tile<64xi32> loc(5:1)
+  %5 = add %3, %4 : tile<64xi32> loc(6:1)
+  %6 = splat %M : tile<64xi32> loc(7:1)
+  %7 = rem %5, %6 : tile<64xi32> loc(8:1)
+  %8 = arange {start = 1, end = 5} : tile<4xi32> loc(9:1)
+  %9 = const {value = 4} : tile<4xi32> loc(10:1)
+  %10 = rem %8, %9 : tile<4xi32> loc(11:1)
+  %11 = splat %n : tile<64xi32> loc(12:1)
+  %12 = add %11, %4 : tile<64xi32> loc(13:1)
+  %13 = rem %12, %6 : tile<64xi32> loc(14:1)
+  %14 = arange {start = 0, end = 4} : tile<4xi32> loc(15:1)
+  %15 = mul %14, %9 : tile<4xi32> loc(16:1)
+  %16 = add %15, %9 : tile<4xi32> loc(17:1)
+  %17 = rem %14, %16 : tile<4xi32> loc(18:1)
+  return
+})");
+  expect_info(a.at(8), {16}, {16}, {1});  // the matmul's offs % M: kept
+  EXPECT_TRUE(a.at(8).nonnegative);
+  expect_info(a.at(11), {1}, {1}, {1});   // [1, 2, 3, 0], was contiguity 4
+  expect_info(a.at(14), {1}, {1}, {1});   // n may be negative: -64 % 16 = 0, -63 % 16 = -15; was 16
+  expect_info(a.at(18), {1}, {1}, {1});   // [0, 1, 2, 3] % [4, 8, 12, 16]: was divisibility 4
+}
+
+// A cast that changes values (i32 -> u32 of a negative, narrowing) keeps each element's
+// divisibility and the constancy but no runs; a value-preserving one keeps everything.
+TEST(AxisInfo, CastsThatChangeValuesDropRuns) {
+  Analyzed a(R"(kernel @k() {
+  %0 = const {value = -4} : tile<4xi32> loc(1:1)
+  %1 = cast %0 : tile<4xu32> loc(2:1)
+  %2 = arange {start = -2, end = 2} : tile<4xi32> loc(3:1)
+  %3 = cast %2 : tile<4xu32> loc(4:1)
+  %4 = cast %3 : tile<4xi64> loc(5:1)
+  %5 = arange {start = 0, end = 4} : tile<4xi32> loc(6:1)
+  %6 = cast %5 : tile<4xu32> loc(7:1)
+  %7 = cast %2 : tile<4xi64> loc(8:1)
+  %8 = const {value = 8} : tile<4xi32> loc(9:1)
+  %9 = mul %5, %8 : tile<4xi32> loc(10:1)
+  %10 = cast %9 : tile<4xi16> loc(11:1)
+  return
+})");
+  EXPECT_EQ(a.at(2).constant, 4294967292);  // was -4
+  expect_info(a.at(2), {1}, {4}, {4});
+  expect_info(a.at(5), {1}, {1}, {1});  // [4294967294, 4294967295, 0, 1]: was contiguity 4
+  expect_info(a.at(7), {4}, {kMaxDiv}, {1});  // non-negative: the same values
+  expect_info(a.at(8), {4}, {2}, {1});        // sign extension keeps values
+  expect_info(a.at(11), {1}, {8}, {1});       // truncation keeps the low bits
+}
+
+// A loop-carried value is contiguous at entry and scaled in the body: at some trip it
+// is each, so its divisibility is what holds for both at every element.
+TEST(AxisInfo, LoopJoinDividesAtTheJoinedRunStarts) {
+  Analyzed a(R"(kernel @k(%K: i32) {
+  %0 = arange {start = 0, end = 16} : tile<16xi32> loc(1:1)
+  %1 = const {value = 0} : i32 loc(2:1)
+  %2 = const {value = 1} : i32 loc(3:1)
+  %3 = for %1, %K, %2, %0 : tile<16xi32> {
+  ^(%k: i32, %v: tile<16xi32>):
+    %4 = const {value = 8} : tile<16xi32> loc(4:1)
+    %5 = mul %v, %4 : tile<16xi32> loc(5:1)
+    yield %5 loc(6:1)
+  } loc(7:1)
+  return
+})");
+  const ir::Block& body = *a.op_at(7)->regions[0]->block;
+  expect_info(a.axis->get(body.args[1].get()), {1}, {1}, {1});  // was divisibility 8: element 1 at trip 0 is 1
+  expect_info(a.at(7), {1}, {1}, {1});
+  expect_info(a.at(5), {1}, {8}, {1});
+  EXPECT_TRUE(a.axis->get(body.args[0].get()).nonnegative);  // 0 + j * 1
+}
+
+// A mask `offs < n` is constant over runs where offs's runs start at multiples of g
+// and n is a multiple of g (the NVPTX access width reads this constancy).
+TEST(AxisInfo, EdgeMaskConstancy) {
+  Analyzed a(R"(kernel @k(%n: i32 {divisibility = 8}) {
+  %0 = program_id {axis = 0} : i32 loc(1:1)
+  %1 = const {value = 64} : i32 loc(2:1)
+  %2 = mul %0, %1 : i32 loc(3:1)
+  %3 = splat %2 : tile<64xi32> loc(4:1)
+  %4 = arange {start = 0, end = 64} : tile<64xi32> loc(5:1)
+  %5 = add %3, %4 : tile<64xi32> loc(6:1)
+  %6 = splat %n : tile<64xi32> loc(7:1)
+  %7 = cmp %5, %6 {pred = "lt"} : tile<64xi1> loc(8:1)
+  %8 = cmp %6, %5 {pred = "gt"} : tile<64xi1> loc(9:1)
+  %9 = cmp %5, %6 {pred = "ge"} : tile<64xi1> loc(10:1)
+  %10 = cmp %5, %6 {pred = "le"} : tile<64xi1> loc(11:1)
+  %11 = cmp %6, %5 {pred = "lt"} : tile<64xi1> loc(12:1)
+  %12 = and %7, %9 : tile<64xi1> loc(13:1)
+  %13 = expand_dims %7 {axis = 0} : tile<1x64xi1> loc(14:1)
+  %14 = broadcast %13 : tile<4x64xi1> loc(15:1)
+  return
+})");
+  EXPECT_EQ(a.at(8).constancy, V{8});   // offs < n
+  EXPECT_EQ(a.at(9).constancy, V{8});   // n > offs
+  EXPECT_EQ(a.at(10).constancy, V{8});  // offs >= n
+  EXPECT_EQ(a.at(11).constancy, V{1});  // offs <= n: true at offs = n, false at n + 1
+  EXPECT_EQ(a.at(12).constancy, V{1});  // n < offs, the same
+  EXPECT_EQ(a.at(13).constancy, V{8});
+  EXPECT_EQ(a.at(15).constancy, V({4, 8}));
+}
+
+// permute carries each dim's facts to its new place.
+TEST(AxisInfo, PermuteMovesFacts) {
+  Analyzed a(R"(kernel @k() {
+  %0 = arange {start = 0, end = 16} : tile<16xi32> loc(1:1)
+  %1 = expand_dims %0 {axis = 0} : tile<1x16xi32> loc(2:1)
+  %2 = broadcast %1 : tile<4x16xi32> loc(3:1)
+  %3 = permute %2 {order = [1, 0]} : tile<16x4xi32> loc(4:1)
+  return
+})");
+  expect_info(a.at(3), {1, 16}, {1, kMaxDiv}, {4, 1});
+  expect_info(a.at(4), {16, 1}, {kMaxDiv, 1}, {1, 4});
+  EXPECT_TRUE(a.at(4).nonnegative);
+}
+
+// x << k is x * 2^k; offs // GROUP is constant over GROUP-long runs of non-negative
+// offsets (not of offsets of unknown sign: -4 / 4 = -1, -3 / 4 = 0).
+TEST(AxisInfo, ShiftByConstantAndDivisionIntoGroups) {
+  Analyzed a(R"(kernel @k(%n: i32 {divisibility = 64}) {
+  %0 = program_id {axis = 0} : i32 loc(1:1)
+  %1 = const {value = 64} : i32 loc(2:1)
+  %2 = mul %0, %1 : i32 loc(3:1)
+  %3 = splat %2 : tile<64xi32> loc(4:1)
+  %4 = arange {start = 0, end = 64} : tile<64xi32> loc(5:1)
+  %5 = add %3, %4 : tile<64xi32> loc(6:1)
+  %6 = const {value = 4} : tile<64xi32> loc(7:1)
+  %7 = div %5, %6 : tile<64xi32> loc(8:1)
+  %8 = const {value = 2} : tile<64xi32> loc(9:1)
+  %9 = shl %5, %8 : tile<64xi32> loc(10:1)
+  %10 = splat %n : tile<64xi32> loc(11:1)
+  %11 = add %10, %4 : tile<64xi32> loc(12:1)
+  %12 = div %11, %6 : tile<64xi32> loc(13:1)
+  return
+})");
+  expect_info(a.at(8), {1}, {1}, {4});
+  expect_info(a.at(10), {1}, {4}, {1});
+  expect_info(a.at(13), {1}, {1}, {1});
 }
 
 }  // namespace

@@ -177,44 +177,11 @@ void GpuLowering::emit_global_store(llvm::Value* ptr, const ElemType& e, const s
   b_.CreateCall(fty, asm_fn, args);
 }
 
-// Constancy of a mask along `dim`, refining axis analysis for the common
-// `offsets < n` form: with offsets in runs of c consecutive values starting at
-// multiples of g and n a multiple of g, (a0 + i < n) == (a0 < n) for i < gcd(c, g).
+// Constancy of a mask along `dim`: the axis analysis' (its Cmp rule covers the
+// `offsets < n` form, where the property test in test_axis_info_fuzz.cpp checks it).
 int64_t GpuLowering::mask_constancy(const Value* m, int dim) {
   const analysis::AxisInfo& ai = axis_.get(m);
-  int64_t base = dim < static_cast<int>(ai.constancy.size()) ? ai.constancy[dim] : 1;
-  const Op* op = m->def();
-  if (!op || m->type.is_scalar()) return base;
-  auto at_dim = [&](const std::vector<int64_t>& v) { return dim < static_cast<int>(v.size()) ? v[dim] : int64_t(1); };
-  if (op->kind == OpKind::Cmp) {
-    std::string p = op->str_attr("pred");
-    const Value* lhs = op->operands[0];
-    const Value* rhs = op->operands[1];
-    if (p == "gt" || p == "le") std::swap(lhs, rhs), p = p == "gt" ? "lt" : "ge";
-    if ((p == "lt" || p == "ge") && lhs->type.elem.is_int()) {
-      const auto& l = axis_.get(lhs);
-      const auto& r = axis_.get(rhs);
-      int64_t size = m->type.shape[dim];
-      if (at_dim(r.constancy) == size || rhs->type.is_scalar()) {
-        int64_t g = std::min({at_dim(l.contiguity), at_dim(l.divisibility), at_dim(r.divisibility)});
-        return std::max(base, std::min(g, size));
-      }
-    }
-  }
-  if (op->kind == OpKind::And || op->kind == OpKind::Or) {
-    int64_t a = mask_constancy(op->operands[0], dim), c = mask_constancy(op->operands[1], dim);
-    return std::max(base, std::min(a, c));
-  }
-  if (op->kind == OpKind::Broadcast && op->operands[0]->type.shape[dim] != 1) {
-    return std::max(base, mask_constancy(op->operands[0], dim));
-  }
-  // `(cols < n)[None, :]`: the operand's dimension dim - 1 (the new axis is size 1).
-  if (op->kind == OpKind::ExpandDims) {
-    int64_t axis = op->int_attr("axis");
-    if (dim != axis && !op->operands[0]->type.is_scalar())
-      return std::max(base, mask_constancy(op->operands[0], dim > axis ? dim - 1 : dim));
-  }
-  return base;
+  return dim < static_cast<int>(ai.constancy.size()) ? ai.constancy[dim] : 1;
 }
 
 int GpuLowering::access_width(const Op& op, const BlockedLayout& l) {
