@@ -48,6 +48,32 @@ const Op* ancestor_in(const Op* user, const Block* b) {
 
 constexpr int kMaxReloads = 4;
 
+// Ops in the integer/bool/pointer expression tree under `v` down to its leaves (arange,
+// splat, constants), or -1 if it holds anything else or more than `budget` ops: index
+// and mask arithmetic such as `first + 4 * g[:, None] + j[None, :]` or
+// `(col >= 0) & (col < n)`, which costs a few vector ops per chunk to recompute.
+int index_tree_ops(const Value* v, int budget) {
+  if (v->type.is_scalar()) return 0;
+  const Op* d = v->def();
+  if (!d || budget <= 0 || v->type.elem.is_float()) return -1;
+  switch (d->kind) {
+    case OpKind::Const: case OpKind::Splat: case OpKind::Arange: return 1;
+    case OpKind::ExpandDims: case OpKind::Broadcast: case OpKind::Hint: case OpKind::Add: case OpKind::Sub:
+    case OpKind::Mul: case OpKind::AddPtr: case OpKind::Cmp: case OpKind::And: case OpKind::Or: case OpKind::Xor:
+    case OpKind::Cast:
+      break;
+    default: return -1;
+  }
+  int total = 1;
+  for (const Value* o : d->operands) {
+    if (o->type.is_tile() && o->type.elem.is_float()) return -1;
+    int n = index_tree_ops(o, budget - total);
+    if (n < 0) return -1;
+    total += n;
+  }
+  return total <= budget ? total : -1;
+}
+
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> s(shape.size(), 1);
   for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
@@ -139,8 +165,13 @@ void KernelLowering::plan_fusion(const Block& b) {
       const Op* d = o->def();
       return d && (d->kind == OpKind::Const || d->kind == OpKind::Splat || d->kind == OpKind::Arange);
     });
+    // And so is index and mask arithmetic (recomputing a few integer ops per chunk
+    // is cheaper than the 16 KB buffer of a [1024, 4] i32 tile, and keeps the
+    // pointers' steps visible to multi-row chunks and the masks to mask versioning).
+    constexpr int kIndexTreeBudget = 16;
+    bool index_arithmetic = index_tree_ops(v, kIndexTreeBudget) >= 0;
     if (expensive && (count > 1 || in_nested)) continue;
-    if (!expensive && !leaf && !of_leaves && count > 8) continue;
+    if (!expensive && !leaf && !of_leaves && !index_arithmetic && count > 8) continue;
     if (op.kind == OpKind::Load && root >= 0 && se[root] - se[i + 1] > 0) continue;
     lazy_.insert(&op);
     eval_count[v] = count;
@@ -215,11 +246,12 @@ void KernelLowering::counted_loop(int64_t n, int64_t step, const std::function<v
 }
 
 void KernelLowering::loop_nest(const std::vector<int64_t>& shape, int width, int skip_dim,
-                               const std::function<void(Chunk&)>& body) {
+                               const std::function<void(Chunk&)>& body, int rows) {
   int r = static_cast<int>(shape.size());
   Chunk c;
   c.idx.assign(r, nullptr);
   c.width = width;
+  c.rows = rows;
   std::function<void(int)> rec = [&](int d) {
     if (d == r) {
       body(c);
@@ -230,7 +262,7 @@ void KernelLowering::loop_nest(const std::vector<int64_t>& shape, int width, int
       rec(d + 1);
       return;
     }
-    int64_t step = d == r - 1 ? width : 1;
+    int64_t step = d == r - 1 ? (rows > 1 ? shape[d] : width) : d == r - 2 ? rows : 1;
     if (shape[d] == 1 || shape[d] == step) {
       c.idx[d] = b_.getInt64(0);
       rec(d + 1);
@@ -252,6 +284,7 @@ llvm::Value* KernelLowering::view_address(const TileRef& r, const Type& t, const
 }
 
 llvm::Value* KernelLowering::view_chunk(const TileRef& r, const Type& t, const Chunk& c) {
+  if (c.rows > 1) return multi_row_view_chunk(r, t, c);
   llvm::Type* mt = llvm_mem_type(ctx_, t.elem);
   llvm::Value* addr = view_address(r, t, c);
   int64_t inner = r.strides.back();
@@ -281,10 +314,15 @@ llvm::Value* KernelLowering::emit_chunk(const Value* v, const Chunk& c) {
 }
 
 llvm::Value* KernelLowering::contiguous_pointer(const Value* ptrs, const Chunk& c) {
-  const auto& ai = axis_.get(ptrs);
-  if (ai.contiguity.empty() || ai.contiguity.back() < c.width) return nullptr;
+  if (c.rows > 1) {
+    if (!rows_are_contiguous(ptrs, c)) return nullptr;
+  } else {
+    const auto& ai = axis_.get(ptrs);
+    if (ai.contiguity.empty() || ai.contiguity.back() < c.width) return nullptr;
+  }
   Chunk one = c;
   one.width = 1;
+  one.rows = 1;
   return emit_chunk(ptrs, one);
 }
 
@@ -325,6 +363,7 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
   switch (op.kind) {
     case OpKind::Const: return emit_constant(b_, t.elem, c.width, op.attrs.at("value"));
     case OpKind::Arange: {
+      if (c.rows > 1) throw CompileError("a multi-row chunk of a 1-D arange (this is a Tessera bug)", false);
       // start + index stays in [start, end): never wraps.
       llvm::Value* base = b_.CreateTrunc(c.idx.back(), b_.getInt32Ty(), "", /*nuw=*/true, /*nsw=*/true);
       base = b_.CreateNSWAdd(base, b_.getInt32(static_cast<uint32_t>(op.int_attr("start"))));
@@ -336,6 +375,7 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
     case OpKind::Splat: return splat_lanes(b_, scalar(op.operands[0]), c.width);
     case OpKind::Hint: return emit_chunk(op.operands[0], c);
     case OpKind::Broadcast: {
+      if (c.rows > 1) return multi_row_broadcast(op, c);
       const Type& in = op.operands[0]->type;
       Chunk ci = c;
       for (size_t d = 0; d < in.shape.size(); ++d)
@@ -346,6 +386,12 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
     case OpKind::ExpandDims: {
       int64_t ax = op.int_attr("axis");
       Chunk ci = c;
+      if (c.rows > 1 && ax == static_cast<int64_t>(c.idx.size()) - 1) {
+        // [G] -> [G, 1]: the chunk's rows are the operand's lanes
+        ci.idx.pop_back();
+        ci.rows = 1;
+        return emit_chunk(op.operands[0], ci);
+      }
       ci.idx.erase(ci.idx.begin() + ax);
       if (ci.idx.empty()) return splat_lanes(b_, scalar(op.operands[0]), c.width);
       return emit_chunk(op.operands[0], ci);
@@ -354,6 +400,16 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
       Chunk ci = c;
       llvm::Value* last = ci.idx.back();
       ci.idx.pop_back();
+      if (c.rows > 1) {
+        // rows i .. i+R-1 of both operands, interleaved: <a_i, b_i, a_i+1, b_i+1, ...>
+        ci.rows = 1;
+        ci.width = c.rows;
+        llvm::Value* a = emit_chunk(op.operands[0], ci);
+        llvm::Value* bb = emit_chunk(op.operands[1], ci);
+        std::vector<int> lanes;
+        for (int l = 0; l < c.rows; ++l) lanes.push_back(l), lanes.push_back(c.rows + l);
+        return b_.CreateShuffleVector(a, bb, lanes);
+      }
       ci.width = 1;
       llvm::Value* a = emit_chunk(op.operands[0], ci);
       llvm::Value* bb = emit_chunk(op.operands[1], ci);
@@ -365,7 +421,7 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
       return b_.CreateSelect(b_.CreateICmpEQ(last, b_.getInt64(0)), a, bb);
     }
     case OpKind::Load: return emit_load_chunk(op, c);
-    case OpKind::Gather: return emit_gather_chunk(op, c);
+    case OpKind::Gather: return c.rows > 1 ? emit_row_by_row(op.result(), c) : emit_gather_chunk(op, c);
     default: break;
   }
   std::vector<llvm::Value*> args;
@@ -416,10 +472,16 @@ llvm::Value* KernelLowering::emit_gather_chunk(const Op& op, const Chunk& c) {
 void KernelLowering::write_into(const TileRef& dst, const Value* v) {
   const Type& t = v->type;
   llvm::Type* mt = llvm_mem_type(ctx_, t.elem);
-  versioned_loop_nest({v}, t.shape, chunk_width(t), -1, [&](Chunk& c) {
+  // (dst is a row-major buffer or a view: multi-row chunks only where its rows follow each other)
+  size_t rank = dst.strides.size();
+  bool rows_follow = rank >= 2 && (t.shape.back() == 1 || dst.strides.back() == 1) &&
+                     dst.strides[rank - 2] == t.shape.back();
+  int rows = rows_follow ? chunk_rows(t) : 1;
+  int width = rows > 1 ? static_cast<int>(rows * t.shape.back()) : chunk_width(t);
+  versioned_loop_nest({v}, t.shape, width, -1, [&](Chunk& c) {
     llvm::Value* val = to_mem(b_, emit_chunk(v, c), t.elem);
     b_.CreateAlignedStore(val, view_address(dst, t, c), llvm::Align(std::max<unsigned>(1, mt->getScalarSizeInBits() / 8)));
-  });
+  }, nullptr, rows);
 }
 
 void KernelLowering::copy_view(const TileRef& dst, const TileRef& src, const Type& t) {
@@ -551,7 +613,9 @@ void KernelLowering::lower_store(const Op& op) {
     return;
   }
   llvm::Value* stream = streaming_condition(op);
-  versioned_loop_nest({ptrs, val, maskv}, ptrs->type.shape, chunk_width(ptrs->type), -1, [&](Chunk& c) {
+  int rows = chunk_rows(ptrs->type);
+  int width = rows > 1 ? static_cast<int>(rows * ptrs->type.shape.back()) : chunk_width(ptrs->type);
+  versioned_loop_nest({ptrs, val, maskv}, ptrs->type.shape, width, -1, [&](Chunk& c) {
     llvm::Value* v = emit_chunk(val, c);
     llvm::Value* m = maskv ? emit_chunk(maskv, c) : nullptr;
     if (m && llvm::isa<llvm::Constant>(m) && llvm::cast<llvm::Constant>(m)->isAllOnesValue()) m = nullptr;
@@ -569,7 +633,7 @@ void KernelLowering::lower_store(const Op& op) {
       if (!m) m = llvm::Constant::getAllOnesValue(llvm::FixedVectorType::get(b_.getInt1Ty(), c.width));
       masked_scatter(v, ps, align, m);
     }
-  }, stream);
+  }, stream, rows);
 }
 
 void KernelLowering::lower_atomic(const Op& op) {
