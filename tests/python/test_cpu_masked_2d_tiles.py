@@ -30,9 +30,12 @@ def _groups_copy_scaled(X, Y, n, G: tl.constexpr, L: tl.constexpr):
     tl.store(Y - 1 + at, x * scale + bias, mask=whole | partial)
 
 
+@pytest.mark.parametrize("cpu", ["host", "haswell"])
 @pytest.mark.parametrize("L", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("n", [1, 5, 37, 257])
-def test_masked_rows_load_and_store(L, n):
+def test_masked_rows_load_and_store(L, n, cpu, monkeypatch):
+    if cpu == "haswell":  # AVX2: masked accesses take vmaskmov / lane-by-lane code
+        monkeypatch.setenv("TESSERA_CPU", "haswell")
     G = 64 // L if L < 16 else 4
     x = np.arange(1, n + 1, dtype=np.float32)
     y = poisoned(n + 1, np.float32)
@@ -161,9 +164,85 @@ def test_realigned_slices_against_numpy(n):
 
 def test_realigned_slice_loads_whole_vectors():
     sig = {"X": "*fp32:16", "OUT": "*fp32:16", "stride": "i32", "n": "i32", "n_slices": "i32"}
-    asm = tessera.compile(_slice_lse, signature=sig, constexprs={"BLOCK": 4096, "VEC": 4}, target="cpu").asm["asm"]
+    compiled = tessera.compile(_slice_lse, signature=sig, constexprs={"BLOCK": 4096, "VEC": 4}, target="cpu")
+    asm = compiled.asm["asm"]
+    # the edge `if` is a lazy if: each reduce's loop is emitted once per branch, and x
+    # is no 16 KB buffer (only the reduces' vector accumulators are on the stack)
+    assert "lazy_if.then_nest" in compiled.asm["llir"]
+    assert "alloca float, i64 4096" not in compiled.asm["llir"]
     # (before multi-row chunks: 4-lane xmm loads and a gather per group of 4)
     assert "gather" not in asm
     assert "vmovups\t(" in asm or "vmovups\t" in asm and "zmm" in asm
     # one 16-lane exp per 4 rows, not one 4-lane exp per row: scalef on zmm
     assert "vscalefps\t%zmm" in asm
+
+
+# An if yielding tiles (compiler/codegen/x86/lazy_if.cpp: evaluated per chunk by its
+# consumers, their loops split on the condition, when nothing with side effects runs
+# between the if and them; else a buffer per branch, or the yielded value's own).
+
+@tessera.kernel
+def _if_two_results(X, OUT, SUMS, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(X + offs, mask=offs < n, other=0.0)
+    y = x * 3.0
+    if pid % 2 == 0:
+        x = x + 1.0
+        y = tl.where(offs < n, y - x, 0.0)
+    tl.store(OUT + offs, x * 2.0 + y, mask=offs < n)
+    tl.store(SUMS + pid, tl.sum(x, axis=0) + tl.max(y, axis=0))
+
+
+@pytest.mark.parametrize("n", [64, 100, 255])
+def test_if_with_two_tile_results_in_both_branches(n):
+    block = 32
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    out = poisoned(n, np.float32)
+    programs = tessera.cdiv(n, block)
+    sums = np.zeros(programs, np.float32)
+    _if_two_results[(programs,)](x, out, sums, n, BLOCK=block)
+    xp = np.concatenate([x, np.zeros(programs * block - n, np.float32)]).reshape(programs, block)
+    valid = (np.arange(programs * block) < n).reshape(programs, block)
+    even = (np.arange(programs) % 2 == 0)[:, None]
+    xs = np.where(even, xp + 1, xp)
+    ys = np.where(even, np.where(valid, xp * 3 - xs, 0), xp * 3)
+    np.testing.assert_allclose(out, (xs * 2 + ys).reshape(-1)[:n], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(sums, xs.sum(axis=1) + ys.max(axis=1), rtol=1e-5, atol=1e-5)
+
+
+@tessera.kernel
+def _if_then_store_then_use(A, OUT, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(A + offs)
+    if tl.program_id(0) == 0:
+        x = x + 1.0
+    tl.store(A + offs, tl.zeros([BLOCK], tl.float32))  # after the if, before x's use
+    tl.store(OUT + offs, x * 2.0)
+
+
+def test_if_result_read_after_a_store_keeps_the_loaded_values():
+    a = np.arange(16, dtype=np.float32)
+    out = np.zeros(16, np.float32)
+    _if_then_store_then_use[(1,)](a, out, BLOCK=16)
+    np.testing.assert_array_equal(out, (np.arange(16) + 1) * 2)
+    assert (a == 0).all()
+
+
+@tessera.kernel
+def _if_result_used_in_a_loop(X, OUT, steps, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(X + offs)
+    if tl.program_id(0) == 0:
+        x = x * 2.0
+    acc = tl.zeros([BLOCK], tl.float32)
+    for _ in range(steps):
+        acc += x
+    tl.store(OUT + offs, acc)
+
+
+def test_if_result_used_in_a_loop():
+    x = np.arange(16, dtype=np.float32)
+    out = np.zeros(16, np.float32)
+    _if_result_used_in_a_loop[(1,)](x, out, 3, BLOCK=16)
+    np.testing.assert_array_equal(out, x * 2 * 3)

@@ -278,8 +278,8 @@ void KernelLowering::carried_reads(const Value* v, const std::vector<TileRef>& b
     return;
   }
   const Op& op = *r.op;
-  bool elementwise = op_has_trait(op.kind, 'E') || op.kind == OpKind::Load;
-  for (const Value* o : op.operands)
+  bool elementwise = op_has_trait(op.kind, 'E') || op.kind == OpKind::Load || op.kind == OpKind::If;
+  for (const Value* o : lazy_inputs(op, r.result_index))
     carried_reads(o, bufs, same_index && elementwise && o->type.shape == v->type.shape, how, seen);
 }
 
@@ -355,6 +355,7 @@ void KernelLowering::lower_while(const Op& op) {
 // `x = load(...)` then `if edge: x = where(whole, x, load(partial))`: the else branch
 // used to copy x's 16 KB into the result buffer.
 void KernelLowering::lower_if(const Op& op) {
+  if (lazy_ifs_.count(&op)) return lower_lazy_if(op);
   size_t n = op.results.size();
   std::vector<llvm::Value*> slots(n);
   std::vector<TileRef> bufs(n);

@@ -65,6 +65,9 @@ struct Chunk {
 bool varies_by_program(const ir::Value* v, const ir::Block* kernel_body,
                        std::unordered_map<const ir::Value*, bool>& memo);
 
+// Whether op may stay lazy (an elementwise op, a load, a view-like op with a tile result).
+bool lazy_eligible(const ir::Op& op);
+
 // True when the view is a dense row-major buffer starting at its base.
 bool is_contiguous(const TileRef& r, const ir::Type& t);
 
@@ -167,6 +170,17 @@ class KernelLowering {
                       llvm::Value* mask);
   TileRef& tile(const ir::Value* v);
 
+  // --- lazy_if.cpp: an if whose branches only compute tiles, evaluated per chunk --
+  bool if_can_be_lazy(const ir::Op& op) const;
+  void lower_lazy_if(const ir::Op& op);
+  llvm::Value* emit_lazy_if_chunk(const ir::Op& op, int result, const Chunk& c);
+  // A lazy if under `roots` whose branch this nest has not chosen yet (nullptr: none).
+  const ir::Op* undecided_lazy_if(const std::vector<const ir::Value*>& roots);
+  // Emits `emit` twice, under if (cond) and else, with the if's branch chosen in each.
+  void split_on_lazy_if(const ir::Op& lazy_if, const std::function<void()>& emit);
+  // The values a lazy op's chunk reads: its operands, or for a lazy if its yields'.
+  std::vector<const ir::Value*> lazy_inputs(const ir::Op& op, int result) const;
+
   // --- mask_versioning.cpp ---------------------------------------------------
   // The lowest and highest value over a whole integer tile, as exact i128 scalars,
   // and whether no lane wrapped on the way (nullopt: not an analyzable form).
@@ -227,6 +241,8 @@ class KernelLowering {
   std::unordered_map<const ir::Value*, llvm::Value*> scalars_;
   std::unordered_map<const ir::Value*, TileRef> tiles_;
   std::unordered_set<const ir::Op*> lazy_;
+  std::unordered_set<const ir::Op*> lazy_ifs_;  // ifs evaluated per chunk (lazy_if.cpp)
+  std::unordered_map<const ir::Op*, int> if_choice_;  // in a nest version: the branch taken
   // Multi-use values whose first use is a reduce over them: the reduce's loop
   // writes their buffer as it reads them (one pass instead of two).
   std::unordered_map<const ir::Op*, const ir::Op*> deferred_;  // value's op -> reduce

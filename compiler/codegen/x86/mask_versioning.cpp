@@ -130,12 +130,15 @@ void KernelLowering::collect_masks(const Value* v, std::unordered_set<const Valu
     range_ops_.resize(mark);  // not part of any test: may wrap
   }
   if (r.kind != TileRef::Lazy) return;
-  for (const Value* o : r.op->operands) collect_masks(o, seen, masks);
+  for (const Value* o : lazy_inputs(*r.op, r.result_index)) collect_masks(o, seen, masks);
 }
 
 void KernelLowering::versioned_loop_nest(const std::vector<const Value*>& roots, const std::vector<int64_t>& shape,
                                          int width, int skip_dim, const std::function<void(Chunk&)>& body,
                                          llvm::Value* stream, int rows) {
+  // A lazy if's condition first (lazy_if.cpp): one copy of the nest per branch.
+  if (const Op* lazy_if = undecided_lazy_if(roots))
+    return split_on_lazy_if(*lazy_if, [&] { versioned_loop_nest(roots, shape, width, skip_dim, body, stream, rows); });
   ++nest_id_;
   // The loop without masks, itself split on `stream` (see streaming_stores.cpp).
   auto unmasked_loop = [&] {

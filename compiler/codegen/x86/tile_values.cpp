@@ -16,8 +16,6 @@ namespace tessera::codegen::x86 {
 
 using namespace ir;
 
-namespace {
-
 bool lazy_eligible(const Op& op) {
   if (op.results.size() != 1 || !op.result()->type.is_tile()) return false;
   switch (op.kind) {
@@ -28,6 +26,8 @@ bool lazy_eligible(const Op& op) {
       return op_has_trait(op.kind, 'E') && op_has_trait(op.kind, 'P');
   }
 }
+
+namespace {
 
 bool has_side_effects(const Op& op) {
   if (op_has_trait(op.kind, 'S') && op.kind != OpKind::Return) return true;
@@ -128,15 +128,18 @@ void KernelLowering::plan_fusion(const Block& b) {
   std::unordered_map<const Value*, int> eval_count, root_pos;
   std::unordered_map<const Value*, bool> nested;
   constexpr int kNestedCopies = 4;  // a guess: the nested block may evaluate it a few times
-  for (int i = static_cast<int>(ops.size()) - 1; i >= 0; --i) {
-    const Op& op = *ops[i];
-    if (!lazy_eligible(op)) continue;
-    const Value* v = op.result();
-    int count = 0, root = -1;
-    bool in_nested = false;
+  auto tally = [&](const Value* v, int& count, int& root, bool& in_nested) {
+    count = 0, root = -1, in_nested = false;
     for (const Op* user : uses_[v]) {
       const Op* anc = ancestor_in(user, &b);
-      if (anc != user) {
+      if (anc != user && lazy_ifs_.count(anc)) {
+        // inside a lazy if's branch: evaluated where the if's results are
+        for (const auto& res : anc->results) {
+          count += std::max(1, eval_count[res.get()]);
+          root = std::max(root, root_pos[res.get()]);
+          in_nested |= nested[res.get()];
+        }
+      } else if (anc != user) {
         count += kNestedCopies;
         in_nested = true;
         root = std::max(root, pos[anc]);
@@ -149,6 +152,39 @@ void KernelLowering::plan_fusion(const Block& b) {
         root = std::max(root, pos[user]);
       }
     }
+  };
+  for (int i = static_cast<int>(ops.size()) - 1; i >= 0; --i) {
+    const Op& op = *ops[i];
+    if (op.kind == OpKind::If && if_can_be_lazy(op)) {
+      // lazy_if.cpp: evaluated per chunk by its results' consumers, when they are
+      // few, outside loops, and no side effect runs between the if and them
+      std::vector<int> counts, roots;
+      bool any_nested = false;
+      for (const auto& res : op.results) {
+        int count, root;
+        bool in_nested;
+        tally(res.get(), count, root, in_nested);
+        counts.push_back(count), roots.push_back(root);
+        any_nested |= in_nested;
+      }
+      int last = *std::max_element(roots.begin(), roots.end());
+      int copies = 0;
+      for (int c : counts) copies += c;
+      if (!any_nested && last > i && copies <= kMaxReloads && se[last] - se[i + 1] == 0) {
+        lazy_ifs_.insert(&op);
+        for (size_t k = 0; k < op.results.size(); ++k) {
+          eval_count[op.results[k].get()] = counts[k];
+          root_pos[op.results[k].get()] = roots[k];
+          nested[op.results[k].get()] = false;
+        }
+      }
+      continue;
+    }
+    if (!lazy_eligible(op)) continue;
+    const Value* v = op.result();
+    int count, root;
+    bool in_nested;
+    tally(v, count, root, in_nested);
     bool expensive = op.kind == OpKind::Load || op_has_trait(op.kind, 'X');
     // A contiguous load used a few times is loaded again by each use rather than
     // buffered: it is still in L1/L2 the second time, and a reload costs one vector
@@ -422,6 +458,7 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
     }
     case OpKind::Load: return emit_load_chunk(op, c);
     case OpKind::Gather: return c.rows > 1 ? emit_row_by_row(op.result(), c) : emit_gather_chunk(op, c);
+    case OpKind::If: return emit_lazy_if_chunk(op, result, c);
     default: break;
   }
   std::vector<llvm::Value*> args;
