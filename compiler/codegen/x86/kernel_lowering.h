@@ -205,6 +205,7 @@ class KernelLowering {
   // --- row_prefetch.cpp ------------------------------------------------------
   // Whether chunks of `load` prefetch the next program's row, and that prefetch.
   bool prefetches_next_row(const ir::Op& load);
+  int64_t contiguous_run(const ir::Op& load);
   void prefetch_next_row(const ir::Op& load, llvm::Value* p0, const Chunk& c);
   // Keeps each load's prefetches only in the last loop nest that emitted them.
   void drop_prefetches_outside_last_nest();

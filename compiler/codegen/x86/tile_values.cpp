@@ -352,6 +352,21 @@ llvm::Value* KernelLowering::emit_chunk(const Value* v, const Chunk& c) {
 llvm::Value* KernelLowering::contiguous_pointer(const Value* ptrs, const Chunk& c) {
   if (c.rows > 1) {
     if (!rows_are_contiguous(ptrs, c)) return nullptr;
+    // The tile's first address plus the chunk's offset from its steps, in i64: the
+    // first address is the same in every chunk (LLVM hoists it), and the offset is
+    // the loop's induction variable times a constant, where evaluating the chunk's
+    // own i32 index arithmetic costs a sign extension per chunk.
+    auto steps = element_steps(ptrs);
+    Chunk origin = c;
+    for (auto& i : origin.idx) i = b_.getInt64(0);
+    origin.width = 1;
+    origin.rows = 1;
+    llvm::Value* off = b_.getInt64(0);
+    for (size_t d = 0; d < c.idx.size(); ++d)
+      if ((*steps)[d] != 0 && c.idx[d])
+        off = b_.CreateNSWAdd(off, b_.CreateNSWMul(c.idx[d], b_.getInt64((*steps)[d])));
+    llvm::Type* elem = llvm_mem_type(ctx_, ptrs->type.elem.pointee_type());
+    return b_.CreateGEP(elem, emit_chunk(ptrs, origin), off);
   } else {
     const auto& ai = axis_.get(ptrs);
     if (ai.contiguity.empty() || ai.contiguity.back() < c.width) return nullptr;
