@@ -8,7 +8,9 @@ Two families, each timed round-robin in one process (bench/common.py):
     group (`whole`) and, in the row's first and last slices, per element (`partial`);
   * the library's cross_entropy forward and backward with the realigned plan off
     (1-D rows) and on (the [G, VEC] tiles), torch's cross_entropy beside them.
-Writes bench/results/cpu2d_masked_tiles.md (python bench/cpu2d_masked_tiles.py).
+Writes bench/results/cpu2d_masked_tiles.md (python bench/cpu2d_masked_tiles.py), or with
+TESSERA_NUM_THREADS=1 bench/results/cpu2d_masked_tiles_1thread.md (less noise from the
+machine's other work).
 """
 import os
 import sys
@@ -118,7 +120,8 @@ def main():
     lines += C.table_lines(["implementation", "best ms", "median ms", "x 1-D row"], rows_lse, markdown=True)
     lines += ["", "## cross_entropy (kernels/softmax_ce.py), realigned plan off / on", ""]
     lines += C.table_lines(["call", "best ms", "median ms", "x 1-D rows"], rows_ce, markdown=True)
-    path = os.path.join(C.RESULTS_DIR, "cpu2d_masked_tiles.md")
+    one_thread = os.environ.get("TESSERA_NUM_THREADS") == "1"
+    path = os.path.join(C.RESULTS_DIR, "cpu2d_masked_tiles_1thread.md" if one_thread else "cpu2d_masked_tiles.md")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
