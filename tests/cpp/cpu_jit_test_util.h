@@ -43,6 +43,10 @@ class CpuJit {
     return m;
   }
 
+  // The CPU's feature string, for functions' "target-features" attribute (as the x86
+  // lowering sets it; vector_math.cpp picks AVX-512 instructions from it).
+  std::string features() const { return tm_->getTargetFeatureString().str(); }
+
   void optimize(llvm::Module& m) {
     EXPECT_FALSE(llvm::verifyModule(m, &llvm::errs()));
     llvm::PipelineTuningOptions pto;

@@ -79,13 +79,16 @@ std::string kernel_name(const MathCase& c, const char* type, int width) {
 }
 
 // void kernel(const T* in, T* out, int64_t n): out[i] = fn(in[i]), `width` at a time;
-// n is a positive multiple of width. Width 1 uses scalar types, not <1 x T>.
-void add_kernel(llvm::Module& m, const std::string& name, MathFn fn, llvm::Type* elem, int width) {
+// n is a positive multiple of width. Width 1 uses scalar types, not <1 x T>. `features`
+// becomes the function's "target-features", as in kernels (AVX-512 code takes vscalef).
+void add_kernel(llvm::Module& m, const std::string& name, MathFn fn, llvm::Type* elem, int width,
+                const std::string& features = "") {
   llvm::LLVMContext& ctx = m.getContext();
   llvm::Type* ptr = llvm::PointerType::get(ctx, 0);
   llvm::Type* i64 = llvm::Type::getInt64Ty(ctx);
   auto* fn_ty = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, ptr, i64}, false);
   auto* f = llvm::Function::Create(fn_ty, llvm::Function::ExternalLinkage, name, m);
+  if (!features.empty()) f->addFnAttr("target-features", features);
   auto* entry = llvm::BasicBlock::Create(ctx, "entry", f);
   auto* loop = llvm::BasicBlock::Create(ctx, "loop", f);
   auto* exit = llvm::BasicBlock::Create(ctx, "exit", f);
@@ -113,8 +116,8 @@ CpuJit& math_jit(const std::string& cpu) {
     auto m = jit->new_module(*ctx);
     for (const MathCase& c : kCases)
       for (int w : kWidths) {
-        add_kernel(*m, kernel_name(c, "f32", w), c.fn, llvm::Type::getFloatTy(*ctx), w);
-        add_kernel(*m, kernel_name(c, "f64", w), c.fn, llvm::Type::getDoubleTy(*ctx), w);
+        add_kernel(*m, kernel_name(c, "f32", w), c.fn, llvm::Type::getFloatTy(*ctx), w, jit->features());
+        add_kernel(*m, kernel_name(c, "f64", w), c.fn, llvm::Type::getDoubleTy(*ctx), w, jit->features());
       }
     jit->add(std::move(m), std::move(ctx));
     return jit;
@@ -325,10 +328,36 @@ void check_accuracy(const MathCase& c) {
   std::printf("%s%s\n", line.c_str(), buf);
 }
 
+// The same bits at every width and on both CPUs (NaNs as NaNs): a value's fn must not
+// depend on the shape of the tile that holds it (an f32 exp once took a faster
+// polynomial on 512-bit vectors only, and a [G, 8] tile's exp differed from a row's).
+template <class T>
+void check_same_bits_everywhere(const MathCase& c) {
+  std::vector<T> xs = inputs_for<T>(c.fn);
+  std::vector<T> first;
+  run_kernel(math_jit(""), kernel_name(c, type_name<T>(), kWidths[0]), xs, first);
+  for (const char* cpu : {"", "haswell"}) {
+    for (int w : kWidths) {
+      std::vector<T> ys;
+      run_kernel(math_jit(cpu), kernel_name(c, type_name<T>(), w), xs, ys);
+      size_t differing = 0, at = 0;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        bool same = std::isnan(ys[i]) ? std::isnan(first[i]) : to_bits(ys[i]) == to_bits(first[i]);
+        if (!same && differing++ == 0) at = i;
+      }
+      EXPECT_EQ(differing, 0u) << c.name << " " << type_name<T>() << " cpu=" << (*cpu ? cpu : "host")
+                               << " width=" << w << " vs width " << kWidths[0] << ": first at x=" << std::hexfloat
+                               << xs[at] << " got=" << ys[at] << " want=" << first[at];
+    }
+  }
+}
+
 class VectorMathAccuracy : public ::testing::TestWithParam<MathCase> {};
 
 TEST_P(VectorMathAccuracy, F32WithinBound) { check_accuracy<float>(GetParam()); }
 TEST_P(VectorMathAccuracy, F64WithinBound) { check_accuracy<double>(GetParam()); }
+TEST_P(VectorMathAccuracy, F32SameBitsAtEveryWidth) { check_same_bits_everywhere<float>(GetParam()); }
+TEST_P(VectorMathAccuracy, F64SameBitsAtEveryWidth) { check_same_bits_everywhere<double>(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(AllFunctions, VectorMathAccuracy, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });

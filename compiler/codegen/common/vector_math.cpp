@@ -1,8 +1,10 @@
 // exp/exp2/log/log2/sin/cos/erf/tanh/sigmoid as LLVM IR (range reduction plus minimax
 // polynomials, selects instead of branches, no libm) for f32/f64 vectors.
 // Measured max error (tests/cpp/test_vector_math.cpp, f32 and f64 alike): < 1 ulp for
-// exp, exp2, log, log2, sin, cos, erf; < 1.9 ulp for tanh and sigmoid. sin/cos beyond
-// |x| = 2^18 (f32) / 2^40 (f64) branch to a Payne–Hanek reduction (trig_reduction.cpp).
+// exp, exp2, log, log2, sin, cos, erf; < 1.9 ulp for tanh and sigmoid. Each computes the
+// same bits at every vector width and for scalars: results never depend on a tile's shape.
+// sin/cos beyond |x| = 2^18 (f32) / 2^40 (f64) branch to a Payne–Hanek reduction
+// (trig_reduction.cpp).
 #include "codegen/common/vector_math.h"
 
 #include "codegen/common/trig_reduction.h"
@@ -154,18 +156,22 @@ class MathEmitter {
   // Worked example, exp(1) in f32: n = rint(1·log2e) = 1, r = 1 - 1·ln2 = 0.30685 (hi)
   // and the ln2_lo part (lo), e^r = 1.3591409, times 2^1 = 2.7182817.
   Value* exp(Value* x) {
-    if (Value* y = exp_f32_avx512(x)) return y;
+    if (ty_->getScalarType()->isFloatTy()) return exp_f32(x);
     return propagate_nan(x, exp_no_nan_check(x));
   }
 
-  // f32 on AVX-512 (softmax's inner loop): 12 instructions instead of 22. A plain
-  // Horner evaluation of 1 + r + r^2 P(r) replaces the compensated sum (its last fma
-  // rounds once; the rest of the error is 0.35·ulp(q): under 1.3 ulp, the bound is 2),
-  // and NaN needs no final select: the clamp keeps it (select(x > hi, hi, x) is
-  // vminps hi, x, which returns its second operand on NaN), and rint, fma and vscalefps
-  // all propagate it.
-  Value* exp_f32_avx512(Value* x) {
-    if (!ty_->getScalarType()->isFloatTy() || !can_avx512_scalef(x->getType())) return nullptr;
+  // f32 exp, one algorithm for every vector width and for scalars, so a value's exp
+  // does not depend on the shape of the tile holding it (a [G, 8] tile's 256-bit rows
+  // and a 1-D row's 512-bit vectors once took different algorithms and differed by an
+  // ulp, which a cancellation downstream, softmax - smoothing / n, magnified to 3e-4).
+  // A plain Horner evaluation of 1 + r + r^2 P(r) replaces the compensated sum of
+  // exp_reduced (its last fma rounds once; the rest of the error is 0.35·ulp(q): under
+  // 0.87 ulp measured, the bound is 2): 12 instructions per 16 lanes on AVX-512 (softmax's inner
+  // loop) instead of 22. scale_by_pow2 is vscalefps on 512-bit vectors and two
+  // multiplies elsewhere, which round identically (once, denormals included).
+  // NaN needs no final select: the clamp keeps it (select(x > hi, hi, x) returns x on
+  // NaN; vminps hi, x does the same), and fma, the multiplies and vscalefps propagate it.
+  Value* exp_f32(Value* x) {
     Value* hi_c = c(k_.exp_hi);
     Value* lo_c = c(k_.exp_lo);
     Value* below = select(b_.CreateFCmpOGT(x, hi_c), hi_c, x);
@@ -179,7 +185,7 @@ class MathEmitter {
     Value* r = fma(fneg(n), c(k_.ln2_lo), fma(fneg(n), c(k_.ln2_hi), xc));
     std::vector<double> full = {1.0, 1.0};
     full.insert(full.end(), std::begin(kExpPolyF32), std::end(kExpPolyF32));
-    return avx512_scalef(horner(r, full), n);
+    return scale_by_pow2(horner(r, full), n);
   }
 
   Value* exp_no_nan_check(Value* x) {

@@ -7,6 +7,8 @@
 // holds one 8-byte slot per kernel argument (values in the low bytes).
 #include "codegen/x86/kernel_lowering.h"
 
+#include <algorithm>
+
 #include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Verifier.h>
 
@@ -276,8 +278,8 @@ void KernelLowering::carried_reads(const Value* v, const std::vector<TileRef>& b
     return;
   }
   const Op& op = *r.op;
-  bool elementwise = op_has_trait(op.kind, 'E') || op.kind == OpKind::Load;
-  for (const Value* o : op.operands)
+  bool elementwise = op_has_trait(op.kind, 'E') || op.kind == OpKind::Load || op.kind == OpKind::If;
+  for (const Value* o : lazy_inputs(op, r.result_index))
     carried_reads(o, bufs, same_index && elementwise && o->type.shape == v->type.shape, how, seen);
 }
 
@@ -346,7 +348,14 @@ void KernelLowering::lower_while(const Op& op) {
   }
 }
 
+// A tile result is a buffer each branch writes its yield into, except where a branch
+// yields a value already in a dense buffer of its own (a materialized load or
+// elementwise result, not a loop's carried buffer, which loops update in place): the
+// result is then that buffer on that branch (a pointer phi), no copy. E.g.
+// `x = load(...)` then `if edge: x = where(whole, x, load(partial))`: the else branch
+// used to copy x's 16 KB into the result buffer.
 void KernelLowering::lower_if(const Op& op) {
+  if (lazy_ifs_.count(&op)) return lower_lazy_if(op);
   size_t n = op.results.size();
   std::vector<llvm::Value*> slots(n);
   std::vector<TileRef> bufs(n);
@@ -354,6 +363,13 @@ void KernelLowering::lower_if(const Op& op) {
     if (op.result(i)->type.is_tile()) bufs[i] = new_buffer(op.result(i)->type);
     else slots[i] = alloca_in_entry(llvm_elem_type(ctx_, op.result(i)->type.elem), 1);
   }
+  auto own_dense_buffer = [&](const Value* v) -> llvm::Value* {
+    if (!v->type.is_tile() || !v->def() || !v->def()->regions.empty()) return nullptr;
+    const TileRef& r = tile(v);
+    return r.kind == TileRef::View && is_contiguous(r, v->type) ? r.base : nullptr;
+  };
+  // per tile result: the buffer each branch that reaches the join leaves it in
+  std::vector<std::vector<std::pair<llvm::BasicBlock*, llvm::Value*>>> arriving(n);
   auto* thenbb = llvm::BasicBlock::Create(ctx_, "if.then", fn_);
   auto* elsebb = llvm::BasicBlock::Create(ctx_, "if.else", fn_);
   auto* join = llvm::BasicBlock::Create(ctx_, "if.join", fn_);
@@ -364,17 +380,36 @@ void KernelLowering::lower_if(const Op& op) {
     lower_block(blk);
     if (b_.GetInsertBlock()->getTerminator()) continue;  // returned
     const Op* y = blk.terminator();
+    std::vector<llvm::Value*> left_in(n, nullptr);
     if (y && y->kind == OpKind::Yield)
       for (size_t i = 0; i < n; ++i) {
-        if (op.result(i)->type.is_tile()) write_into(bufs[i], y->operands[i]);
-        else b_.CreateStore(scalar(y->operands[i]), slots[i]);
+        if (!op.result(i)->type.is_tile()) {
+          b_.CreateStore(scalar(y->operands[i]), slots[i]);
+        } else if (llvm::Value* own = own_dense_buffer(y->operands[i])) {
+          left_in[i] = own;
+        } else {
+          write_into(bufs[i], y->operands[i]);
+          left_in[i] = bufs[i].base;
+        }
       }
+    for (size_t i = 0; i < n; ++i)
+      if (op.result(i)->type.is_tile()) arriving[i].push_back({b_.GetInsertBlock(), left_in[i] ? left_in[i] : bufs[i].base});
     b_.CreateBr(join);
   }
   b_.SetInsertPoint(join);
   for (size_t i = 0; i < n; ++i) {
-    if (op.result(i)->type.is_tile()) tiles_[op.result(i)] = bufs[i];
-    else scalars_[op.result(i)] = b_.CreateLoad(llvm_elem_type(ctx_, op.result(i)->type.elem), slots[i]);
+    if (op.result(i)->type.is_tile()) {
+      bool all_in_bufs = std::all_of(arriving[i].begin(), arriving[i].end(),
+                                     [&](const auto& a) { return a.second == bufs[i].base; });
+      if (!all_in_bufs) {
+        llvm::PHINode* phi = b_.CreatePHI(bufs[i].base->getType(), static_cast<unsigned>(arriving[i].size()));
+        for (auto& [bb, base] : arriving[i]) phi->addIncoming(base, bb);
+        bufs[i].base = phi;
+      }
+      tiles_[op.result(i)] = bufs[i];
+    } else {
+      scalars_[op.result(i)] = b_.CreateLoad(llvm_elem_type(ctx_, op.result(i)->type.elem), slots[i]);
+    }
   }
 }
 

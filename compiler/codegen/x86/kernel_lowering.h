@@ -50,15 +50,23 @@ struct TileRef {
 };
 
 // A chunk: W consecutive lanes along the minor dimension starting at idx.back().
+// With rows > 1 (multi_row_chunks.cpp: tiles whose minor dim is narrower than a
+// vector, as [G, 4] f32), the chunk is `rows` whole consecutive rows instead: rows
+// idx[rank-2] .. idx[rank-2] + rows - 1 of dim rank-2, idx.back() = 0, W = rows x
+// shape.back() lanes in row-major order.
 struct Chunk {
   std::vector<llvm::Value*> idx;  // i64 per dimension
   int width = 1;
+  int rows = 1;
 };
 
 // Whether `v` depends on the program id: a load or store through it touches
 // different memory in each program (a weight vector every program reads does not).
 bool varies_by_program(const ir::Value* v, const ir::Block* kernel_body,
                        std::unordered_map<const ir::Value*, bool>& memo);
+
+// Whether op may stay lazy (an elementwise op, a load, a view-like op with a tile result).
+bool lazy_eligible(const ir::Op& op);
 
 // True when the view is a dense row-major buffer starting at its base.
 bool is_contiguous(const TileRef& r, const ir::Type& t);
@@ -112,9 +120,31 @@ class KernelLowering {
   llvm::Value* alloca_in_entry(llvm::Type* t, int64_t count);
   int chunk_width(const ir::Type& t) const;
   // Calls body(chunk) for every chunk of `shape` (loops over all dims except
-  // `skip_dim`, whose index is left as nullptr). Lanes run along the minor dim.
+  // `skip_dim`, whose index is left as nullptr). Lanes run along the minor dim;
+  // rows > 1: multi-row chunks of `rows` rows (width = rows x shape.back()).
   void loop_nest(const std::vector<int64_t>& shape, int width, int skip_dim,
-                 const std::function<void(Chunk&)>& body);
+                 const std::function<void(Chunk&)>& body, int rows = 1);
+
+  // --- multi_row_chunks.cpp: chunks of several short rows ----------------------
+  // Rows per chunk for a consumer's loop over `t` (1: one row's lanes at a time).
+  int chunk_rows(const ir::Type& t, int skip_dim = -1) const;
+  // The constant element step of an integer or pointer tile along each dim (pointers:
+  // in elements), or nullopt when it is not affine with constant steps.
+  std::optional<std::vector<int64_t>> element_steps(const ir::Value* v);
+  // Whether the multi-row chunk c of pointer tile `ptrs` addresses consecutive elements.
+  bool rows_are_contiguous(const ir::Value* ptrs, const Chunk& c);
+  // c's lanes evaluated one row at a time and concatenated (ops without a multi-row form).
+  llvm::Value* emit_row_by_row(const ir::Value* v, const Chunk& c);
+  llvm::Value* multi_row_broadcast(const ir::Op& op, const Chunk& c);
+  llvm::Value* multi_row_view_chunk(const TileRef& r, const ir::Type& t, const Chunk& c);
+  // Combines each row's lanes of multi-row chunk values (rows x minor lanes) into one
+  // lane per row: `rows` lanes.
+  std::vector<llvm::Value*> combine_within_rows(const ir::Op& reduce, std::vector<llvm::Value*> vals, int rows,
+                                                int minor);
+  // reduce(reduce(x, axis=1), axis=0) of a [G, L] tile with the same single-op combine:
+  // the inner reduce (returned; nullptr if none) is not lowered on its own, the outer
+  // one reduces x whole in multi-row chunks.
+  const ir::Op* fusable_inner_reduce(const ir::Op& outer);
   // A counted loop [0, n) step `step` around body(iv) (i64 iv).
   void counted_loop(int64_t n, int64_t step, const std::function<void(llvm::Value*)>& body, bool reverse = false);
   llvm::Value* emit_load_chunk(const ir::Op& op, const Chunk& c);
@@ -140,6 +170,17 @@ class KernelLowering {
                       llvm::Value* mask);
   TileRef& tile(const ir::Value* v);
 
+  // --- lazy_if.cpp: an if whose branches only compute tiles, evaluated per chunk --
+  bool if_can_be_lazy(const ir::Op& op) const;
+  void lower_lazy_if(const ir::Op& op);
+  llvm::Value* emit_lazy_if_chunk(const ir::Op& op, int result, const Chunk& c);
+  // A lazy if under `roots` whose branch this nest has not chosen yet (nullptr: none).
+  const ir::Op* undecided_lazy_if(const std::vector<const ir::Value*>& roots);
+  // Emits `emit` twice, under if (cond) and else, with the if's branch chosen in each.
+  void split_on_lazy_if(const ir::Op& lazy_if, const std::function<void()>& emit);
+  // The values a lazy op's chunk reads: its operands, or for a lazy if its yields'.
+  std::vector<const ir::Value*> lazy_inputs(const ir::Op& op, int result) const;
+
   // --- mask_versioning.cpp ---------------------------------------------------
   // The lowest and highest value over a whole integer tile, as exact i128 scalars,
   // and whether no lane wrapped on the way (nullopt: not an analyzable form).
@@ -159,11 +200,12 @@ class KernelLowering {
   // with streaming_ set (non-temporal stores) and without.
   void versioned_loop_nest(const std::vector<const ir::Value*>& roots, const std::vector<int64_t>& shape,
                            int width, int skip_dim, const std::function<void(Chunk&)>& body,
-                           llvm::Value* stream = nullptr);
+                           llvm::Value* stream = nullptr, int rows = 1);
 
   // --- row_prefetch.cpp ------------------------------------------------------
   // Whether chunks of `load` prefetch the next program's row, and that prefetch.
   bool prefetches_next_row(const ir::Op& load);
+  int64_t contiguous_run(const ir::Op& load);
   void prefetch_next_row(const ir::Op& load, llvm::Value* p0, const Chunk& c);
   // Keeps each load's prefetches only in the last loop nest that emitted them.
   void drop_prefetches_outside_last_nest();
@@ -175,6 +217,7 @@ class KernelLowering {
 
   // --- lower_reduce_scan.cpp ------------------------------------------------
   void lower_reduce(const ir::Op& op);
+  void lower_reduce_whole(const ir::Op& op, const ir::Op& inner);
   void lower_scan(const ir::Op& op);
   std::vector<llvm::Value*> emit_combine(const ir::Op& op, const std::vector<llvm::Value*>& lhs,
                                          const std::vector<llvm::Value*>& rhs);
@@ -199,6 +242,8 @@ class KernelLowering {
   std::unordered_map<const ir::Value*, llvm::Value*> scalars_;
   std::unordered_map<const ir::Value*, TileRef> tiles_;
   std::unordered_set<const ir::Op*> lazy_;
+  std::unordered_set<const ir::Op*> lazy_ifs_;  // ifs evaluated per chunk (lazy_if.cpp)
+  std::unordered_map<const ir::Op*, int> if_choice_;  // in a nest version: the branch taken
   // Multi-use values whose first use is a reduce over them: the reduce's loop
   // writes their buffer as it reads them (one pass instead of two).
   std::unordered_map<const ir::Op*, const ir::Op*> deferred_;  // value's op -> reduce
@@ -209,6 +254,8 @@ class KernelLowering {
   std::unordered_map<const ir::Value*, bool> varies_memo_;  // varies_by_program's memo
   std::unordered_map<const ir::Value*, std::vector<const ir::Op*>> uses_;
   bool uses_built_ = false;
+  // Inner reduces of fusable_inner_reduce pairs: lowered by their outer reduce.
+  std::unordered_set<const ir::Op*> fused_inner_reduces_;
   // Adds computed by a dot's store (fusable_dot_add): their value is this buffer.
   std::unordered_map<const ir::Op*, TileRef> fused_dot_adds_;
   // Masks known to be all true in the code being emitted (see versioned_loop_nest).

@@ -35,6 +35,16 @@ std::vector<int64_t> drop_dim(const std::vector<int64_t>& v, int d) {
 }  // namespace
 
 void KernelLowering::lower_reduce(const Op& op) {
+  // max(max(x, axis=1), axis=0) of a [G, 4] tile: both at the outer reduce, over x whole
+  if (op.results.size() == 1) {
+    auto users = uses_.find(op.result());
+    if (users != uses_.end() && users->second.size() == 1 && fusable_inner_reduce(*users->second[0]) == &op) {
+      fused_inner_reduces_.insert(&op);
+      return;
+    }
+  }
+  if (const Op* inner = fusable_inner_reduce(op); inner && fused_inner_reduces_.count(inner))
+    return lower_reduce_whole(op, *inner);
   size_t n = op.operands.size();
   const Type& st = op.operands[0]->type;
   int axis = static_cast<int>(op.int_attr("axis"));
@@ -73,6 +83,7 @@ void KernelLowering::lower_reduce(const Op& op) {
   auto store_result = [&](const Chunk& c, const std::vector<llvm::Value*>& vals) {
     Chunk rc;
     rc.width = c.width;
+    rc.rows = c.rows;
     for (int d = 0; d < rank; ++d)
       if (d != axis) rc.idx.push_back(c.idx[d]);
     for (size_t i = 0; i < n; ++i) {
@@ -82,7 +93,18 @@ void KernelLowering::lower_reduce(const Op& op) {
   };
 
   std::vector<const Value*> roots(op.operands.begin(), op.operands.end());
-  if (axis == rank - 1) {
+  if (int rows = axis == rank - 1 ? chunk_rows(st) : 1; rows > 1) {
+    // Rows shorter than a vector (multi_row_chunks.cpp): `rows` of them per chunk,
+    // combined within each row's lanes, one result lane per row.
+    int minor = static_cast<int>(st.shape.back());
+    versioned_loop_nest(roots, st.shape, rows * minor, -1, [&](Chunk& c) {
+      std::vector<llvm::Value*> acc = combine_within_rows(op, load_all(c), rows, minor);
+      Chunk rc = c;
+      rc.rows = 1;
+      rc.width = rows;
+      store_result(rc, acc);
+    }, nullptr, rows);
+  } else if (axis == rank - 1) {
     int w = chunk_width(st);
     versioned_loop_nest(roots, st.shape, 1, axis, [&](Chunk& c) {
       // U independent accumulators (chunks j mod U) hide the combine latency;
@@ -157,6 +179,66 @@ void KernelLowering::lower_reduce(const Op& op) {
   }
   if (!scalar_result)
     for (size_t i = 0; i < n; ++i) tiles_[op.result(i)] = out[i];
+  if (pending_v) {
+    tiles_[pending_v] = pending_[pending_v];
+    pending_.erase(pending_v);
+  }
+}
+
+// reduce(reduce(x, axis=1), axis=0) for x: tile<G x L> (fusable_inner_reduce): x in
+// multi-row chunks of R = 16 / L rows, U independent vector accumulators (chunks k mod
+// U) as the 1-D reduce along the minor dim, then one halving tree to a scalar. The
+// combine is associative and commutative, so the order of the lanes does not matter.
+void KernelLowering::lower_reduce_whole(const Op& op, const Op& inner) {
+  const Value* x = inner.operands[0];
+  const Type& st = x->type;
+  int rows = chunk_rows(st);
+  int w = static_cast<int>(rows * st.shape.back());
+  const Value* pending_v = pending_.count(x) ? x : nullptr;
+  auto load = [&](const Chunk& c) {
+    llvm::Value* v = emit_chunk(x, c);
+    if (pending_v) {
+      const TileRef& buf = pending_[pending_v];
+      b_.CreateStore(to_mem(b_, v, x->type.elem), view_address(buf, x->type, c));
+    }
+    return std::vector<llvm::Value*>{v};
+  };
+  versioned_loop_nest({x}, st.shape, w, /*skip_dim=*/0, [&](Chunk& c) {
+    Chunk cc = c;
+    cc.rows = rows;
+    cc.width = w;
+    int64_t chunks = st.shape[0] / rows;
+    int u_count = static_cast<int>(std::min<int64_t>(4, chunks));
+    std::vector<std::vector<llvm::Value*>> accs;
+    for (int u = 0; u < u_count; ++u) {
+      cc.idx[0] = b_.getInt64(u * rows);
+      accs.push_back(load(cc));
+    }
+    if (chunks > u_count) {
+      std::vector<llvm::Value*> slots;
+      for (auto& a : accs) {
+        slots.push_back(alloca_in_entry(a[0]->getType(), 1));
+        b_.CreateStore(a[0], slots.back());
+      }
+      llvm::Type* vt = accs[0][0]->getType();
+      counted_loop(st.shape[0] - u_count * rows, u_count * rows, [&](llvm::Value* iv) {
+        for (int u = 0; u < u_count; ++u) {
+          cc.idx[0] = b_.CreateAdd(iv, b_.getInt64((u_count + u) * rows));
+          auto nxt = emit_combine(op, {b_.CreateLoad(vt, slots[u])}, load(cc));
+          b_.CreateStore(nxt[0], slots[u]);
+        }
+      });
+      for (int u = 0; u < u_count; ++u) accs[u] = {b_.CreateLoad(vt, slots[u])};
+    }
+    while (accs.size() > 1) {
+      std::vector<std::vector<llvm::Value*>> next;
+      for (size_t u = 0; u + 1 < accs.size(); u += 2) next.push_back(emit_combine(op, accs[u], accs[u + 1]));
+      accs = next;
+    }
+    // all w lanes as one row: a halving tree to one lane
+    std::vector<llvm::Value*> acc = combine_within_rows(op, accs[0], 1, w);
+    scalars_[op.result()] = b_.CreateExtractElement(acc[0], uint64_t(0));
+  });
   if (pending_v) {
     tiles_[pending_v] = pending_[pending_v];
     pending_.erase(pending_v);

@@ -36,9 +36,11 @@ std::optional<KernelLowering::IntRange> KernelLowering::tile_range(const Value* 
   auto ext = [&](llvm::Value* x) { return e.is_unsigned() ? b_.CreateZExt(x, i128) : b_.CreateSExt(x, i128); };
   auto point = [&](llvm::Value* x) { return IntRange{x, x, b_.getTrue()}; };
   if (v->type.is_scalar()) return point(ext(scalar(v)));
-  const TileRef& r = tile(v);
-  if (r.kind != TileRef::Lazy) return std::nullopt;
-  const Op& op = *r.op;
+  // From the defining op, lazy or materialized alike (a materialized offset tile has
+  // the same values): the test only needs the ends of the range.
+  const Op* def = v->def();
+  if (!def) return std::nullopt;
+  const Op& op = *def;
   auto c128 = [&](int64_t x) { return llvm::ConstantInt::get(i128, x, /*signed=*/true); };
   switch (op.kind) {
     case OpKind::Arange: return IntRange{c128(op.int_attr("start")), c128(op.int_attr("end") - 1), b_.getTrue()};
@@ -86,9 +88,9 @@ std::optional<KernelLowering::IntRange> KernelLowering::tile_range(const Value* 
 llvm::Value* KernelLowering::all_true(const Value* m) {
   if (!m->type.elem.is_bool()) return nullptr;
   if (m->type.is_scalar()) return scalar(m);
-  const TileRef& r = tile(m);
-  if (r.kind != TileRef::Lazy) return nullptr;
-  const Op& op = *r.op;
+  const Op* def = m->def();
+  if (!def) return nullptr;
+  const Op& op = *def;
   switch (op.kind) {
     case OpKind::Splat: return scalar(op.operands[0]);
     case OpKind::Broadcast: case OpKind::ExpandDims: case OpKind::Hint: return all_true(op.operands[0]);
@@ -118,7 +120,7 @@ void KernelLowering::collect_masks(const Value* v, std::unordered_set<const Valu
                                    std::vector<std::pair<const Value*, llvm::Value*>>& masks) {
   if (!v || v->type.is_scalar() || !seen.insert(v).second) return;
   const TileRef& r = tile(v);
-  if (r.kind != TileRef::Lazy) return;
+  // (a materialized mask is tested too: known true, its buffer is not read)
   if (v->type.elem.is_bool() && !known_true_.count(v)) {
     size_t mark = range_ops_.size();
     if (llvm::Value* t = all_true(v)) {
@@ -127,16 +129,20 @@ void KernelLowering::collect_masks(const Value* v, std::unordered_set<const Valu
     }
     range_ops_.resize(mark);  // not part of any test: may wrap
   }
-  for (const Value* o : r.op->operands) collect_masks(o, seen, masks);
+  if (r.kind != TileRef::Lazy) return;
+  for (const Value* o : lazy_inputs(*r.op, r.result_index)) collect_masks(o, seen, masks);
 }
 
 void KernelLowering::versioned_loop_nest(const std::vector<const Value*>& roots, const std::vector<int64_t>& shape,
                                          int width, int skip_dim, const std::function<void(Chunk&)>& body,
-                                         llvm::Value* stream) {
+                                         llvm::Value* stream, int rows) {
+  // A lazy if's condition first (lazy_if.cpp): one copy of the nest per branch.
+  if (const Op* lazy_if = undecided_lazy_if(roots))
+    return split_on_lazy_if(*lazy_if, [&] { versioned_loop_nest(roots, shape, width, skip_dim, body, stream, rows); });
   ++nest_id_;
   // The loop without masks, itself split on `stream` (see streaming_stores.cpp).
   auto unmasked_loop = [&] {
-    if (!stream) return loop_nest(shape, width, skip_dim, body);
+    if (!stream) return loop_nest(shape, width, skip_dim, body, rows);
     auto* streaming = llvm::BasicBlock::Create(ctx_, "store.streaming", fn_);
     auto* cached = llvm::BasicBlock::Create(ctx_, "store.cached", fn_);
     auto* done = llvm::BasicBlock::Create(ctx_, "store.done", fn_);
@@ -145,12 +151,12 @@ void KernelLowering::versioned_loop_nest(const std::vector<const Value*>& roots,
     streaming_ = true;
     bool saved = keep_loops_rolled_;
     keep_loops_rolled_ = true;
-    loop_nest(shape, width, skip_dim, body);
+    loop_nest(shape, width, skip_dim, body, rows);
     keep_loops_rolled_ = saved;
     streaming_ = false;
     b_.CreateBr(done);
     b_.SetInsertPoint(cached);
-    loop_nest(shape, width, skip_dim, body);
+    loop_nest(shape, width, skip_dim, body, rows);
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
   };
@@ -163,7 +169,7 @@ void KernelLowering::versioned_loop_nest(const std::vector<const Value*>& roots,
   bool masked = false;
   for (const Value* v : roots) masked = masked || (v && v->type.elem.is_bool());
   if (masks.empty() && !masked) return unmasked_loop();
-  if (masks.empty()) return loop_nest(shape, width, skip_dim, body);
+  if (masks.empty()) return loop_nest(shape, width, skip_dim, body, rows);
   llvm::Value* cond = b_.getTrue();
   for (auto& m : masks) cond = b_.CreateAnd(cond, m.second);
   auto* fast = llvm::BasicBlock::Create(ctx_, "mask.all_true", fn_);
@@ -190,7 +196,7 @@ void KernelLowering::versioned_loop_nest(const std::vector<const Value*>& roots,
   b_.SetInsertPoint(general);
   bool saved_rolled = keep_loops_rolled_;
   keep_loops_rolled_ = true;
-  loop_nest(shape, width, skip_dim, body);
+  loop_nest(shape, width, skip_dim, body, rows);
   keep_loops_rolled_ = saved_rolled;
   llvm::BasicBlock* general_end = b_.GetInsertBlock();
   b_.CreateBr(join);

@@ -40,10 +40,23 @@ namespace tessera::codegen::x86 {
 
 using namespace ir;
 
+// Elements of the load's contiguous run per program: its minor dim, or for a [G, L]
+// tile whose rows follow each other in memory (cross_entropy's realigned [1024, 4]
+// slices, multi_row_chunks.cpp) all G x L of them.
+int64_t KernelLowering::contiguous_run(const Op& load) {
+  const Type& t = load.result()->type;
+  size_t r = t.shape.size();
+  if (r == 2 && t.shape.back() < target_.chunk_lanes) {
+    auto steps = element_steps(load.operands[0]);
+    if (steps && (*steps)[1] == 1 && (*steps)[0] == t.shape[1]) return t.shape[0] * t.shape[1];
+  }
+  return t.shape.back();
+}
+
 bool KernelLowering::prefetches_next_row(const Op& load) {
   constexpr int64_t kMinRowBytes = 4096;
   const Type& t = load.result()->type;
-  if (t.shape.back() * t.elem.bytes() < kMinRowBytes) return false;
+  if (contiguous_run(load) * t.elem.bytes() < kMinRowBytes) return false;
   return varies_by_program(load.operands[0], k_.body(), varies_memo_);
 }
 
@@ -55,7 +68,7 @@ void KernelLowering::prefetch_next_row(const Op& load, llvm::Value* p0, const Ch
   const Type& t = load.result()->type;
   int64_t bytes = t.elem.bytes();
   if (c.width < 2 || !prefetches_next_row(load)) return;
-  llvm::Value* ahead = b_.CreateConstGEP1_64(b_.getInt8Ty(), p0, t.shape.back() * bytes);
+  llvm::Value* ahead = b_.CreateConstGEP1_64(b_.getInt8Ty(), p0, contiguous_run(load) * bytes);
   auto& emitted = row_prefetches_[&load];
   for (int64_t off = 0; off < c.width * bytes; off += 64) {  // one prefetch per cache line
     llvm::Value* at = b_.CreateConstGEP1_64(b_.getInt8Ty(), ahead, off);

@@ -16,8 +16,6 @@ namespace tessera::codegen::x86 {
 
 using namespace ir;
 
-namespace {
-
 bool lazy_eligible(const Op& op) {
   if (op.results.size() != 1 || !op.result()->type.is_tile()) return false;
   switch (op.kind) {
@@ -28,6 +26,8 @@ bool lazy_eligible(const Op& op) {
       return op_has_trait(op.kind, 'E') && op_has_trait(op.kind, 'P');
   }
 }
+
+namespace {
 
 bool has_side_effects(const Op& op) {
   if (op_has_trait(op.kind, 'S') && op.kind != OpKind::Return) return true;
@@ -47,6 +47,32 @@ const Op* ancestor_in(const Op* user, const Block* b) {
 }
 
 constexpr int kMaxReloads = 4;
+
+// Ops in the integer/bool/pointer expression tree under `v` down to its leaves (arange,
+// splat, constants), or -1 if it holds anything else or more than `budget` ops: index
+// and mask arithmetic such as `first + 4 * g[:, None] + j[None, :]` or
+// `(col >= 0) & (col < n)`, which costs a few vector ops per chunk to recompute.
+int index_tree_ops(const Value* v, int budget) {
+  if (v->type.is_scalar()) return 0;
+  const Op* d = v->def();
+  if (!d || budget <= 0 || v->type.elem.is_float()) return -1;
+  switch (d->kind) {
+    case OpKind::Const: case OpKind::Splat: case OpKind::Arange: return 1;
+    case OpKind::ExpandDims: case OpKind::Broadcast: case OpKind::Hint: case OpKind::Add: case OpKind::Sub:
+    case OpKind::Mul: case OpKind::AddPtr: case OpKind::Cmp: case OpKind::And: case OpKind::Or: case OpKind::Xor:
+    case OpKind::Cast:
+      break;
+    default: return -1;
+  }
+  int total = 1;
+  for (const Value* o : d->operands) {
+    if (o->type.is_tile() && o->type.elem.is_float()) return -1;
+    int n = index_tree_ops(o, budget - total);
+    if (n < 0) return -1;
+    total += n;
+  }
+  return total <= budget ? total : -1;
+}
 
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> s(shape.size(), 1);
@@ -102,15 +128,18 @@ void KernelLowering::plan_fusion(const Block& b) {
   std::unordered_map<const Value*, int> eval_count, root_pos;
   std::unordered_map<const Value*, bool> nested;
   constexpr int kNestedCopies = 4;  // a guess: the nested block may evaluate it a few times
-  for (int i = static_cast<int>(ops.size()) - 1; i >= 0; --i) {
-    const Op& op = *ops[i];
-    if (!lazy_eligible(op)) continue;
-    const Value* v = op.result();
-    int count = 0, root = -1;
-    bool in_nested = false;
+  auto tally = [&](const Value* v, int& count, int& root, bool& in_nested) {
+    count = 0, root = -1, in_nested = false;
     for (const Op* user : uses_[v]) {
       const Op* anc = ancestor_in(user, &b);
-      if (anc != user) {
+      if (anc != user && lazy_ifs_.count(anc)) {
+        // inside a lazy if's branch: evaluated where the if's results are
+        for (const auto& res : anc->results) {
+          count += std::max(1, eval_count[res.get()]);
+          root = std::max(root, root_pos[res.get()]);
+          in_nested |= nested[res.get()];
+        }
+      } else if (anc != user) {
         count += kNestedCopies;
         in_nested = true;
         root = std::max(root, pos[anc]);
@@ -123,6 +152,39 @@ void KernelLowering::plan_fusion(const Block& b) {
         root = std::max(root, pos[user]);
       }
     }
+  };
+  for (int i = static_cast<int>(ops.size()) - 1; i >= 0; --i) {
+    const Op& op = *ops[i];
+    if (op.kind == OpKind::If && if_can_be_lazy(op)) {
+      // lazy_if.cpp: evaluated per chunk by its results' consumers, when they are
+      // few, outside loops, and no side effect runs between the if and them
+      std::vector<int> counts, roots;
+      bool any_nested = false;
+      for (const auto& res : op.results) {
+        int count, root;
+        bool in_nested;
+        tally(res.get(), count, root, in_nested);
+        counts.push_back(count), roots.push_back(root);
+        any_nested |= in_nested;
+      }
+      int last = *std::max_element(roots.begin(), roots.end());
+      int copies = 0;
+      for (int c : counts) copies += c;
+      if (!any_nested && last > i && copies <= kMaxReloads && se[last] - se[i + 1] == 0) {
+        lazy_ifs_.insert(&op);
+        for (size_t k = 0; k < op.results.size(); ++k) {
+          eval_count[op.results[k].get()] = counts[k];
+          root_pos[op.results[k].get()] = roots[k];
+          nested[op.results[k].get()] = false;
+        }
+      }
+      continue;
+    }
+    if (!lazy_eligible(op)) continue;
+    const Value* v = op.result();
+    int count, root;
+    bool in_nested;
+    tally(v, count, root, in_nested);
     bool expensive = op.kind == OpKind::Load || op_has_trait(op.kind, 'X');
     // A contiguous load used a few times is loaded again by each use rather than
     // buffered: it is still in L1/L2 the second time, and a reload costs one vector
@@ -139,8 +201,13 @@ void KernelLowering::plan_fusion(const Block& b) {
       const Op* d = o->def();
       return d && (d->kind == OpKind::Const || d->kind == OpKind::Splat || d->kind == OpKind::Arange);
     });
+    // And so is index and mask arithmetic (recomputing a few integer ops per chunk
+    // is cheaper than the 16 KB buffer of a [1024, 4] i32 tile, and keeps the
+    // pointers' steps visible to multi-row chunks and the masks to mask versioning).
+    constexpr int kIndexTreeBudget = 16;
+    bool index_arithmetic = index_tree_ops(v, kIndexTreeBudget) >= 0;
     if (expensive && (count > 1 || in_nested)) continue;
-    if (!expensive && !leaf && !of_leaves && count > 8) continue;
+    if (!expensive && !leaf && !of_leaves && !index_arithmetic && count > 8) continue;
     if (op.kind == OpKind::Load && root >= 0 && se[root] - se[i + 1] > 0) continue;
     lazy_.insert(&op);
     eval_count[v] = count;
@@ -215,11 +282,12 @@ void KernelLowering::counted_loop(int64_t n, int64_t step, const std::function<v
 }
 
 void KernelLowering::loop_nest(const std::vector<int64_t>& shape, int width, int skip_dim,
-                               const std::function<void(Chunk&)>& body) {
+                               const std::function<void(Chunk&)>& body, int rows) {
   int r = static_cast<int>(shape.size());
   Chunk c;
   c.idx.assign(r, nullptr);
   c.width = width;
+  c.rows = rows;
   std::function<void(int)> rec = [&](int d) {
     if (d == r) {
       body(c);
@@ -230,7 +298,7 @@ void KernelLowering::loop_nest(const std::vector<int64_t>& shape, int width, int
       rec(d + 1);
       return;
     }
-    int64_t step = d == r - 1 ? width : 1;
+    int64_t step = d == r - 1 ? (rows > 1 ? shape[d] : width) : d == r - 2 ? rows : 1;
     if (shape[d] == 1 || shape[d] == step) {
       c.idx[d] = b_.getInt64(0);
       rec(d + 1);
@@ -252,6 +320,7 @@ llvm::Value* KernelLowering::view_address(const TileRef& r, const Type& t, const
 }
 
 llvm::Value* KernelLowering::view_chunk(const TileRef& r, const Type& t, const Chunk& c) {
+  if (c.rows > 1) return multi_row_view_chunk(r, t, c);
   llvm::Type* mt = llvm_mem_type(ctx_, t.elem);
   llvm::Value* addr = view_address(r, t, c);
   int64_t inner = r.strides.back();
@@ -281,10 +350,30 @@ llvm::Value* KernelLowering::emit_chunk(const Value* v, const Chunk& c) {
 }
 
 llvm::Value* KernelLowering::contiguous_pointer(const Value* ptrs, const Chunk& c) {
-  const auto& ai = axis_.get(ptrs);
-  if (ai.contiguity.empty() || ai.contiguity.back() < c.width) return nullptr;
+  if (c.rows > 1) {
+    if (!rows_are_contiguous(ptrs, c)) return nullptr;
+    // The tile's first address plus the chunk's offset from its steps, in i64: the
+    // first address is the same in every chunk (LLVM hoists it), and the offset is
+    // the loop's induction variable times a constant, where evaluating the chunk's
+    // own i32 index arithmetic costs a sign extension per chunk.
+    auto steps = element_steps(ptrs);
+    Chunk origin = c;
+    for (auto& i : origin.idx) i = b_.getInt64(0);
+    origin.width = 1;
+    origin.rows = 1;
+    llvm::Value* off = b_.getInt64(0);
+    for (size_t d = 0; d < c.idx.size(); ++d)
+      if ((*steps)[d] != 0 && c.idx[d])
+        off = b_.CreateNSWAdd(off, b_.CreateNSWMul(c.idx[d], b_.getInt64((*steps)[d])));
+    llvm::Type* elem = llvm_mem_type(ctx_, ptrs->type.elem.pointee_type());
+    return b_.CreateGEP(elem, emit_chunk(ptrs, origin), off);
+  } else {
+    const auto& ai = axis_.get(ptrs);
+    if (ai.contiguity.empty() || ai.contiguity.back() < c.width) return nullptr;
+  }
   Chunk one = c;
   one.width = 1;
+  one.rows = 1;
   return emit_chunk(ptrs, one);
 }
 
@@ -325,6 +414,7 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
   switch (op.kind) {
     case OpKind::Const: return emit_constant(b_, t.elem, c.width, op.attrs.at("value"));
     case OpKind::Arange: {
+      if (c.rows > 1) throw CompileError("a multi-row chunk of a 1-D arange (this is a Tessera bug)", false);
       // start + index stays in [start, end): never wraps.
       llvm::Value* base = b_.CreateTrunc(c.idx.back(), b_.getInt32Ty(), "", /*nuw=*/true, /*nsw=*/true);
       base = b_.CreateNSWAdd(base, b_.getInt32(static_cast<uint32_t>(op.int_attr("start"))));
@@ -336,6 +426,7 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
     case OpKind::Splat: return splat_lanes(b_, scalar(op.operands[0]), c.width);
     case OpKind::Hint: return emit_chunk(op.operands[0], c);
     case OpKind::Broadcast: {
+      if (c.rows > 1) return multi_row_broadcast(op, c);
       const Type& in = op.operands[0]->type;
       Chunk ci = c;
       for (size_t d = 0; d < in.shape.size(); ++d)
@@ -346,6 +437,12 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
     case OpKind::ExpandDims: {
       int64_t ax = op.int_attr("axis");
       Chunk ci = c;
+      if (c.rows > 1 && ax == static_cast<int64_t>(c.idx.size()) - 1) {
+        // [G] -> [G, 1]: the chunk's rows are the operand's lanes
+        ci.idx.pop_back();
+        ci.rows = 1;
+        return emit_chunk(op.operands[0], ci);
+      }
       ci.idx.erase(ci.idx.begin() + ax);
       if (ci.idx.empty()) return splat_lanes(b_, scalar(op.operands[0]), c.width);
       return emit_chunk(op.operands[0], ci);
@@ -354,6 +451,16 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
       Chunk ci = c;
       llvm::Value* last = ci.idx.back();
       ci.idx.pop_back();
+      if (c.rows > 1) {
+        // rows i .. i+R-1 of both operands, interleaved: <a_i, b_i, a_i+1, b_i+1, ...>
+        ci.rows = 1;
+        ci.width = c.rows;
+        llvm::Value* a = emit_chunk(op.operands[0], ci);
+        llvm::Value* bb = emit_chunk(op.operands[1], ci);
+        std::vector<int> lanes;
+        for (int l = 0; l < c.rows; ++l) lanes.push_back(l), lanes.push_back(c.rows + l);
+        return b_.CreateShuffleVector(a, bb, lanes);
+      }
       ci.width = 1;
       llvm::Value* a = emit_chunk(op.operands[0], ci);
       llvm::Value* bb = emit_chunk(op.operands[1], ci);
@@ -365,7 +472,8 @@ llvm::Value* KernelLowering::emit_lazy_chunk(const Op& op, int result, const Chu
       return b_.CreateSelect(b_.CreateICmpEQ(last, b_.getInt64(0)), a, bb);
     }
     case OpKind::Load: return emit_load_chunk(op, c);
-    case OpKind::Gather: return emit_gather_chunk(op, c);
+    case OpKind::Gather: return c.rows > 1 ? emit_row_by_row(op.result(), c) : emit_gather_chunk(op, c);
+    case OpKind::If: return emit_lazy_if_chunk(op, result, c);
     default: break;
   }
   std::vector<llvm::Value*> args;
@@ -416,10 +524,16 @@ llvm::Value* KernelLowering::emit_gather_chunk(const Op& op, const Chunk& c) {
 void KernelLowering::write_into(const TileRef& dst, const Value* v) {
   const Type& t = v->type;
   llvm::Type* mt = llvm_mem_type(ctx_, t.elem);
-  versioned_loop_nest({v}, t.shape, chunk_width(t), -1, [&](Chunk& c) {
+  // (dst is a row-major buffer or a view: multi-row chunks only where its rows follow each other)
+  size_t rank = dst.strides.size();
+  bool rows_follow = rank >= 2 && (t.shape.back() == 1 || dst.strides.back() == 1) &&
+                     dst.strides[rank - 2] == t.shape.back();
+  int rows = rows_follow ? chunk_rows(t) : 1;
+  int width = rows > 1 ? static_cast<int>(rows * t.shape.back()) : chunk_width(t);
+  versioned_loop_nest({v}, t.shape, width, -1, [&](Chunk& c) {
     llvm::Value* val = to_mem(b_, emit_chunk(v, c), t.elem);
     b_.CreateAlignedStore(val, view_address(dst, t, c), llvm::Align(std::max<unsigned>(1, mt->getScalarSizeInBits() / 8)));
-  });
+  }, nullptr, rows);
 }
 
 void KernelLowering::copy_view(const TileRef& dst, const TileRef& src, const Type& t) {
@@ -551,7 +665,9 @@ void KernelLowering::lower_store(const Op& op) {
     return;
   }
   llvm::Value* stream = streaming_condition(op);
-  versioned_loop_nest({ptrs, val, maskv}, ptrs->type.shape, chunk_width(ptrs->type), -1, [&](Chunk& c) {
+  int rows = chunk_rows(ptrs->type);
+  int width = rows > 1 ? static_cast<int>(rows * ptrs->type.shape.back()) : chunk_width(ptrs->type);
+  versioned_loop_nest({ptrs, val, maskv}, ptrs->type.shape, width, -1, [&](Chunk& c) {
     llvm::Value* v = emit_chunk(val, c);
     llvm::Value* m = maskv ? emit_chunk(maskv, c) : nullptr;
     if (m && llvm::isa<llvm::Constant>(m) && llvm::cast<llvm::Constant>(m)->isAllOnesValue()) m = nullptr;
@@ -569,7 +685,7 @@ void KernelLowering::lower_store(const Op& op) {
       if (!m) m = llvm::Constant::getAllOnesValue(llvm::FixedVectorType::get(b_.getInt1Ty(), c.width));
       masked_scatter(v, ps, align, m);
     }
-  }, stream);
+  }, stream, rows);
 }
 
 void KernelLowering::lower_atomic(const Op& op) {
