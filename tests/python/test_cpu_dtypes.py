@@ -505,3 +505,18 @@ def test_downcast_rounding_mode_must_be_known():
 
     with pytest.raises(tessera.CompilationError, match="must be 'rtne' or 'rtz'"):
         bad_mode[(1,)](np.zeros(1, np.float32), np.zeros(1, np.float16))
+
+
+@pytest.mark.skipif(ON_GPU, reason="CPU targets")
+@pytest.mark.parametrize("cpu", ["haswell", "x86-64"])
+def test_casts_and_16_bit_arithmetic_on_cpus_without_bf16_or_f16_instructions(cpu, monkeypatch):
+    # An AVX2 CPU (haswell) has no bf16 instructions, and baseline x86-64 no F16C either:
+    # LLVM then rounds a bfloat/half value it kept in a register through __truncsfbf2 /
+    # __truncsfhf2 calls, which the kernel loader must resolve (a bf16 layer norm failed to
+    # load on haswell). The same casts and per-op roundings as on the host, bit for bit.
+    monkeypatch.setenv("TESSERA_CPU", cpu)
+    for src in (np.float64, np.float32, np.float16, np.int64, np.uint8):
+        test_cast_matrix(src)
+    test_bf16_arithmetic_rounds_after_every_op()
+    test_f16_chain_rounds_after_every_op()
+    test_bf16_casts_agree_with_interpreter()

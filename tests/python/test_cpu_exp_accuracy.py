@@ -163,3 +163,25 @@ def test_underflow_is_gradual_and_overflow_is_inf(fn):
     assert np.isposinf(_run("groups128x8", fn, over)).all()
     largest = np.array([np.nextafter(np.log(np.finfo(f).max), 0)] if fn == "exp" else [np.nextafter(f(128), f(0))], f)
     assert np.isfinite(_run("row16", fn, largest)).all()
+
+
+def test_a_cpu_name_alone_implies_its_features(monkeypatch):
+    # TESSERA_CPU=skylake-avx512 without a feature list: the kernel's functions carry the
+    # name's implied features (+avx512f ...), so the lowering's AVX-512 paths (the exp's
+    # vscalef scaling) apply as for an AVX-512 host. (They once carried an empty list.)
+    import re
+
+    @tessera.kernel
+    def exp_row(x, y, n, BLOCK: tl.constexpr):
+        o = tl.arange(0, BLOCK)
+        tl.store(y + o, tl.exp(tl.load(x + o, mask=o < n)), mask=o < n)
+
+    monkeypatch.setenv("TESSERA_CPU", "skylake-avx512")
+    ck = tessera.compile(exp_row, "*fp32,*fp32,i32", {"BLOCK": 64})
+    features = re.search(r'"target-features"="([^"]*)"', ck.asm["llir"]).group(1).split(",")
+    assert "+avx512f" in features and "+avx2" in features
+    assert "vscalef" in ck.asm["asm"]
+    monkeypatch.setenv("TESSERA_CPU", "haswell")
+    ck = tessera.compile(exp_row, "*fp32,*fp32,i32", {"BLOCK": 64})
+    features = re.search(r'"target-features"="([^"]*)"', ck.asm["llir"]).group(1).split(",")
+    assert "+avx2" in features and "+avx512f" not in features and "vscalef" not in ck.asm["asm"]

@@ -92,6 +92,15 @@ X86Output compile_x86(const ir::Kernel& k, const CompileOptions& opts) {
 
   // From the subtarget, so a CPU name alone (TESSERA_CPU=skylake-avx512) implies its features.
   const llvm::MCSubtargetInfo* sti = tm->getMCSubtargetInfo();
+  if (out.cpu_features.empty()) {
+    // Spell the name's implied features out: the lowering reads the functions'
+    // "target-features" (vector_math's AVX-512 exp), which a bare name leaves empty.
+    std::vector<std::string> names;
+    for (const llvm::SubtargetFeatureKV& kv : sti->getAllProcessorFeatures())
+      if (sti->getFeatureBits().test(kv.Value)) names.push_back(std::string("+") + kv.Key);
+    std::sort(names.begin(), names.end());
+    for (auto& n : names) out.cpu_features += (out.cpu_features.empty() ? "" : ",") + n;
+  }
   TargetDesc td;
   td.has_avx512 = sti->checkFeatures("+avx512f");
   td.has_avx512bw = td.has_avx512 && sti->checkFeatures("+avx512bw");

@@ -5,6 +5,7 @@
 #include <llvm/Support/TargetSelect.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -32,6 +33,42 @@ llvm::orc::LLJIT& jit() {
   return *g_jit;
 }
 
+// Conversions LLVM may call on x86 targets without native bf16/f16 instructions: a
+// bfloat value kept in a register is promoted to f32 and rounded back by
+// __truncsfbf2 when stored (an AVX2 CPU such as TESSERA_CPU=haswell; an AVX-512 BF16
+// host converts inline). LLVM passes and returns bf16/f16 in the low 16 bits of xmm0,
+// so the bf16 results are returned as the bits of a float (g++ 12 has no __bf16 type).
+float as_float_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// f32 -> bf16, round to nearest even; a NaN stays a (quiet) NaN of its sign.
+float truncsfbf2(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  uint32_t h = std::isnan(x) ? (bits >> 16) | 0x40 : (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;
+  return as_float_bits(h & 0xFFFF);
+}
+
+// f64 -> bf16 with one rounding: to f32 rounded to odd (inexact results keep their
+// last bit set), then to bf16 rounded to nearest even.
+float truncdfbf2(double x) {
+  float f = static_cast<float>(x);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if (!std::isnan(x) && static_cast<double>(f) != x && (bits & 1) == 0)
+    bits += std::fabs(x) > std::fabs(static_cast<double>(f)) ? 1 : -1;
+  std::memcpy(&f, &bits, sizeof f);
+  return truncsfbf2(f);
+}
+
+// f16 conversions for CPUs without F16C (TESSERA_CPU=x86-64): g++'s own (libgcc).
+_Float16 truncsfhf2(float x) { return static_cast<_Float16>(x); }
+_Float16 truncdfhf2(double x) { return static_cast<_Float16>(x); }
+float extendhfsf2(_Float16 x) { return static_cast<float>(x); }
+
 }  // namespace
 
 void* load_cpu_object(const std::string& object, const std::string& symbol,
@@ -57,6 +94,11 @@ void* load_cpu_object(const std::string& object, const std::string& symbol,
   add("fmax", reinterpret_cast<void*>(static_cast<F64Fn>(&::fmax)));
   add("fminf", reinterpret_cast<void*>(static_cast<F32Fn>(&::fminf)));
   add("fmin", reinterpret_cast<void*>(static_cast<F64Fn>(&::fmin)));
+  add("__truncsfbf2", reinterpret_cast<void*>(&truncsfbf2));
+  add("__truncdfbf2", reinterpret_cast<void*>(&truncdfbf2));
+  add("__truncsfhf2", reinterpret_cast<void*>(&truncsfhf2));
+  add("__truncdfhf2", reinterpret_cast<void*>(&truncdfhf2));
+  add("__extendhfsf2", reinterpret_cast<void*>(&extendhfsf2));
   for (auto& [name, addr] : extra_symbols) add(name, addr);
   if (auto e = jd->define(llvm::orc::absoluteSymbols(std::move(syms))))
     throw std::runtime_error("cannot load kernel object: " + llvm::toString(std::move(e)));
