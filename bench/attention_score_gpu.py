@@ -22,6 +22,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "frontend"))
 import tessera  # noqa: E402
 import tessera.language as tl  # noqa: E402
 
+from common import cuda_events_us, cuda_kernels_us  # noqa: E402
+
 L = importlib.import_module("tessera.kernels.linear")
 
 
@@ -36,28 +38,7 @@ def kernel_us(fn, calls):
             for _ in range(calls):
                 fn()
             torch.cuda.synchronize()
-        total = 0.0
-        for ev in prof.key_averages():  # the kernels' (and device copies') own time
-            if ev.device_type == torch.autograd.DeviceType.CUDA:
-                t = getattr(ev, "self_device_time_total", None)
-                total += t if t is not None else ev.self_cuda_time_total
-        best = min(best, total / calls)
-    return best
-
-
-def _events_us(fn, calls=100):
-    """CUDA events around `calls` back-to-back calls, best of 3 (us per call)."""
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(calls):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        best = min(best, a.elapsed_time(b) * 1e3 / calls)
+        best = min(best, cuda_kernels_us(prof) / calls)
     return best
 
 
@@ -152,7 +133,7 @@ def main():
         ref = (q.float() @ k.float().transpose(1, 2) * scale)
         copy_us = kernel_us(copy_fn(fwd_bytes), args.calls)
         row("fwd", "copy (same bytes)", copy_us, copy_us, fwd_bytes, "")
-        copy_events_us = _events_us(copy_fn(fwd_bytes)) if args.events else None
+        copy_events_us = cuda_events_us(copy_fn(fwd_bytes)) if args.events else None
         if args.events:
             row("fwd", "copy (same bytes) (CUDA events)", copy_events_us, copy_events_us, fwd_bytes, "")
         out = torch.empty(bt, m, n, dtype=dt, device="cuda")
@@ -170,12 +151,12 @@ def main():
             row("fwd", name, kernel_us(lambda: forward(q, k, s, scale, tiles, stream), args.calls), copy_us,
                 fwd_bytes, f"{err:.1e}")
             if args.events:  # back to back: the previous call's dirty L2 lines and launch gaps included
-                ev = _events_us(lambda: forward(q, k, s, scale, tiles, stream))
+                ev = cuda_events_us(lambda: forward(q, k, s, scale, tiles, stream))
                 row("fwd", name + " (CUDA events)", ev, copy_events_us, fwd_bytes, "")
         # The library call as bench/kernels.py times it (CUDA events around back-to-back
         # calls: the kernel plus whatever the host adds when it is the slower side).
         lib = importlib.import_module("tessera.kernels")
-        ev = _events_us(lambda: lib.attention_score(q, k, scale))
+        ev = cuda_events_us(lambda: lib.attention_score(q, k, scale))
         lines.append(f"| fwd | tk.attention_score, CUDA events (host included) | {ev:.1f} | {copy_us / ev:.3f} | "
                      f"{fwd_bytes / ev / 1e3:.0f} | |")
         print(lines[-1], flush=True)

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import cuda_host_us  # noqa: E402
+from common import cuda_events_us, cuda_host_us  # noqa: E402
 from kernels import _fwd_bwd, cases  # noqa: E402
 
 from tessera.kernels import norm as N  # noqa: E402
@@ -37,18 +37,7 @@ ROWS, COLS = 16384, 4096
 
 def gpu_ms(fn, reps=20):
     """Best of 3 batches of `reps` back-to-back calls, ms per call (CUDA events)."""
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(reps):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        best = min(best, s.elapsed_time(e) / reps)
-    return best
+    return cuda_events_us(fn, reps) / 1e3
 
 
 def profile(name, fn, iters=10):

@@ -460,3 +460,33 @@ def cuda_host_us(fn, n=200):
     t1 = time.perf_counter()
     torch.cuda.synchronize()
     return (t1 - t0) / n * 1e6
+
+
+def cuda_kernels_us(prof):
+    """The sum of the CUDA kernels' (and device copies') own time, us, that a
+    torch.profiler run recorded."""
+    import torch
+    total = 0.0
+    for ev in prof.key_averages():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            t = getattr(ev, "self_device_time_total", None)
+            total += t if t is not None else ev.self_cuda_time_total
+    return total
+
+
+def cuda_events_us(fn, calls=100, rounds=3):
+    """CUDA events around `calls` back-to-back calls of `fn` (after one warm-up call),
+    best of `rounds`: microseconds per call."""
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(calls):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        best = min(best, a.elapsed_time(b) * 1e3 / calls)
+    return best

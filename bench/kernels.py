@@ -44,7 +44,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import RESULTS_DIR, machine_info, measure_round_robin, table_lines  # noqa: E402
+from common import RESULTS_DIR, cuda_kernels_us, machine_info, measure_round_robin, table_lines  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -248,16 +248,6 @@ def measure_cuda_events(fns, rounds=5, target_ms=25.0):
     return {name: _EventTiming(v) for name, v in out.items()}
 
 
-def _cuda_kernels_us(prof):
-    """The sum of the CUDA kernels' own time (us) a torch.profiler run recorded."""
-    total = 0.0
-    for ev in prof.key_averages():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            t = getattr(ev, "self_device_time_total", None)
-            total += t if t is not None else ev.self_cuda_time_total
-    return total
-
-
 def gpu_kernel_us(fn, iters=5):
     """GPU kernel time per call (us): the sum of the CUDA kernels torch.profiler records
     over `iters` calls (bench/bwd_profile.py lists them). CUDA events around
@@ -269,7 +259,7 @@ def gpu_kernel_us(fn, iters=5):
         for _ in range(iters):
             fn()
         torch.cuda.synchronize()
-    return _cuda_kernels_us(prof) / iters
+    return cuda_kernels_us(prof) / iters
 
 
 def backward_bytes(name, inputs):
@@ -330,7 +320,7 @@ def gpu_backward_us(fn, inputs, iters=4):
         for outs, grads in passes:
             torch.autograd.grad(outs, leaves, grads, allow_unused=True)
         torch.cuda.synchronize()
-    return _cuda_kernels_us(prof) / iters
+    return cuda_kernels_us(prof) / iters
 
 
 def host_us(fn, calls=30):
