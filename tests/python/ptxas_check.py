@@ -24,6 +24,12 @@ def assemble(ptx, arch, tmp_path, verbose=False):
     return r.stderr
 
 
+def assemble_if_available(ptx, arch, tmp_path, verbose=False):
+    """assemble() where ptxas is installed (None otherwise): for tests whose PTX checks
+    should still run without the CUDA toolkit."""
+    return None if PTXAS is None else assemble(ptx, arch, tmp_path, verbose)
+
+
 def launch_signature(kernel, pointer_types, sizes, meta):
     """tessera.compile's (signature, constexprs, options) of a launch as the launch would
     specialize it: `pointer_types` (a list in order, or a dict by name) for the leading

@@ -5,20 +5,16 @@
   not converted through shared memory;
 - the two branches of an `if` outside any loop share their shared memory (lower_if):
   a kernel whose branches each run a pipelined K loop needs the larger ring, not both."""
-import os
 import re
-import shutil
-import subprocess
 
 import pytest
 
 import tessera
 import tessera.language as tl
+from ptxas_check import assemble_if_available  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
 
 
 @tessera.kernel
@@ -81,11 +77,7 @@ def _one_of_two_products(A, B, C, D, M, N, K, LOOPED: tl.constexpr, BLOCK_M: tl.
 
 def _ptx(ck, tmp_path):
     ptx = ck.asm["ptx"]
-    if PTXAS is not None:
-        (tmp_path / "k.ptx").write_text(ptx)
-        r = subprocess.run([PTXAS, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+    assemble_if_available(ptx, "90a", tmp_path)
     return ptx
 
 

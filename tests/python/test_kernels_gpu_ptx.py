@@ -1,10 +1,7 @@
 """The PTX of the library's memory-bound GPU kernels, as the fp16 benchmark
 (bench/kernels.py --device cuda, 16384x4096) specializes them, checked for the
 instruction-level choices their speed depends on (kernels/*.py say why); no GPU needed."""
-import os
 import re
-import shutil
-import subprocess
 
 import pytest
 
@@ -13,18 +10,13 @@ import tessera.language as tl
 from tessera.kernels import activation as A
 from tessera.kernels import rope as R
 from tessera.kernels import softmax_ce as S
+from ptxas_check import assemble_if_available  # noqa: E402
 
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
 
 
 def _ptx(kernel, signature, constexprs, num_warps, tmp_path):
     ptx = tessera.compile(kernel, signature, constexprs, target="cuda:90a", num_warps=num_warps).asm["ptx"]
-    if PTXAS is not None:
-        (tmp_path / "k.ptx").write_text(ptx)
-        r = subprocess.run([PTXAS, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+    assemble_if_available(ptx, "90a", tmp_path)
     return ptx
 
 
@@ -115,9 +107,6 @@ def test_norm_backward_two_programs_per_sm_fit_their_registers(form, tmp_path):
                           target="cuda:90a", num_warps=warps, maxnreg=cap).asm["ptx"]
     assert f".maxnreg {cap}" in ptx
     assert ptx.count("bar.sync") == 2  # one pair reduction a row: two barriers
-    if PTXAS is not None:
-        (tmp_path / "k.ptx").write_text(ptx)
-        r = subprocess.run([PTXAS, "-v", "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        assert int(re.search(r"Used (\d+) registers", r.stderr).group(1)) <= cap
+    err = assemble_if_available(ptx, "90a", tmp_path, verbose=True)
+    if err is not None:
+        assert int(re.search(r"Used (\d+) registers", err).group(1)) <= cap

@@ -4,10 +4,7 @@ split-K product (_split_k_matmul_kernel) and attention_score's dq and dk in one 
 (odd sizes, every masked edge), their PTX for sm_90a (no GPU needed), and the ops'
 gradients on a GPU (`gpu` marker)."""
 import importlib
-import os
 import re
-import shutil
-import subprocess
 
 import pytest
 
@@ -15,14 +12,13 @@ import tessera
 import tessera.kernels as tk
 import tessera.language as tl
 from ptxas_check import launch_signature  # noqa: E402
+from ptxas_check import assemble_if_available  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
 L = importlib.import_module("tessera.kernels.linear")
 H = importlib.import_module("tessera.kernels._host")
 
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
 GRAD_TOL = {torch.float32: 5e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
 DTYPES, DTYPE_IDS = [torch.float16, torch.bfloat16, torch.float32], ["float16", "bfloat16", "float32"]
 
@@ -129,12 +125,9 @@ def test_score_backward_kernel_on_the_cpu(bt, m, n, d, bm, rotate):
 def _assembled(ck, tmp_path):
     """The PTX, assembled by ptxas when installed (no register spills)."""
     ptx = ck.asm["ptx"]
-    if PTXAS is not None:
-        (tmp_path / "k.ptx").write_text(ptx)
-        r = subprocess.run([PTXAS, "-v", "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        assert "0 bytes spill stores" in r.stderr, r.stderr
+    err = assemble_if_available(ptx, "90a", tmp_path, verbose=True)
+    if err is not None:
+        assert "0 bytes spill stores" in err, err
     return ptx
 
 

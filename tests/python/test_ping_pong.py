@@ -4,21 +4,17 @@ its tiles in turn (roles, per-warpgroup named barriers and buffers, the turn mba
 setmaxnreg), the errors where it cannot apply, the targets that ignore it (CPU,
 interpreter), and (marked gpu) the kernel against float64 on edge shapes with NaN-poisoned
 outputs."""
-import os
 import re
-import shutil
-import subprocess
 
 import pytest
 
 import tessera
 import tessera.language as tl
 from tessera.kernels import linear as L
+from ptxas_check import assemble  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
 PP = {"num_warps": 4, "num_stages": 4, "persistent": 1, "warp_specialize": True, "ping_pong": True}
 
 
@@ -35,13 +31,8 @@ def _linear_ping_pong(stages=4, act=L.ACT_RELU, dtype="fp16", mn="i32:16", store
 
 
 def _assemble(ptx, tmp_path):
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    (tmp_path / "k.ptx").write_text(ptx)
-    r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return r.stderr
+    """ptxas -v on sm_90a (skips without the CUDA toolkit): its register/spill report."""
+    return assemble(ptx, "90a", tmp_path, verbose=True)
 
 
 def _split(ptx):

@@ -4,10 +4,7 @@ issues the TMA copies, consumers that only wait, wgmma and store; named barriers
 the split; the launch's extra warp), the errors where it cannot apply, the targets that
 ignore it (CPU, interpreter, sm_80), and (marked gpu) kernels/linear.py's specialized
 persistent kernel against float64 on edge shapes with NaN-poisoned outputs."""
-import os
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -15,11 +12,10 @@ import pytest
 import tessera
 import tessera.language as tl
 from tessera.kernels import linear as L
+from ptxas_check import assemble  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
 
 
 def _linear_persistent(ws=True, bn=256, stages=4, act=L.ACT_RELU, target="cuda:90a", dtype="fp16", mn="i32:16"):
@@ -34,13 +30,8 @@ def _linear_persistent(ws=True, bn=256, stages=4, act=L.ACT_RELU, target="cuda:9
 
 
 def _assemble(ptx, tmp_path):
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    (tmp_path / "k.ptx").write_text(ptx)
-    r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return r.stderr
+    """ptxas -v on sm_90a (skips without the CUDA toolkit): its register/spill report."""
+    return assemble(ptx, "90a", tmp_path, verbose=True)
 
 
 def _split(ptx):
