@@ -270,8 +270,10 @@ def test_sliced_forward_is_two_gpu_kernels_and_its_gradient_matches():
     assert len(names) == 2, names  # the slices, the merge (with the mean)
     # The backward of rows not 16-byte aligned walks them from their boundaries too.
     for dtype, atol in ((torch.float32, 1e-9), (torch.float16, 1e-6)):
-        xg = x.to(dtype).requires_grad_(True)
-        xr = x.double().requires_grad_(True)
+        # Detached copies: x.to(float16) is x itself, and a grad-requiring x would make
+        # xr = x.double() a non-leaf whose .grad stays None.
+        xg = x.detach().to(dtype).requires_grad_(True)
+        xr = x.detach().double().requires_grad_(True)
         tk.cross_entropy(xg, t, label_smoothing=0.1).backward()
         F.cross_entropy(xr, t, label_smoothing=0.1).backward()
         torch.testing.assert_close(xg.grad.double(), xr.grad, rtol=2e-3 if dtype == torch.float16 else 1e-4,
