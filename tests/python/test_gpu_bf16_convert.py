@@ -3,18 +3,13 @@ to nearest even), before it the shared integer rounding of compiler/codegen/comm
 (~7 instructions per element; it was what every sm_90a bf16 matmul epilogue ran). Without a GPU
 the PTX is checked and assembled; on a GPU every rounding case is compared bit for bit with
 torch's conversion (NaN as NaN)."""
-import os
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 import tessera
 import tessera.language as tl
-
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
+from ptxas_check import assemble
 
 
 @tessera.kernel
@@ -30,12 +25,7 @@ def test_f32_to_bf16_uses_the_hardware_conversion_from_sm80(target, arch, hardwa
     ptx = tessera.compile(to_bf16_kernel, "*fp32,*bf16,i32", {"BLOCK": 1024}, target=target).asm["ptx"]
     assert ("cvt.rn.bf16.f32" in ptx) == hardware
     assert ("setp.nan.f32" in ptx) == (not hardware)  # the integer rounding's NaN test
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    (tmp_path / "k.ptx").write_text(ptx)
-    r = subprocess.run([PTXAS, f"-arch={arch}", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    assemble(ptx, arch, tmp_path)
 
 
 def _cases():

@@ -2,18 +2,13 @@
 the PTX has no quotient-based expansion (LLVM's frem lowering, x - trunc(x / y) * y,
 gave fmod(1e10f, 3) = 256), it assembles, and on a GPU it agrees with numpy bit for
 bit on hard cases (huge exponent gaps, subnormals, signed zeros)."""
-import os
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 import tessera
 import tessera.language as tl
-
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
+from ptxas_check import assemble
 
 
 @tessera.kernel
@@ -31,12 +26,7 @@ def test_float_remainder_ptx_is_the_exact_loop_and_assembles(dtype, tmp_path):
     assert "cvt.rzi" not in ptx, "float % must not be the inexact trunc(x / y) expansion"
     assert "div." not in ptx, "float % must not divide"
     assert "clz.b" in ptx  # the significands are normalized with a count of leading zeros
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    (tmp_path / "k.ptx").write_text(ptx)
-    r = subprocess.run([PTXAS, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    assemble(ptx, "90a", tmp_path)
 
 
 def _hard_cases(dtype):

@@ -6,8 +6,6 @@ is compared bit for bit with torch's .half() / .bfloat16(), and distinct values 
 lanes of each pair check the operand order (the first source goes to the upper half)."""
 import os
 import re
-import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -16,9 +14,8 @@ import pytest
 import tessera
 import tessera.language as tl
 from tessera.kernels import linear as L
+from ptxas_check import assemble
 
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
 ALIGNED = {"fp16": "*fp32:16,*fp16:16,i32:16", "bf16": "*fp32:16,*bf16:16,i32:16"}
 UNALIGNED = {"fp16": "*fp32,*fp16,i32", "bf16": "*fp32,*bf16,i32"}
 
@@ -36,14 +33,6 @@ def _counts(ptx, dt):
     return single, paired
 
 
-def _assemble(ptx, arch, tmp_path):
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    (tmp_path / "k.ptx").write_text(ptx)
-    r = subprocess.run([PTXAS, f"-arch={arch}", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-
 
 @pytest.mark.parametrize("dtype,dt", [("fp16", "f16"), ("bf16", "bf16")])
 @pytest.mark.parametrize("target,arch", [("cuda:90a", "sm_90a"), ("cuda:80", "sm_80")])
@@ -51,7 +40,7 @@ def test_vector_stores_pair_the_conversions_from_sm80(dtype, dt, target, arch, t
     # 1024 elements over 4 warps: 8 per thread, stored as two 4-wide vectors: 4 paired conversions.
     ptx = tessera.compile(narrow_kernel, ALIGNED[dtype], {"BLOCK": 1024}, target=target).asm["ptx"]
     assert _counts(ptx, dt) == (0, 4)
-    _assemble(ptx, arch, tmp_path)
+    assemble(ptx, arch, tmp_path)
 
 
 @pytest.mark.parametrize("dtype,dt", [("fp16", "f16"), ("bf16", "bf16")])
@@ -78,7 +67,7 @@ def test_linear_epilogue_converts_two_per_instruction(dtype, dt, tmp_path):
     ptx = tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=8,
                           num_stages=4).asm["ptx"]
     assert _counts(ptx, dt) == (0, 64)
-    _assemble(ptx, "sm_90a", tmp_path)
+    assemble(ptx, "sm_90a", tmp_path)
 
 
 def _cases(dtype):

@@ -4,10 +4,7 @@ ex2.approx form, no division and a short instruction count, and assembled; on a 
 results are swept densely against float64 references within the documented ulp bounds
 (compiler/codegen/nvptx/math_nvptx.h)."""
 import math
-import os
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -15,9 +12,7 @@ import pytest
 import tessera
 import tessera.language as tl
 from cpu_helpers import ulp_distance
-
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
+from ptxas_check import assemble
 
 # Documented in math_nvptx.h; measured on an H100 (the GPU tests below).
 MAX_ULP_F32 = {"erf": 2, "tanh": 3, "sigmoid": 4}
@@ -49,14 +44,6 @@ KERNELS = {"erf": erf_kernel, "tanh": tanh_kernel, "sigmoid": sigmoid_kernel}
 _INSTR = re.compile(r"^\s*(?:@!?%p\d+\s+)?([a-z][\w.]*)", re.M)
 
 
-def _assemble(ptx, tmp_path):
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    (tmp_path / "k.ptx").write_text(ptx)
-    r = subprocess.run([PTXAS, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-
 
 def _ptx(name, dtype):
     # BLOCK = 128 over 4 warps: one element per thread, so the body is one evaluation.
@@ -81,7 +68,7 @@ def test_erf_tanh_ptx_uses_the_sfu_without_division(name, dtype, tmp_path):
     arith = [o for o in ops if o.split(".")[0] in ("fma", "mul", "add", "sub", "min", "max", "selp", "ex2", "rcp",
                                                     "abs", "neg", "and", "or", "setp")]
     assert len(arith) <= 40, f"{len(arith)} arithmetic instructions for one {name}:\n{ptx}"
-    _assemble(ptx, tmp_path)
+    assemble(ptx, "90a", tmp_path)
 
 
 def test_f64_erf_tanh_keep_the_shared_polynomials():
@@ -210,7 +197,7 @@ def test_ex2_of_an_argument_clamped_above_the_denormals_is_the_short_form(exp2, 
     ftz, full, ptx = _ex2_forms(exp2, lo, propagate_nan)
     assert (ftz, full) == ((1, 0) if short else (0, 1)), ptx
     assert ("max.NaN.f32" in ptx) == propagate_nan
-    _assemble(ptx, tmp_path)
+    assemble(ptx, "90a", tmp_path)
 
 
 def test_ex2_without_a_clamp_keeps_denormal_results():

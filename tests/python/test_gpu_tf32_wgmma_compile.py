@@ -6,8 +6,6 @@ the 4-byte TMA boxes, and PTX that ptxas assembles for sm_90a. The same kernels 
 in test_gpu_tf32_wgmma.py."""
 import os
 import re
-import shutil
-import subprocess
 import sys
 
 import pytest
@@ -16,9 +14,8 @@ import tessera
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from matmul_kernels import matmul  # noqa: E402  (the kernel test_gpu_tf32_wgmma.py runs on a GPU)
+import ptxas_check  # noqa: E402
 
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
 # 16-byte aligned fp32 arrays, row strides divisible by 16 elements, unit inner strides.
 # NT: B = W^T with W stored N x K, read along W's rows (B's k stride is 1, its n stride W's rows').
 SIG_NT = {"a_ptr": "*fp32:16", "b_ptr": "*fp32:16", "c_ptr": "*fp32:16", "M": "i32", "N": "i32", "K": "i32",
@@ -39,16 +36,12 @@ def build(monkeypatch, layout="NT", tma="1", prec="tf32", target="cuda:90a", BM=
 
 
 def assemble(ptx, tmp_path, arch="sm_90a", serialized_ok=True):
-    if PTXAS is None:
-        pytest.skip("ptxas (CUDA toolkit) not installed")
-    src = tmp_path / "k.ptx"
-    src.write_text(ptx)
-    r = subprocess.run([PTXAS, f"-arch={arch}", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr + "\n" + ptx
-    assert " 0 bytes spill stores" in r.stderr, r.stderr
-    if not serialized_ok:  # ptxas neither serialized the wgmmas nor had to add waits (C7514-C7517)
-        assert "Potential Performance Loss" not in r.stderr and "is injected" not in r.stderr, r.stderr
+    """ptxas_check.assemble, then: no spills, and (serialized_ok false) ptxas neither
+    serialized the wgmmas nor had to add waits (C7514-C7517)."""
+    log = ptxas_check.assemble(ptx, arch, tmp_path, verbose=True)
+    assert " 0 bytes spill stores" in log, log
+    if not serialized_ok:
+        assert "Potential Performance Loss" not in log and "is injected" not in log, log
 
 
 WGMMA_TF32 = r"wgmma\.mma_async\.sync\.aligned\.m64n{n}k8\.f32\.tf32\.tf32 \{{[^}}]*\}}, %rd\d+, %rd\d+, p, 1, 1;"

@@ -4,9 +4,6 @@ sliced column reductions (kernels/reduce.py, _finish_split). The counters must b
 zero after every launch, the sum must not depend on which program finishes last, and on
 a GPU a scalar atomic must come after a barrier (the other warps' partial stores)."""
 import importlib
-import os
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -14,6 +11,7 @@ import pytest
 import tessera
 import tessera.kernels as tk
 import tessera.language as tl
+from ptxas_check import PTXAS, assemble, assemble_if_available
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
@@ -248,9 +246,6 @@ def test_counters_are_per_stream_on_the_gpu():
     assert [o.item() for o in outs] == [want] * 20
 
 
-PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
-                                  else None)
-
 
 @pytest.mark.parametrize("num_warps", [2, 4])
 def test_scalar_atomic_waits_for_every_warps_stores(num_warps, tmp_path):
@@ -266,11 +261,7 @@ def test_scalar_atomic_waits_for_every_warps_stores(num_warps, tmp_path):
     between = lines[last_store:atom]
     assert any(ln.startswith("bar.sync") for ln in between), between
     assert any(ln.startswith("fence.acq_rel.gpu") for ln in between), between
-    if PTXAS:
-        (tmp_path / "k.ptx").write_text(ptx)
-        r = subprocess.run([PTXAS, "-arch=sm_90a", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+    assemble_if_available(ptx, "90a", tmp_path)
 
 
 _H100_REGISTERS, _REGISTER_UNIT, _MAX_BLOCKS, _MAX_THREADS = 65536, 256, 32, 2048
@@ -300,10 +291,7 @@ def test_reducing_forward_programs_are_all_resident(dtype, n, smooth, tmp_path):
     ptx = tessera.compile(S._xent_fwd_kernel, sig, dict(SMOOTH=smooth, REDUCE=True, MEAN=True,
                                                          ACC=acc, BLOCK=block, FINAL=min(S.CE_LOSS_GROUP, 256 * warps)),
                           target="cuda:90a", num_warps=warps).asm["ptx"]
-    (tmp_path / "k.ptx").write_text(ptx)
-    r = subprocess.run([PTXAS, "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    registers = int(r.stderr.split("Used ")[1].split(" registers")[0])
+    log = assemble(ptx, "90a", tmp_path, verbose=True)
+    registers = int(log.split("Used ")[1].split(" registers")[0])
     per_sm = S._fwd_programs_per_sm(warps, block, smooth, name)
     assert per_sm <= _resident_blocks(registers, warps), (registers, per_sm)
