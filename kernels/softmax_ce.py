@@ -76,6 +76,9 @@ CE_FWD_MAX_WARPS = 4
 # Warps of a backward row on a GPU (bench/bwd_profile.py --sweep, H100, 16384x4096
 # fp16: 4 warps 0.978 of copy, 8 warps 0.989, 16 warps 0.928).
 CE_BWD_MAX_WARPS = 8
+# The GPU backward of rows longer than CE_ONE_CHUNK: a program per (row, slice) of this
+# many positions, as (positions, tile, warps, evict-first stores of dx).
+CE_BWD_SLICE = (4096, 4096, 4, False)
 
 
 @tessera.kernel
@@ -418,15 +421,23 @@ def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN: 
 
 
 @tessera.kernel
-def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols, ignore_index, smoothing,
-                     SMOOTH: tl.constexpr, HAS_SCALE: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
-                     REALIGN: tl.constexpr, VEC: tl.constexpr):
-    # Row r's loss gradient: DLOSS[r] (reduction 'none'), or the reduced loss's
-    # gradient DLOSS[0] (stride 0) times SCALE[0] (1/count for 'mean', 1 for 'sum').
+def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols, n_slices, span, ignore_index,
+                     smoothing, SMOOTH: tl.constexpr, HAS_SCALE: tl.constexpr, ACC: tl.constexpr,
+                     BLOCK: tl.constexpr, REALIGN: tl.constexpr, VEC: tl.constexpr, STREAM: tl.constexpr = False):
+    # Program u = row * n_slices + k: positions k * span .. (k + 1) * span - 1 of row
+    # `row` (span a multiple of BLOCK, walked BLOCK at a time; one slice of a span past
+    # the row's end: the whole row). Row r's loss gradient: DLOSS[r] (reduction
+    # 'none'), or the reduced loss's gradient DLOSS[0] (stride 0) times SCALE[0]
+    # (1/count for 'mean', 1 for 'sum').
     # REALIGN (X's rows as DX's: stride n_cols, both arrays 16-byte aligned, rows not
-    # provably so): the row is walked from its 16-byte boundary (_from_boundary), so its
-    # loads and stores are 16 bytes wide but for its partial first and last groups.
-    row = tl.program_id(0).to(tl.int64)
+    # provably so): positions count from the row's 16-byte boundary (_from_boundary), so
+    # its loads and stores are 16 bytes wide but for its partial first and last groups.
+    # STREAM: dx is stored evict-first (st.global.cs: written once, read by the next
+    # op's launch, and larger than the L2).
+    unit = tl.program_id(0)
+    row32 = unit // n_slices
+    first = (unit - row32 * n_slices) * span
+    row = row32.to(tl.int64)
     cols = tl.arange(0, BLOCK)
     t = tl.load(T + row)
     d = tl.load(DLOSS + row * stride_dloss).to(ACC)
@@ -439,21 +450,29 @@ def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols
         lead = _lead(row, n_cols, 0, VEC)
         src = tl.multiple_of(X + (row * n_cols - lead), 16)
         dst = tl.multiple_of(DX + (row * n_cols - lead), 16)
-        for first in range(0, n_cols + lead, BLOCK):
-            at, c, whole, partial, edge = _from_boundary(lead, first, n_cols, BLOCK, VEC)
+        for at0 in range(first, tl.minimum(first + span, n_cols + lead), BLOCK):
+            at, c, whole, partial, edge = _from_boundary(lead, at0, n_cols, BLOCK, VEC)
             x = tl.load(src + at, mask=whole, other=0.0)
             if edge:
                 x = tl.where(whole, x, tl.load(src + at, mask=partial, other=0.0))
             dx = _xent_grad(x.to(ACC), c, t, lse, d, n_cols, smoothing, SMOOTH)
-            tl.store(dst + at, dx, mask=whole)
+            _store_dx(dst + at, dx, whole, STREAM)
             if edge:
-                tl.store(dst + at, dx, mask=partial)
+                _store_dx(dst + at, dx, partial, STREAM)
     else:
-        for start in range(0, n_cols, BLOCK):
+        for start in range(first, tl.minimum(first + span, n_cols), BLOCK):
             c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector accesses
             mask = c < n_cols
             x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
-            tl.store(DX + row * n_cols + c, _xent_grad(x, c, t, lse, d, n_cols, smoothing, SMOOTH), mask=mask)
+            _store_dx(DX + row * n_cols + c, _xent_grad(x, c, t, lse, d, n_cols, smoothing, SMOOTH), mask, STREAM)
+
+
+@tessera.kernel
+def _store_dx(ptr, dx, mask, STREAM: tl.constexpr):
+    if STREAM:
+        tl.store(ptr, dx, mask=mask, cache_modifier=".cs")
+    else:
+        tl.store(ptr, dx, mask=mask)
 
 
 @tessera.kernel
@@ -696,16 +715,32 @@ def _slicing(rows, n, slice_block=None):
     return chunks, slices, step, group_rows, -(-rows // group_rows)
 
 
-def _bwd_kws(logits, stride, n, block, smoothing, realign):
-    """The backward's constexprs and launch options: (plain, realigned or None). The
-    realigned walk (rows read and written from their 16-byte boundaries) needs rows not
-    provably aligned, the logits' rows laid out as the gradient's (stride n) and, at the
-    launch, both arrays 16-byte aligned (_ce_backward_with checks the logits')."""
-    plain = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block, REALIGN=False, VEC=1,
-                 **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
+def _bwd_kws(logits, stride, n, block, smoothing, realign, bwd_slice=None):
+    """The backward's launches: (plain, realigned or None), each (constexprs and launch
+    options, slices per row, positions per slice) of _xent_bwd_kernel. The realigned walk (rows read and written from their
+    16-byte boundaries) needs rows not provably aligned, the logits' rows laid out as
+    the gradient's (stride n) and, at the launch, both arrays 16-byte aligned
+    (_ce_backward_with checks the logits'). bwd_slice: (positions per program, tile,
+    warps, evict-first stores) for rows longer than CE_ONE_CHUNK (default on a GPU:
+    CE_BWD_SLICE; None on the CPU: a program per row)."""
+    on_gpu = H.on_gpu(logits)
+    sliced = bwd_slice if bwd_slice is not None else (CE_BWD_SLICE if on_gpu else None)
+    if n > CE_ONE_CHUNK and sliced is not None:
+        span, block, warps, stream = sliced
+        opts = {"num_warps": warps} if on_gpu else {}
+    else:
+        span, stream = None, False
+        opts = H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS)
+    vec = 16 // _element_size(logits)
+
+    def kw(realigned):
+        positions = n + (vec - 1 if realigned else 0)
+        width = span or -(-positions // block) * block  # (no slices: the whole row)
+        return (dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block, REALIGN=realigned,
+                     VEC=vec if realigned else 1, STREAM=stream, **opts), -(-positions // width), width)
     if not (realign and stride == n and n % 16 != 0):
-        return plain, None
-    return plain, dict(plain, REALIGN=True, VEC=16 // _element_size(logits))
+        return kw(False), None
+    return kw(False), kw(True)
 
 
 def _element_size(x):
@@ -720,9 +755,12 @@ class _CePlan:
                  "new_work")
 
 
-def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps=None, realign=None):
+def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps=None, realign=None,
+             bwd_slice=None):
     """slice_block, slice_warps: the slices' tile and warps for rows longer than
     CE_ONE_CHUNK (CE_SLICE, CE_SLICE_WARPS; bench/memory_bound_configs.py tries others);
+    bwd_slice: the backward's (positions per program, tile, warps, evict-first stores)
+    for those rows (CE_BWD_SLICE on a GPU, a program per row on the CPU; see _bwd_kws);
     realign: whether rows not provably 16-byte aligned are read from their 16-byte
     boundaries (None: on a GPU; the CPU's code for its [BLOCK / VEC, VEC] tiles is 7x
     slower than for the plain row, 128x50257 fp32: 18 ms against 2.4)."""
@@ -775,7 +813,8 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         plan.merge_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits),
                              ROWS=step, SLICES=H.block_for(plan.slices, 1 << 30), FINAL=_final_block(logits, 1024),
                              **H.row_launch_options(logits, 1024, max_warps=4))
-        plan.bwd_kw, plan.bwd_realigned_kw = _bwd_kws(logits, plan.stride, n, block, smoothing, realign_any)
+        plan.bwd_kw, plan.bwd_realigned_kw = _bwd_kws(logits, plan.stride, n, block, smoothing, realign_any,
+                                                      bwd_slice)
         # The slices' (max, sum[, logit sum]) and the targets' logits.
         plan.new_work = H.allocator(logits, ((3 if smoothing > 0 else 2) * plan.units + rows,), "acc")
         if plan.reduce:
@@ -876,9 +915,10 @@ def _ce_backward_with(plan, logits, target, lse, dloss, scale, ignore_index):
         kw = plan.bwd_kw
         if plan.bwd_realigned_kw is not None and _misalignment(xv) == 0:
             kw = plan.bwd_realigned_kw
-        _xent_bwd_kernel[(plan.rows,)](xv, t, lse, dl, scale if scale is not None else lse, dx, plan.stride,
-                                       0 if scale is not None else 1, plan.n, int(ignore_index), plan.smoothing,
-                                       HAS_SCALE=scale is not None, **kw)
+        kw, slices, span = kw
+        _xent_bwd_kernel[(plan.rows * slices,)](
+            xv, t, lse, dl, scale if scale is not None else lse, dx, plan.stride, 0 if scale is not None else 1,
+            plan.n, slices, span, int(ignore_index), plan.smoothing, HAS_SCALE=scale is not None, **kw)
     return dx
 
 
