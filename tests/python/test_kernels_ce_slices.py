@@ -254,13 +254,13 @@ def _check_sliced_backward(device, dtype, rows, n, realign):
         xr = x.double().cpu().requires_grad_(True)
         ref = F.cross_entropy(xr, t.cpu(), reduction=reduction, label_smoothing=smoothing)
         (ref * dloss.double().cpu()).sum().backward()
-        tol = 2e-3 if dtype != torch.float32 else 1e-5
+        tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
         torch.testing.assert_close(want.double().cpu(), xr.grad, rtol=tol, atol=tol * 1e-3 if dtype ==
-                                   torch.float32 else 1e-3)
+                                   torch.float32 else tol / 2)
 
 
 @pytest.mark.parametrize("realign", [False, True])
-@pytest.mark.parametrize("rows,n", [(3, 9000), (4, 50257), (2, 32000)])
+@pytest.mark.parametrize("rows,n", [(3, 9000), (8, 50257), (2, 32000)])  # (8 rows of 50257: every lead)
 def test_sliced_backward_matches_the_row_walk(rows, n, realign):
     _check_sliced_backward("cpu", torch.float32, rows, n, realign)
 
