@@ -115,7 +115,9 @@ def candidates(rows, cols, dev="cuda", baseline=None):
     # walk (a program per row, 2048-class chunks over 8 warps: the library's choice until
     # bwd90) against programs per (row, slice) of `span` positions walked in `block`-wide
     # tiles, with dx stored plainly or evict-first (.cs). kernels/softmax_ce.py
-    # CE_BWD_SLICE is chosen from these (kernels_cuda_float16_bwd90*.md).
+    # CE_BWD_SLICE is chosen from these (memory_bound_configs_bwd90_run*.md: run 1 with the
+    # realigned edge groups as masked element accesses over the whole tile, run 2 with
+    # them as a tile of their own; kernels_cuda_float16_bwd90.md).
     def xent_bwd(logits, tgt, bwd_slice):
         plan = S._ce_plan(logits, tgt, 0.0, "mean", bwd_slice=bwd_slice)
         _, scale, lse = S._ce_forward_with(plan, logits, tgt, -100)

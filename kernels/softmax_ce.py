@@ -20,11 +20,14 @@ No probability tensor is ever stored. The loss reduction ('mean' over the non-ig
 rows, 'sum') is in the launch that ends with the rows' losses: programs sum whole row
 groups (fixed by the row count), one partial per group, and the last program to finish
 (an atomic counter) adds the partials in index order, so the result depends neither on
-timing nor on how many programs ran (SMs, CPU threads). The backward kernel walks the
-row in chunks: dlogits = (exp(x - lse) - onehot) * dloss. On a GPU, rows the compiler
-cannot prove 16-byte aligned (GPT-2's 50257 classes, odd strides) are walked from each
-row's 16-byte boundary (_from_boundary), so they too are read and written 16 bytes at
-a time.
+timing nor on how many programs ran (SMs, CPU threads). The backward kernel computes
+dlogits = (exp(x - lse) - onehot) * dloss: a program per row for rows held whole (and
+on the CPU), and on a GPU a program per (row, slice) of CE_BWD_SLICE positions for the
+longer rows. On a GPU, rows the compiler cannot prove 16-byte aligned (GPT-2's 50257
+classes, odd strides) are walked from each row's 16-byte boundary (_from_boundary in
+the forward; the backward takes the row's partial first and last groups as a small
+tile of their own, _row_edge_groups), so they too are read and written 16 bytes at a
+time.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ import tessera.language as tl
 from . import _host as H
 from .activation import _dropout_keep, _keep_from
 
-CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy backward
+CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy backward's row walk (the CPU's)
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
 # Longer rows are split into slices of this many classes, a program each, held as one
 # tile of CE_SLICE_WARPS warps (32 logits per thread, as a 4096-class row's program:
@@ -77,7 +80,12 @@ CE_FWD_MAX_WARPS = 4
 # fp16: 4 warps 0.978 of copy, 8 warps 0.989, 16 warps 0.928).
 CE_BWD_MAX_WARPS = 8
 # The GPU backward of rows longer than CE_ONE_CHUNK: a program per (row, slice) of this
-# many positions, as (positions, tile, warps, evict-first stores of dx).
+# many positions, as (positions, tile, warps, evict-first stores of dx). H100, fp16
+# (bench/memory_bound_configs.py, bench/results/kernels_cuda_float16_bwd90.md): the
+# program per row walking 2048-class chunks over 8 warps ran 4096x32000 at 0.94 of
+# copy and 2048x50257 (realigned) at 0.87-0.88; slices of 4096 positions over 8 warps
+# 0.99 both (2048 over 4 warps, 8192 over 8: 0.97-0.99); evict-first stores of dx
+# gained nothing (0.98-0.99).
 CE_BWD_SLICE = (4096, 4096, 8, False)
 
 
