@@ -58,15 +58,15 @@ def forward(q, k, s, scale, tiles, stream):
                  ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STREAM_C=stream, **opts)
 
 
-def backward(q, k, ds, dq, dk, scale, tiles, rotate, flat=False):
+def backward(q, k, ds, dq, dk, scale, tiles, rotate):
     bt, m, d = q.shape
     n = k.shape[1]
     bm, bk, warps, stages = tiles
     bd = max(16, tessera.next_power_of_2(d))
     L._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
         ds, q, k, dq, dk, m, n, d, ds.stride(0), ds.stride(1), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        scale, bt * m, bt * n, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, ROTATE=rotate, FLAT=flat,
-        num_warps=warps, num_stages=stages)
+        scale, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, ROTATE=rotate, num_warps=warps,
+        num_stages=stages)
 
 
 # name -> ((BLOCK_M, BLOCK_N, BLOCK_K, launch options), evict-first stores)
@@ -83,17 +83,21 @@ FORWARD = {
     "64x64x64 w4 s2 persistent 4, .cs": ((64, 64, 64, {"num_warps": 4, "num_stages": 2, "persistent": 4}), True),
 }
 
-# name -> ((BLOCK_M, BLOCK_K, num_warps, num_stages), ROTATE[, FLAT: TMA-filled rings])
+# name -> ((BLOCK_M, BLOCK_K, num_warps, num_stages), ROTATE). (Session 8 also timed a FLAT
+# form whose rings took TMA copies, commit 86d0ccb: no faster; bench/results/
+# attention_score_gpu_bwd90_run3.md.)
 BACKWARD = {
-    "128x64 w8 s4 rotated, flat (TMA) (shipped)": ((128, 64, 8, 4), True, True),
-    "128x64 w8 s3 rotated, flat (TMA)": ((128, 64, 8, 3), True, True),
-    "128x32 w8 s8 rotated, flat (TMA)": ((128, 32, 8, 8), True, True),
-    "128x32 w8 s6 rotated, flat (TMA)": ((128, 32, 8, 6), True, True),
-    "128x128 w8 s2 rotated, flat (TMA)": ((128, 128, 8, 2), True, True),
-    "256x64 w16 s4 rotated, flat (TMA)": ((256, 64, 16, 4), True, True),
-    "128x64 w8 s4 rotated (cp.async, session 7's)": ((128, 64, 8, 4), True),
+    "128x64 w8 s4 rotated (shipped)": ((128, 64, 8, 4), True),
     "128x64 w8 s4": ((128, 64, 8, 4), False),
+    "128x64 w8 s3 rotated": ((128, 64, 8, 3), True),
+    "128x32 w8 s8 rotated": ((128, 32, 8, 8), True),
+    "128x32 w8 s6 rotated": ((128, 32, 8, 6), True),
+    "128x32 w8 s4 rotated": ((128, 32, 8, 4), True),
+    "128x128 w8 s2 rotated": ((128, 128, 8, 2), True),
+    "256x64 w8 s3 rotated": ((256, 64, 8, 3), True),
     "256x64 w16 s4 rotated": ((256, 64, 16, 4), True),
+    "256x64 w16 s3 rotated": ((256, 64, 16, 3), True),
+    "256x32 w16 s8 rotated": ((256, 32, 16, 8), True),
     "64x64 w4 s6 (before)": ((64, 64, 4, 6), False),
 }
 
@@ -172,18 +176,15 @@ def main():
         row("bwd", "torch (two bmm + scale)", kernel_us(lambda: (torch.bmm(ds, k) * scale,
                                                                   torch.bmm(ds.transpose(1, 2), q) * scale),
                                                           args.calls), copy_us, bwd_bytes, "")
-        for name, (tiles, rotate, *flat) in BACKWARD.items():
+        for name, (tiles, rotate) in BACKWARD.items():
             if args.shipped and "shipped" not in name and "before" not in name:
-                continue
-            flat = bool(flat and flat[0])
-            if flat and (m % tiles[1] or n % tiles[1]):  # (the FLAT form's K steps stay in one batch)
                 continue
             dq = torch.full((bt, m, d), float("nan"), dtype=dt, device="cuda")
             dk = torch.full((bt, n, d), float("nan"), dtype=dt, device="cuda")
-            backward(q, k, ds, dq, dk, scale, tiles, rotate, flat)
+            backward(q, k, ds, dq, dk, scale, tiles, rotate)
             err = max(((dq.float() - ref_q).abs().max() / ref_q.abs().max()).item(),
                       ((dk.float() - ref_k).abs().max() / ref_k.abs().max()).item())
-            row("bwd", name, kernel_us(lambda: backward(q, k, ds, dq, dk, scale, tiles, rotate, flat), args.calls),
+            row("bwd", name, kernel_us(lambda: backward(q, k, ds, dq, dk, scale, tiles, rotate), args.calls),
                 copy_us, bwd_bytes, f"{err:.1e}")
     if args.out:
         os.makedirs(args.out, exist_ok=True)

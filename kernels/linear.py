@@ -334,49 +334,9 @@ def _score_product_tile(a_base, b_base, C, rm, rn, batch, M, N, K, s_am, s_ak, s
 
 
 @tessera.kernel
-def _score_flat_tile(A, B, C, a0, b0, o0, rd, batch, M, N, K, a_rows, b_rows, s_a, s_b, s_cb, scale, first_block,
-                     A_MMAJOR: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, ROTATE: tl.constexpr):
-    """_score_product_tile with A and B read as 2-D arrays of every batch's rows (a_rows
-    and b_rows of them, row strides s_a and s_b) from their bare parameters, each tile
-    at a scalar row and column plus an arange and masked by those bounds: the form
-    compiler/codegen/nvptx/tma_nvptx.cpp fills the ring from with TMA copies on sm_90a
-    (a per-batch base pointer leaves the cp.async ring). Output rows o0 .. o0 + BLOCK_M
-    of C[batch] (M rows, N columns), K the reduced length; the caller makes sure no K
-    step crosses into another batch (K a multiple of BLOCK_K).
-    Not A_MMAJOR (dq = ds @ k): A's rows a0 + i (a0 = batch * M + o0), columns k + j;
-    A_MMAJOR (dk = ds^T @ q): A^T, A's rows a0 + k + j (a0 = batch * K), columns o0 + i;
-    B's rows b0 + k + j (b0 = batch * K), columns rd."""
-    rk = tl.arange(0, BLOCK_K)
-    ri = tl.arange(0, BLOCK_M)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
-    k_span = tl.cdiv(K, BLOCK_K) * BLOCK_K
-    for k in range(0, K, BLOCK_K):
-        if ROTATE:
-            kr = k + first_block * BLOCK_K
-            kr = tl.multiple_of(tl.where(kr >= k_span, kr - k_span, kr), BLOCK_K)
-        else:
-            kr = k
-        if A_MMAJOR:
-            ar = (a0 + kr) + rk
-            ac = o0 + ri
-            a = tl.trans(tl.load(A + ar[:, None] * s_a + ac[None, :],
-                                 mask=(ar[:, None] < a_rows) & (ac[None, :] < M), other=0.0))
-        else:
-            ar = a0 + ri
-            ac = kr + rk
-            a = tl.load(A + ar[:, None] * s_a + ac[None, :], mask=(ar[:, None] < a_rows) & (ac[None, :] < K),
-                        other=0.0)
-        br = (b0 + kr) + rk
-        b = tl.load(B + br[:, None] * s_b + rd[None, :], mask=(br[:, None] < b_rows) & (rd[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc)
-    _epilogue(acc, o0 + ri, rd, batch, M, N, s_cb, A, C, C, scale, 0, False, False, True, ACC)
-
-
-@tessera.kernel
-def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, s_kb, s_kn, scale, rows_q, rows_k,
+def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, s_kb, s_kn, scale,
                            ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr,
-                           ROTATE: tl.constexpr = True, FLAT: tl.constexpr = False):
+                           ROTATE: tl.constexpr = True):
     """attention_score's backward in one launch: dq = ds @ k * scale and dk = ds^T @ q *
     scale, q (batch, M, D), k (batch, N, D), ds (batch, M, N), rows contiguous; grid
     (cdiv(M, BLOCK_M) + cdiv(N, BLOCK_M), 1, batch). A batch's programs are its dq
@@ -397,29 +357,12 @@ def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, 
     a whole batch apart, and with 8 heads of 2048 x 2048 (8 MB of ds each, a few batches
     in flight against 50 MB of L2) many second reads went to memory too. Two launches
     read all of ds twice from memory (64 MB each for 8 heads: 2x the bytes).
-    dk's A operand is ds^T, M-major (wgmma's transposed A).
-    FLAT: ds, q and k read as 2-D arrays of all batches' rows (rows_q = batch x M rows
-    of ds and q, rows_k = batch x N of k; batches contiguous, M and N multiples of
-    BLOCK_K, every offset within int32: the host checks) through _score_flat_tile, whose
-    loads take TMA copies on sm_90a."""
+    dk's A operand is ds^T, M-major (wgmma's transposed A)."""
     batch = tl.program_id(2).to(tl.int64)
     t = tl.program_id(0)
     q_blocks = tl.cdiv(M, BLOCK_M)
     rd = tl.arange(0, BLOCK_D)
-    if FLAT:
-        b32 = tl.program_id(2)
-        if t < q_blocks:
-            n_blocks = tl.cdiv(N, BLOCK_K)
-            first = (n_blocks - (t * BLOCK_M // BLOCK_K) % n_blocks) % n_blocks
-            _score_flat_tile(DS, KEY, DQ, b32 * M + t * BLOCK_M, b32 * N, t * BLOCK_M, rd, batch, M, D, N, rows_q,
-                             rows_k, s_dm, s_kn, M * D, scale, first, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K, ROTATE)
-        else:
-            j = t - q_blocks
-            m_blocks = tl.cdiv(M, BLOCK_K)
-            first = (m_blocks - (j * BLOCK_M // BLOCK_K) % m_blocks) % m_blocks
-            _score_flat_tile(DS, Q, DK, b32 * M, b32 * M, j * BLOCK_M, rd, batch, N, D, M, rows_q, rows_q, s_dm,
-                             s_qm, N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, ROTATE)
-    elif t < q_blocks:
+    if t < q_blocks:
         # dq[b, m, :] = sum_n ds[b, m, n] k[b, n, :]: A = ds (K-major), B = k (N-major).
         rm = t * BLOCK_M + tl.arange(0, BLOCK_M)
         n_blocks = tl.cdiv(N, BLOCK_K)
@@ -754,26 +697,13 @@ def _score_backward_tiles(dtype_name, d, qs, ks, dss):
 # 128x64 in plain order 0.71, 128x128 (K) 0.67, 256x64 0.80.
 # The two branches' rings share shared memory (lower_if): stages x (BLOCK_M + BLOCK_D) x
 # BLOCK_K x 2 bytes, 96 KB here (two CTAs per SM). Session 8 (bench/results/
-# kernels_cuda_float16_bwd90.md): 128x32 over 8 warps at 4-8 stages 0.72-0.79, 256x64 over
-# 16 warps (one CTA per SM, wgmma; 256 rows over 8 warps fall back to mma.sync) 0.82;
-# Nsight Compute on the shipped tiles: 71.6 MB read from DRAM (ds once, as the byte model),
-# 67% of DRAM peak, 24% of the SM's warps active: bound by the loads in flight, not bytes.
+# kernels_cuda_float16_bwd90.md): 128x32 over 8 warps at 4-8 stages 0.70-0.79, 256x64 over
+# 16 warps (one CTA per SM, wgmma; 256 rows over 8 warps fall back to mma.sync) 0.82-0.83;
+# the operands read as 2-D arrays of all batches' rows from the bare parameters, so that the
+# rings took TMA copies, 0.865-0.884 against this form's 0.875 (not kept). Nsight Compute on
+# these tiles: 71.7 MB read from DRAM (ds once: the byte model), 66-69% of DRAM peak, 24% of
+# the SM's warps active.
 SCORE_BACKWARD_TILES = (128, 64, 8, 4)
-# Whether _score_backward_kernel reads its operands as 2-D arrays of all batches' rows
-# (FLAT: TMA-filled rings on sm_90a) where _score_backward_flat allows it.
-SCORE_BACKWARD_FLAT = True
-
-
-def _score_backward_flat(like, bt, m, n, bk, qs, ks, dss):
-    """Whether the backward's FLAT form applies: an sm_90 GPU (TMA), each operand's
-    batches one after another (batch stride = rows x row stride), M and N multiples of
-    BLOCK_K (no K step reaches into the next batch), and every element offset of the
-    2-D views within int32 (the kernel's index arithmetic)."""
-    if not (SCORE_BACKWARD_FLAT and _has_tma(like)) or m % bk or n % bk:
-        return False
-    if bt > 1 and (dss[0] != m * dss[1] or qs[0] != m * qs[1] or ks[0] != n * ks[1]):
-        return False
-    return max(bt * m * dss[1], bt * m * qs[1], bt * n * ks[1]) < 2 ** 31
 
 
 def attention_score_backward(q, k, ds, scale):
@@ -788,8 +718,7 @@ def attention_score_backward(q, k, ds, scale):
         dq, dk = H.empty(q, (bt, m, d)), H.empty(q, (bt, n, d))
         _score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
             dsv, qv, kv, dq, dk, m, n, d, dss[0], dss[1], qs[0], qs[1], ks[0], ks[1], H.scalar(q, scale),
-            bt * m, bt * n, ACC=H.acc_dtype(q), BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk,
-            FLAT=_score_backward_flat(q, bt, m, n, bk, qs, ks, dss), **opts)
+            ACC=H.acc_dtype(q), BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, **opts)
         return H.shaped(dq, tuple(q.shape)), H.shaped(dk, tuple(k.shape))
     dq, _ = matmul(dsv, kv, dss, ks, bt, m, d, n, q, scale=scale)            # dq = ds @ k * scale
     dk, _ = matmul(dsv, qv, (dss[0], dss[2], dss[1]), qs, bt, n, d, m, q, scale=scale)  # dk = ds^T @ q * scale

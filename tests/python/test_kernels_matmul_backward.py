@@ -85,26 +85,6 @@ def test_score_backward_tiles():
     assert L._score_backward_tiles("float16", 64, qs, ks, (2048 * 2048, 1, 2048)) is None  # ds transposed
 
 
-def test_score_backward_flat_needs_tma_whole_k_steps_and_contiguous_batches(monkeypatch):
-    qs = ks = (2048 * 64, 64, 1)
-    dss = (2048 * 2048, 2048, 1)
-    flat = L._score_backward_flat
-    cpu = torch.empty(1)
-    assert not flat(cpu, 8, 2048, 2048, 64, qs, ks, dss)                   # no TMA (not an sm_90 GPU)
-    monkeypatch.setattr(L, "_has_tma", lambda like: True)
-    assert flat(cpu, 8, 2048, 2048, 64, qs, ks, dss)
-    assert flat(cpu, 3, 192, 320, 64, (192 * 64, 64, 1), (320 * 64, 64, 1), (192 * 320, 320, 1))
-    assert not flat(cpu, 3, 200, 320, 64, (200 * 64, 64, 1), (320 * 64, 64, 1), (200 * 320, 320, 1))  # M
-    assert not flat(cpu, 3, 192, 336, 64, (192 * 64, 64, 1), (336 * 64, 64, 1), (192 * 336, 336, 1))  # N
-    assert not flat(cpu, 8, 2048, 2048, 64, (4096 * 64, 64, 1), ks, dss)   # q's batches apart (a slice)
-    assert not flat(cpu, 8, 2048, 2048, 64, qs, ks, (2048 * 4096, 2048, 1))  # ds's batches apart
-    assert flat(cpu, 1, 2048, 2048, 64, (0, 64, 1), ks, dss)               # one batch: its stride is moot
-    assert not flat(cpu, 64, 8192, 8192, 64, (8192 * 64, 64, 1), (8192 * 64, 64, 1),
-                    (8192 * 8192, 8192, 1))                                # ds's offsets past int32
-    monkeypatch.setattr(L, "SCORE_BACKWARD_FLAT", False)
-    assert not flat(cpu, 8, 2048, 2048, 64, qs, ks, dss)
-
-
 # --------------------------------------------------------------------------- the kernels on the CPU
 
 @pytest.mark.parametrize("rows,n,k", [(200, 70, 90), (256, 64, 128), (131, 33, 17)])
@@ -121,19 +101,13 @@ def test_split_k_kernel_on_the_cpu(rows, n, k):
     assert _counters_are_zero()
 
 
-@pytest.mark.parametrize("flat", [False, True], ids=["batched", "flat"])
 @pytest.mark.parametrize("bm,rotate", [(32, True), (64, True), (32, False)], ids=["rotated", "rotated-2", "plain"])
-@pytest.mark.parametrize("bt,m,n,d", [(2, 70, 50, 24), (3, 128, 64, 64), (1, 33, 97, 40), (2, 200, 90, 16),
-                                      (3, 96, 160, 24), (2, 32, 224, 16)])
-def test_score_backward_kernel_on_the_cpu(bt, m, n, d, bm, rotate, flat):
+@pytest.mark.parametrize("bt,m,n,d", [(2, 70, 50, 24), (3, 128, 64, 64), (1, 33, 97, 40), (2, 200, 90, 16)])
+def test_score_backward_kernel_on_the_cpu(bt, m, n, d, bm, rotate):
     # dq and dk of one launch: a batch's dq row blocks, then its dk row blocks (32 or 64
     # rows each here, K steps of 32: a rotation by 1 or 2 K blocks per program), partial
     # row blocks and K steps on both sides (the rotation wraps over a partial last
-    # block), D below its block, M != N. FLAT (the operands as 2-D arrays of every
-    # batch's rows: M and N multiples of the K step) where M and N allow it: 96 rows in
-    # 64-row blocks read the next batch's first rows into dq rows that are not stored.
-    if flat and (m % 32 or n % 32):
-        pytest.skip("FLAT needs M and N multiples of BLOCK_K")
+    # block), D below its block, M != N.
     gen = torch.Generator().manual_seed(bt * m + n + d)
     q, k, ds = (torch.randn(bt, m, d, generator=gen), torch.randn(bt, n, d, generator=gen),
                 torch.randn(bt, m, n, generator=gen))
@@ -141,7 +115,7 @@ def test_score_backward_kernel_on_the_cpu(bt, m, n, d, bm, rotate, flat):
     bd = tessera.next_power_of_2(d)
     L._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
         ds, q, k, dq, dk, m, n, d, ds.stride(0), ds.stride(1), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        0.25, bt * m, bt * n, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=32, ROTATE=rotate, FLAT=flat)
+        0.25, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=32, ROTATE=rotate)
     _close(dq, ds.double() @ k.double() * 0.25, 3e-5, "dq")
     _close(dk, ds.double().transpose(1, 2) @ q.double() * 0.25, 3e-5, "dk")
 
@@ -198,27 +172,16 @@ def test_ptx_score_backward_runs_both_products_on_wgmma(dtype, tmp_path):
     bm, bd, bk, opts = L._score_backward_tiles(dtype.replace("fp", "float") if dtype == "fp16" else "bfloat16", 64,
                                                (2048 * 64, 64, 1), (2048 * 64, 64, 1), (2048 * 2048, 2048, 1))
     ptr = f"*{dtype}:16"
-    sizes = (2048, 2048, 64, 2048 * 2048, 2048, 2048 * 64, 64, 2048 * 64, 64, 0.125, 8 * 2048, 8 * 2048)
-    for flat in (False, True):
-        sig, ce, o = launch_signature(L._score_backward_kernel, {p: ptr for p in ("DS", "Q", "KEY", "DQ", "DK")},
-                                      sizes, dict(ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, FLAT=flat,
-                                                  **opts))
-        ck = tessera.compile(L._score_backward_kernel, sig, ce, target="cuda:90a", **o)
-        ptx = _assembled(ck, tmp_path)
-        t = {"fp16": "f16", "bf16": "bf16"}[dtype]
-        steps = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.{t}\.{t} .*, p, 1, 1, (\d), (\d);",
-                           ptx)
-        assert steps == [("0", "1")] * 4 + [("1", "1")] * 4, ptx
-        assert "mma.sync" not in ptx
-        ring = o["num_stages"] * (bm + bd) * bk * 2
-        if flat:
-            # FLAT: the four operand tiles (ds, k; ds^T, q) from tensor maps of the bare
-            # parameters (TMA on sm_90a, no per-thread copies), the ring plus its mbarriers.
-            assert ck.metadata["tensor_maps"].count("|") == 4 and "cp.async.cg" not in ptx
-            assert "cp.async.bulk.tensor" in ptx and ring < int(ck.metadata["shared"]) <= ring + 256
-        else:
-            assert "cp.async.cg.shared.global" in ptx and not ck.metadata.get("tensor_maps")
-            assert int(ck.metadata["shared"]) == ring
+    sizes = (2048, 2048, 64, 2048 * 2048, 2048, 2048 * 64, 64, 2048 * 64, 64, 0.125)
+    sig, ce, opts = launch_signature(L._score_backward_kernel, {p: ptr for p in ("DS", "Q", "KEY", "DQ", "DK")}, sizes,
+                                     dict(ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, **opts))
+    ck = tessera.compile(L._score_backward_kernel, sig, ce, target="cuda:90a", **opts)
+    ptx = _assembled(ck, tmp_path)
+    t = {"fp16": "f16", "bf16": "bf16"}[dtype]
+    steps = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.{t}\.{t} .*, p, 1, 1, (\d), (\d);", ptx)
+    assert steps == [("0", "1")] * 4 + [("1", "1")] * 4, ptx
+    assert "cp.async.cg.shared.global" in ptx and not ck.metadata.get("tensor_maps") and "mma.sync" not in ptx
+    assert int(ck.metadata["shared"]) == opts["num_stages"] * (bm + bd) * bk * 2
 
 
 # --------------------------------------------------------------------------- the ops on a GPU
@@ -276,43 +239,6 @@ def test_attention_score_backward_on_gpu(shape, dtype):
     qd, kd, dsd = q.detach().double(), k.detach().double(), ds.double()
     _close(dq, dsd @ kd * scale, GRAD_TOL[dtype], f"dq {shape}")
     _close(dk, dsd.transpose(-1, -2) @ qd * scale, GRAD_TOL[dtype], f"dk {shape}")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
-@pytest.mark.parametrize("shape", [(8, 2048, 2048, 64), (3, 192, 320, 64), (2, 2, 128, 64, 32), (1, 64, 1024, 128)],
-                         ids=lambda s: "x".join(map(str, s)))
-def test_attention_score_backward_flat_on_gpu(shape, dtype, monkeypatch):
-    # The FLAT backward (TMA rings on sm_90a) where M and N are multiples of the K step:
-    # the batched form's bits exactly (same tiles, same K order), every element of dq and
-    # dk written (NaN-filled outputs), near torch; 192 x 320 has partial row blocks
-    # whose dq programs read the next batch's rows into rows they do not store. q and k
-    # sliced out of wider batches (batch stride != rows x row stride) take the batched form.
-    _skip_without_cuda()
-    real_h_empty = L.H.empty
-    monkeypatch.setattr(L.H, "empty", lambda *a, **kw: real_h_empty(*a, **kw).fill_(float("nan")))
-    *lead, m, n, d = shape
-    gen = torch.Generator().manual_seed(sum(shape))
-    q = torch.randn(*lead, m, d, generator=gen).to("cuda", dtype)
-    k = torch.randn(*lead, n, d, generator=gen).to("cuda", dtype)
-    ds = torch.randn(*lead, m, n, generator=gen).to("cuda", dtype)
-    bt = q.numel() // (m * d)
-    assert L._score_backward_flat(q, bt, m, n, L.SCORE_BACKWARD_TILES[1], (m * d, d, 1), (n * d, d, 1),
-                                  (m * n, n, 1))
-    dq, dk = L.attention_score_backward(q, k, ds, 0.125)
-    monkeypatch.setattr(L, "SCORE_BACKWARD_FLAT", False)
-    dq0, dk0 = L.attention_score_backward(q, k, ds, 0.125)
-    torch.testing.assert_close(dq, dq0, rtol=0, atol=0)
-    torch.testing.assert_close(dk, dk0, rtol=0, atol=0)
-    qd, kd, dsd = q.double(), k.double(), ds.double()
-    _close(dq, dsd @ kd * 0.125, GRAD_TOL[dtype], f"dq {shape}")
-    _close(dk, dsd.transpose(-1, -2) @ qd * 0.125, GRAD_TOL[dtype], f"dk {shape}")
-    monkeypatch.setattr(L, "SCORE_BACKWARD_FLAT", True)
-    wide_q = torch.randn(*lead, 2 * m, d, generator=gen).to("cuda", dtype)
-    qs = wide_q[..., :m, :]
-    dq1, dk1 = L.attention_score_backward(qs, k, ds, 0.125)
-    _close(dq1, dsd @ kd * 0.125, GRAD_TOL[dtype], f"dq, sliced q {shape}")
-    _close(dk1, dsd.transpose(-1, -2) @ qs.double() * 0.125, GRAD_TOL[dtype], f"dk, sliced q {shape}")
 
 
 @pytest.mark.parametrize("shape", [(2, 70, 96, 64), (1, 2, 3, 33, 48, 32)], ids=lambda s: "x".join(map(str, s)))
