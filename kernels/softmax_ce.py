@@ -752,16 +752,20 @@ def _slicing(rows, n, slice_block=None):
 
 def _bwd_kws(logits, stride, n, block, smoothing, realign, bwd_slice=None):
     """The backward's launches: (plain, realigned or None), each (constexprs and launch
-    options, slices per row, positions per slice) of _xent_bwd_kernel. The realigned walk (rows read and written from their
-    16-byte boundaries) needs rows not provably aligned, the logits' rows laid out as
-    the gradient's (stride n) and, at the launch, both arrays 16-byte aligned
-    (_ce_backward_with checks the logits'). bwd_slice: (positions per program, tile,
-    warps, evict-first stores) for rows longer than CE_ONE_CHUNK (default on a GPU:
-    CE_BWD_SLICE; None on the CPU: a program per row)."""
+    options, slices per row, positions per slice) of _xent_bwd_kernel. The realigned
+    walk (rows read and written from their 16-byte boundaries) needs rows not provably
+    aligned, the logits' rows laid out as the gradient's (stride n) and, at the launch,
+    both arrays 16-byte aligned (_ce_backward_with checks the logits'). bwd_slice:
+    (positions per program, tile, warps, evict-first stores) for rows longer than
+    CE_ONE_CHUNK (default on a GPU: CE_BWD_SLICE; None on the CPU: a program per row)."""
     on_gpu = H.on_gpu(logits)
     sliced = bwd_slice if bwd_slice is not None else (CE_BWD_SLICE if on_gpu else None)
     if n > CE_ONE_CHUNK and sliced is not None:
         span, block, warps, stream = sliced
+        # The kernel's tiles start at multiples of the tile (its 16-byte access hint).
+        if block < 16 or block & (block - 1) or span % block:
+            raise ValueError(f"tessera.kernels.cross_entropy: backward slices of {span} positions in tiles of "
+                             f"{block}: the tile must be a power of two >= 16 dividing the slice")
         opts = {"num_warps": warps} if on_gpu else {}
     else:
         span, stream = None, False

@@ -265,11 +265,16 @@ def test_sliced_backward_matches_the_row_walk(rows, n, realign):
     _check_sliced_backward("cpu", torch.float32, rows, n, realign)
 
 
-def test_sliced_backward_rejects_no_rows_and_keeps_short_rows_whole():
-    # Rows held whole by the forward (n <= CE_ONE_CHUNK) keep one program a row.
+def test_sliced_backward_keeps_short_rows_whole_and_checks_its_tiles():
+    # Rows held whole by the forward (n <= CE_ONE_CHUNK) keep one program a row; a slice
+    # that is not whole tiles (the kernel's 16-byte access hint) is refused.
     x, t = _case(3, 4097, "cpu")
     plan = S._ce_plan(x, t, 0.0, "mean", realign=True, bwd_slice=BWD_SLICES[0])
     assert plan.bwd_kw[1] == 1 and plan.bwd_realigned_kw[1] == 1
+    x, t = _case(3, 9000, "cpu")
+    for bad in ((3000, 2048, 4, False), (4096, 1000, 4, False), (4096, 8, 4, False)):
+        with pytest.raises(ValueError, match="backward slices"):
+            S._ce_plan(x, t, 0.0, "mean", bwd_slice=bad)
 
 
 # ------------------------------------------------------------------------------ GPU
