@@ -83,13 +83,21 @@ FORWARD = {
     "64x64x64 w4 s2 persistent 4, .cs": ((64, 64, 64, {"num_warps": 4, "num_stages": 2, "persistent": 4}), True),
 }
 
-# name -> ((BLOCK_M, BLOCK_K, num_warps, num_stages), ROTATE)
+# name -> ((BLOCK_M, BLOCK_K, num_warps, num_stages), ROTATE). (Session 8 also timed a FLAT
+# form whose rings took TMA copies, commit 86d0ccb: no faster; bench/results/
+# attention_score_gpu_bwd90_run3.md.)
 BACKWARD = {
     "128x64 w8 s4 rotated (shipped)": ((128, 64, 8, 4), True),
     "128x64 w8 s4": ((128, 64, 8, 4), False),
     "128x64 w8 s3 rotated": ((128, 64, 8, 3), True),
+    "128x32 w8 s8 rotated": ((128, 32, 8, 8), True),
+    "128x32 w8 s6 rotated": ((128, 32, 8, 6), True),
+    "128x32 w8 s4 rotated": ((128, 32, 8, 4), True),
     "128x128 w8 s2 rotated": ((128, 128, 8, 2), True),
     "256x64 w8 s3 rotated": ((256, 64, 8, 3), True),
+    "256x64 w16 s4 rotated": ((256, 64, 16, 4), True),
+    "256x64 w16 s3 rotated": ((256, 64, 16, 3), True),
+    "256x32 w16 s8 rotated": ((256, 32, 16, 8), True),
     "64x64 w4 s6 (before)": ((64, 64, 4, 6), False),
 }
 

@@ -110,6 +110,38 @@ def candidates(rows, cols, dev="cuda", baseline=None):
                 out[f"cross_entropy {shape} {name}baseline's cross_entropy (library default)"] = (
                     lambda a=a, tgt_v=tgt_v: baseline.cross_entropy(a, tgt_v), nbytes)
 
+    # cross_entropy backward of the vocabulary shapes (dlogits = (softmax - onehot) * dloss
+    # of the mean; bytes: the logits read, dlogits written, the targets and lse): the row
+    # walk (a program per row, 2048-class chunks over 8 warps: the library's choice until
+    # bwd90) against programs per (row, slice) of `span` positions walked in `block`-wide
+    # tiles, with dx stored plainly or evict-first (.cs). kernels/softmax_ce.py
+    # CE_BWD_SLICE is chosen from these (memory_bound_configs_bwd90_run*.md: run 1 with the
+    # realigned edge groups as masked element accesses over the whole tile, run 2 with
+    # them as a tile of their own; kernels_cuda_float16_bwd90.md).
+    def xent_bwd(logits, tgt, bwd_slice):
+        plan = S._ce_plan(logits, tgt, 0.0, "mean", bwd_slice=bwd_slice)
+        _, scale, lse = S._ce_forward_with(plan, logits, tgt, -100)
+        dloss = torch.ones((), device=dev, dtype=torch.float32)
+        kw = plan.bwd_realigned_kw if plan.bwd_realigned_kw is not None else plan.bwd_kw
+        kw, slices, span = kw
+        dxb = torch.empty_like(logits)
+        n_rows, n = logits.shape
+        return lambda: S._xent_bwd_kernel[(n_rows * slices,)](
+            logits, tgt, lse, dloss, scale, dxb, plan.stride, 0, n, slices, span, -100, plan.smoothing,
+            HAS_SCALE=True, **kw)
+    for logits, tgt_v in ((x_vocab, t_vocab), (x_gpt2, t_gpt2)):
+        shape, nbytes = "x".join(map(str, logits.shape)), 2 * logits.numel() * 2 + logits.shape[0] * 12
+        out[f"cross_entropy {shape} bwd row walk, 2048-class chunks, num_warps=8 (before)"] = (
+            xent_bwd(logits, tgt_v, (1 << 30, 2048, 8, False)), nbytes)
+        for span, block, w, stream in ((2048, 2048, 4, False), (4096, 4096, 4, False), (4096, 4096, 8, False),
+                                       (8192, 8192, 8, False), (8192, 2048, 8, False), (8192, 4096, 8, False),
+                                       (4096, 2048, 8, False), (4096, 4096, 4, True), (4096, 4096, 8, True),
+                                       (2048, 2048, 4, True)):
+            out[f"cross_entropy {shape} bwd slices of {span}, {block}-wide tiles, num_warps={w}"
+                + (", .cs stores" if stream else "")] = (xent_bwd(logits, tgt_v, (span, block, w, stream)), nbytes)
+        out[f"cross_entropy {shape} bwd tk library (default plan)"] = (
+            xent_bwd(logits, tgt_v, None), nbytes)
+
     # gelu_dropout forward: column block and warps.
     y = torch.empty_like(x)
     for block in (1024, 2048, 4096):

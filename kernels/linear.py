@@ -696,7 +696,13 @@ def _score_backward_tiles(dtype_name, d, qs, ks, dss):
 # not (0.73 unrotated 6 stages, the earlier choice: the second read of ds often from memory);
 # 128x64 in plain order 0.71, 128x128 (K) 0.67, 256x64 0.80.
 # The two branches' rings share shared memory (lower_if): stages x (BLOCK_M + BLOCK_D) x
-# BLOCK_K x 2 bytes, 96 KB here (two CTAs per SM).
+# BLOCK_K x 2 bytes, 96 KB here (two CTAs per SM). Session 8 (bench/results/
+# kernels_cuda_float16_bwd90.md): 128x32 over 8 warps at 4-8 stages 0.70-0.79, 256x64 over
+# 16 warps (one CTA per SM, wgmma; 256 rows over 8 warps fall back to mma.sync) 0.82-0.83;
+# the operands read as 2-D arrays of all batches' rows from the bare parameters, so that the
+# rings took TMA copies, 0.865-0.884 against this form's 0.875 (not kept). Nsight Compute on
+# these tiles: 71.7 MB read from DRAM (ds once: the byte model), 66-69% of DRAM peak, 24% of
+# the SM's warps active.
 SCORE_BACKWARD_TILES = (128, 64, 8, 4)
 
 

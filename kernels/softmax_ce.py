@@ -20,11 +20,14 @@ No probability tensor is ever stored. The loss reduction ('mean' over the non-ig
 rows, 'sum') is in the launch that ends with the rows' losses: programs sum whole row
 groups (fixed by the row count), one partial per group, and the last program to finish
 (an atomic counter) adds the partials in index order, so the result depends neither on
-timing nor on how many programs ran (SMs, CPU threads). The backward kernel walks the
-row in chunks: dlogits = (exp(x - lse) - onehot) * dloss. On a GPU, rows the compiler
-cannot prove 16-byte aligned (GPT-2's 50257 classes, odd strides) are walked from each
-row's 16-byte boundary (_from_boundary), so they too are read and written 16 bytes at
-a time.
+timing nor on how many programs ran (SMs, CPU threads). The backward kernel computes
+dlogits = (exp(x - lse) - onehot) * dloss: a program per row for rows held whole (and
+on the CPU), and on a GPU a program per (row, slice) of CE_BWD_SLICE positions for the
+longer rows. On a GPU, rows the compiler cannot prove 16-byte aligned (GPT-2's 50257
+classes, odd strides) are walked from each row's 16-byte boundary (_from_boundary in
+the forward; the backward takes the row's partial first and last groups as a small
+tile of their own, _row_edge_groups), so they too are read and written 16 bytes at a
+time.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ import tessera.language as tl
 from . import _host as H
 from .activation import _dropout_keep, _keep_from
 
-CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy backward
+CE_BLOCK = 2048  # vocabulary chunk per step of the cross-entropy backward's row walk (the CPU's)
 CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one tile
 # Longer rows are split into slices of this many classes, a program each, held as one
 # tile of CE_SLICE_WARPS warps (32 logits per thread, as a 4096-class row's program:
@@ -76,6 +79,14 @@ CE_FWD_MAX_WARPS = 4
 # Warps of a backward row on a GPU (bench/bwd_profile.py --sweep, H100, 16384x4096
 # fp16: 4 warps 0.978 of copy, 8 warps 0.989, 16 warps 0.928).
 CE_BWD_MAX_WARPS = 8
+# The GPU backward of rows longer than CE_ONE_CHUNK: a program per (row, slice) of this
+# many positions, as (positions, tile, warps, evict-first stores of dx). H100, fp16
+# (bench/memory_bound_configs.py, bench/results/kernels_cuda_float16_bwd90.md): the
+# program per row walking 2048-class chunks over 8 warps ran 4096x32000 at 0.94 of
+# copy and 2048x50257 (realigned) at 0.87-0.88; slices of 4096 positions over 8 warps
+# 0.99 both (2048 over 4 warps, 8192 over 8: 0.97-0.99); evict-first stores of dx
+# gained nothing (0.98-0.99).
+CE_BWD_SLICE = (4096, 4096, 8, False)
 
 
 @tessera.kernel
@@ -418,15 +429,23 @@ def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN: 
 
 
 @tessera.kernel
-def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols, ignore_index, smoothing,
-                     SMOOTH: tl.constexpr, HAS_SCALE: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
-                     REALIGN: tl.constexpr, VEC: tl.constexpr):
-    # Row r's loss gradient: DLOSS[r] (reduction 'none'), or the reduced loss's
-    # gradient DLOSS[0] (stride 0) times SCALE[0] (1/count for 'mean', 1 for 'sum').
+def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols, n_slices, span, ignore_index,
+                     smoothing, SMOOTH: tl.constexpr, HAS_SCALE: tl.constexpr, ACC: tl.constexpr,
+                     BLOCK: tl.constexpr, REALIGN: tl.constexpr, VEC: tl.constexpr, STREAM: tl.constexpr = False):
+    # Program u = row * n_slices + k: positions k * span .. (k + 1) * span - 1 of row
+    # `row` (span a multiple of BLOCK, walked BLOCK at a time; one slice of a span past
+    # the row's end: the whole row). Row r's loss gradient: DLOSS[r] (reduction
+    # 'none'), or the reduced loss's gradient DLOSS[0] (stride 0) times SCALE[0]
+    # (1/count for 'mean', 1 for 'sum').
     # REALIGN (X's rows as DX's: stride n_cols, both arrays 16-byte aligned, rows not
-    # provably so): the row is walked from its 16-byte boundary (_from_boundary), so its
-    # loads and stores are 16 bytes wide but for its partial first and last groups.
-    row = tl.program_id(0).to(tl.int64)
+    # provably so): positions count from the row's 16-byte boundary (_from_boundary), so
+    # its loads and stores are 16 bytes wide but for its partial first and last groups.
+    # STREAM: dx is stored evict-first (st.global.cs: written once, read by the next
+    # op's launch, and larger than the L2).
+    unit = tl.program_id(0)
+    row32 = unit // n_slices
+    first = (unit - row32 * n_slices) * span
+    row = row32.to(tl.int64)
     cols = tl.arange(0, BLOCK)
     t = tl.load(T + row)
     d = tl.load(DLOSS + row * stride_dloss).to(ACC)
@@ -439,21 +458,56 @@ def _xent_bwd_kernel(X, T, LSE, DLOSS, SCALE, DX, stride_x, stride_dloss, n_cols
         lead = _lead(row, n_cols, 0, VEC)
         src = tl.multiple_of(X + (row * n_cols - lead), 16)
         dst = tl.multiple_of(DX + (row * n_cols - lead), 16)
-        for first in range(0, n_cols + lead, BLOCK):
-            at, c, whole, partial, edge = _from_boundary(lead, first, n_cols, BLOCK, VEC)
-            x = tl.load(src + at, mask=whole, other=0.0)
-            if edge:
-                x = tl.where(whole, x, tl.load(src + at, mask=partial, other=0.0))
-            dx = _xent_grad(x.to(ACC), c, t, lse, d, n_cols, smoothing, SMOOTH)
-            tl.store(dst + at, dx, mask=whole)
-            if edge:
-                tl.store(dst + at, dx, mask=partial)
+        end = tl.minimum(first + span, n_cols + lead)
+        g = tl.arange(0, BLOCK // VEC)
+        for at0 in range(first, end, BLOCK):
+            # The groups of VEC wholly inside the row, 16 bytes a thread at a time.
+            at = at0 + VEC * g[:, None] + tl.arange(0, VEC)[None, :]
+            group_col = (at0 + VEC * g - lead)[:, None]
+            whole = (group_col >= 0) & (group_col + VEC <= n_cols)
+            x = tl.load(src + at, mask=whole, other=0.0).to(ACC)
+            _store_dx(dst + at, _xent_grad(x, at - lead, t, lse, d, n_cols, smoothing, SMOOTH), whole, STREAM)
+        if (first == 0) | (end == n_cols + lead):
+            # The row's partial first and last groups, element by element, as a small
+            # tile of their own: masked element accesses over the whole tile (the
+            # forward's _from_boundary) took 128 registers a thread at 4096 positions
+            # over 4 warps instead of 32, and ran at 0.79 of copy (0.99 aligned).
+            p, c, m = _row_edge_groups(lead, first, end, n_cols, VEC)
+            x = tl.load(src + p, mask=m, other=0.0).to(ACC)
+            _store_dx(dst + p, _xent_grad(x, c, t, lse, d, n_cols, smoothing, SMOOTH), m, STREAM)
     else:
-        for start in range(0, n_cols, BLOCK):
+        for start in range(first, tl.minimum(first + span, n_cols), BLOCK):
             c = tl.multiple_of(start + cols, BLOCK)  # runs start at multiples of BLOCK: vector accesses
             mask = c < n_cols
             x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
-            tl.store(DX + row * n_cols + c, _xent_grad(x, c, t, lse, d, n_cols, smoothing, SMOOTH), mask=mask)
+            _store_dx(DX + row * n_cols + c, _xent_grad(x, c, t, lse, d, n_cols, smoothing, SMOOTH), mask, STREAM)
+
+
+@tessera.kernel
+def _row_edge_groups(lead, first, end, n_cols, VEC: tl.constexpr):
+    """(positions, columns, mask) of the row's first and last groups of VEC positions
+    counted from its 16-byte boundary `lead` elements before it, as a [2 * VEC] tile,
+    masked to their columns inside the row, to groups not wholly inside it (those are
+    the 16-byte accesses' own) and to positions first .. end - 1 (the program's).
+    Example, fp16 (VEC 8), lead 3, 50257 columns: positions 0..7 are columns -3..4
+    (columns 0..4 partial), the last group's positions 50256..50263 columns
+    50253..50260 (columns 50253..50256 partial)."""
+    e = tl.arange(0, 2 * VEC)
+    last = (n_cols + lead - 1) // VEC * VEC  # the last group's first position
+    p = tl.where(e < VEC, e, last + e - VEC)
+    col = p - lead
+    group_col = tl.where(e < VEC, 0, last) - lead
+    partial = (group_col < 0) | (group_col + VEC > n_cols)
+    mask = partial & (col >= 0) & (col < n_cols) & (p >= first) & (p < end) & ((e < VEC) | (last > 0))
+    return p, col, mask
+
+
+@tessera.kernel
+def _store_dx(ptr, dx, mask, STREAM: tl.constexpr):
+    if STREAM:
+        tl.store(ptr, dx, mask=mask, cache_modifier=".cs")
+    else:
+        tl.store(ptr, dx, mask=mask)
 
 
 @tessera.kernel
@@ -696,16 +750,36 @@ def _slicing(rows, n, slice_block=None):
     return chunks, slices, step, group_rows, -(-rows // group_rows)
 
 
-def _bwd_kws(logits, stride, n, block, smoothing, realign):
-    """The backward's constexprs and launch options: (plain, realigned or None). The
-    realigned walk (rows read and written from their 16-byte boundaries) needs rows not
-    provably aligned, the logits' rows laid out as the gradient's (stride n) and, at the
-    launch, both arrays 16-byte aligned (_ce_backward_with checks the logits')."""
-    plain = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block, REALIGN=False, VEC=1,
-                 **H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS))
+def _bwd_kws(logits, stride, n, block, smoothing, realign, bwd_slice=None):
+    """The backward's launches: (plain, realigned or None), each (constexprs and launch
+    options, slices per row, positions per slice) of _xent_bwd_kernel. The realigned
+    walk (rows read and written from their 16-byte boundaries) needs rows not provably
+    aligned, the logits' rows laid out as the gradient's (stride n) and, at the launch,
+    both arrays 16-byte aligned (_ce_backward_with checks the logits'). bwd_slice:
+    (positions per program, tile, warps, evict-first stores) for rows longer than
+    CE_ONE_CHUNK (default on a GPU: CE_BWD_SLICE; None on the CPU: a program per row)."""
+    on_gpu = H.on_gpu(logits)
+    sliced = bwd_slice if bwd_slice is not None else (CE_BWD_SLICE if on_gpu else None)
+    if n > CE_ONE_CHUNK and sliced is not None:
+        span, block, warps, stream = sliced
+        # The kernel's tiles start at multiples of the tile (its 16-byte access hint).
+        if block < 16 or block & (block - 1) or span % block:
+            raise ValueError(f"tessera.kernels.cross_entropy: backward slices of {span} positions in tiles of "
+                             f"{block}: the tile must be a power of two >= 16 dividing the slice")
+        opts = {"num_warps": warps} if on_gpu else {}
+    else:
+        span, stream = None, False
+        opts = H.row_launch_options(logits, block, max_warps=CE_BWD_MAX_WARPS)
+    vec = 16 // _element_size(logits)
+
+    def kw(realigned):
+        positions = n + (vec - 1 if realigned else 0)
+        width = span or -(-positions // block) * block  # (no slices: the whole row)
+        return (dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=block, REALIGN=realigned,
+                     VEC=vec if realigned else 1, STREAM=stream, **opts), -(-positions // width), width)
     if not (realign and stride == n and n % 16 != 0):
-        return plain, None
-    return plain, dict(plain, REALIGN=True, VEC=16 // _element_size(logits))
+        return kw(False), None
+    return kw(False), kw(True)
 
 
 def _element_size(x):
@@ -720,9 +794,12 @@ class _CePlan:
                  "new_work")
 
 
-def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps=None, realign=None):
+def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps=None, realign=None,
+             bwd_slice=None):
     """slice_block, slice_warps: the slices' tile and warps for rows longer than
     CE_ONE_CHUNK (CE_SLICE, CE_SLICE_WARPS; bench/memory_bound_configs.py tries others);
+    bwd_slice: the backward's (positions per program, tile, warps, evict-first stores)
+    for those rows (CE_BWD_SLICE on a GPU, a program per row on the CPU; see _bwd_kws);
     realign: whether rows not provably 16-byte aligned are read from their 16-byte
     boundaries (None: on a GPU; the CPU's code for its [BLOCK / VEC, VEC] tiles is 7x
     slower than for the plain row, 128x50257 fp32: 18 ms against 2.4)."""
@@ -775,7 +852,8 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         plan.merge_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits),
                              ROWS=step, SLICES=H.block_for(plan.slices, 1 << 30), FINAL=_final_block(logits, 1024),
                              **H.row_launch_options(logits, 1024, max_warps=4))
-        plan.bwd_kw, plan.bwd_realigned_kw = _bwd_kws(logits, plan.stride, n, block, smoothing, realign_any)
+        plan.bwd_kw, plan.bwd_realigned_kw = _bwd_kws(logits, plan.stride, n, block, smoothing, realign_any,
+                                                      bwd_slice)
         # The slices' (max, sum[, logit sum]) and the targets' logits.
         plan.new_work = H.allocator(logits, ((3 if smoothing > 0 else 2) * plan.units + rows,), "acc")
         if plan.reduce:
@@ -876,9 +954,10 @@ def _ce_backward_with(plan, logits, target, lse, dloss, scale, ignore_index):
         kw = plan.bwd_kw
         if plan.bwd_realigned_kw is not None and _misalignment(xv) == 0:
             kw = plan.bwd_realigned_kw
-        _xent_bwd_kernel[(plan.rows,)](xv, t, lse, dl, scale if scale is not None else lse, dx, plan.stride,
-                                       0 if scale is not None else 1, plan.n, int(ignore_index), plan.smoothing,
-                                       HAS_SCALE=scale is not None, **kw)
+        kw, slices, span = kw
+        _xent_bwd_kernel[(plan.rows * slices,)](
+            xv, t, lse, dl, scale if scale is not None else lse, dx, plan.stride, 0 if scale is not None else 1,
+            plan.n, slices, span, int(ignore_index), plan.smoothing, HAS_SCALE=scale is not None, **kw)
     return dx
 
 

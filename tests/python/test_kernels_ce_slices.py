@@ -217,6 +217,66 @@ def test_sliced_forward_writes_every_output_and_partial(monkeypatch):
     _check_poisoned(monkeypatch, "cpu")
 
 
+# The backward's launches of rows longer than CE_ONE_CHUNK: a program per row walking it
+# (the CPU's default), or a program per (row, slice) (the GPU's, CE_BWD_SLICE):
+# (positions per program, tile, warps, evict-first stores).
+ROW_WALK = (1 << 30, 2048, 8, False)
+BWD_SLICES = [(4096, 4096, 4, False), (8192, 2048, 8, True), (2048, 2048, 4, False), (16384, 4096, 4, False)]
+
+
+def _check_sliced_backward(device, dtype, rows, n, realign):
+    # Every slicing gives the row walk's bits (the same arithmetic per logit), into a
+    # NaN-poisoned dlogits (an element no program wrote would stay NaN), near torch.
+    g = torch.Generator().manual_seed(rows + n)
+    x = (torch.randn(rows, n, generator=g) * 2).to(device, dtype)
+    t = torch.randint(0, n, (rows,), generator=g)
+    t[0], t[-1] = n - 1, 0
+    if rows > 2:
+        t[1] = -100
+    t = t.to(device)
+    for reduction, smoothing in (("mean", 0.0), ("none", 0.1)):
+        walk = S._ce_plan(x, t, smoothing, reduction, realign=realign, bwd_slice=ROW_WALK)
+        out, scale, lse = S._ce_forward_with(walk, x, t, -100)
+        dloss = torch.tensor(1.5, device=device) if scale is not None else torch.randn(rows, generator=g).to(device)
+        want = S._ce_backward_with(walk, x, t, lse, dloss, scale, -100)
+        assert walk.bwd_kw[1] == 1
+        for bwd_slice in BWD_SLICES + [None]:
+            plan = S._ce_plan(x, t, smoothing, reduction, realign=realign, bwd_slice=bwd_slice)
+            assert (plan.bwd_realigned_kw is not None) == (realign and n % 16 != 0)
+            kw, slices, span = plan.bwd_realigned_kw or plan.bwd_kw
+            if bwd_slice is not None or device == "cuda":  # (the CPU's default: the row walk)
+                assert slices == -(-(n + (kw["VEC"] - 1)) // span) and span % kw["BLOCK"] == 0
+            make = plan.new_dx
+            plan.new_dx = lambda make=make: make().fill_(float("nan"))
+            got = S._ce_backward_with(plan, x, t, lse, dloss, scale, -100)
+            assert not torch.isnan(got).any(), (bwd_slice, reduction)
+            torch.testing.assert_close(got, want, rtol=0, atol=0, msg=lambda m: f"{bwd_slice}, {reduction}: {m}")
+        xr = x.double().cpu().requires_grad_(True)
+        ref = F.cross_entropy(xr, t.cpu(), reduction=reduction, label_smoothing=smoothing)
+        (ref * dloss.double().cpu()).sum().backward()
+        tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+        torch.testing.assert_close(want.double().cpu(), xr.grad, rtol=tol, atol=tol * 1e-3 if dtype ==
+                                   torch.float32 else tol / 2)
+
+
+@pytest.mark.parametrize("realign", [False, True])
+@pytest.mark.parametrize("rows,n", [(3, 9000), (8, 50257), (2, 32000)])  # (8 rows of 50257: every lead)
+def test_sliced_backward_matches_the_row_walk(rows, n, realign):
+    _check_sliced_backward("cpu", torch.float32, rows, n, realign)
+
+
+def test_sliced_backward_keeps_short_rows_whole_and_checks_its_tiles():
+    # Rows held whole by the forward (n <= CE_ONE_CHUNK) keep one program a row; a slice
+    # that is not whole tiles (the kernel's 16-byte access hint) is refused.
+    x, t = _case(3, 4097, "cpu")
+    plan = S._ce_plan(x, t, 0.0, "mean", realign=True, bwd_slice=BWD_SLICES[0])
+    assert plan.bwd_kw[1] == 1 and plan.bwd_realigned_kw[1] == 1
+    x, t = _case(3, 9000, "cpu")
+    for bad in ((3000, 2048, 4, False), (4096, 1000, 4, False), (4096, 8, 4, False)):
+        with pytest.raises(ValueError, match="backward slices"):
+            S._ce_plan(x, t, 0.0, "mean", bwd_slice=bad)
+
+
 # ------------------------------------------------------------------------------ GPU
 
 def _gpu():
@@ -279,3 +339,12 @@ def test_sliced_forward_is_two_gpu_kernels_and_its_gradient_matches():
         torch.testing.assert_close(xg.grad.double(), xr.grad, rtol=2e-3 if dtype == torch.float16 else 1e-4,
                                    atol=atol)
         assert S._ce_plan_for(xg, t, 0.1).bwd_realigned_kw is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rows,n", [(3, 50257), (1025, 32000), (7, 9000), (2, 8193)])
+def test_sliced_backward_on_the_gpu(dtype, rows, n):
+    _gpu()
+    for realign in (False, True):
+        _check_sliced_backward("cuda", dtype, rows, n, realign)
