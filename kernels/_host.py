@@ -359,6 +359,11 @@ _RAW_STREAM = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", N
 
 def _launch_place(like, dtype):
     """Where launches on like's device are ordered (see above), with the array's dtype."""
+    if isinstance(like, _TORCH_TENSOR):  # (the common case in one device query: -1 on the CPU)
+        index = like.get_device()
+        if index >= 0:
+            return ("gpu", index, _RAW_STREAM(index) if _RAW_STREAM is not None else 0, type(like), dtype)
+        return ("cpu", threading.get_ident(), type(like), dtype)
     if on_gpu(like):
         index = like.get_device() if is_torch(like) else like.device.id
         return ("gpu", index, _RAW_STREAM(index) if _RAW_STREAM is not None else 0, type(like), dtype)
@@ -375,13 +380,13 @@ def arrival_counters(like, count: int, dtype: str = "int32"):
     return counters
 
 
-def split_scratch(like, elements: int, count: int):
+def split_scratch(like, elements: int, count: int, acc: str = "float32"):
     """(partials, counters) of a split kernel on like's device, for this stream or
-    thread: a 1-D scratch array of at least `elements` in like's accumulation type
-    (fp32; fp64 for fp64) and at least `count` zeroed int32 arrival counters. Both are
-    kept and reused (a 17-row linear's 4 x 17 x 2048 fp32 partials cost ~4 us of host
-    time to allocate on each call); the scratch grows to the largest size asked."""
-    acc = "float64" if dtype_name(like) == "float64" else "float32"
+    thread: a 1-D scratch array of at least `elements` of `acc` (the accumulation type:
+    float32, or float64 for fp64 data) and at least `count` zeroed int32 arrival
+    counters. Both are kept and reused (a 17-row linear's 4 x 17 x 2048 fp32 partials
+    cost ~4 us of host time to allocate on each call); the scratch grows to the largest
+    size asked."""
     place = _launch_place(like, acc)
     partials = _SCRATCH.get(place)
     if partials is None or partials.shape[0] < elements:

@@ -409,7 +409,7 @@ class _Launch:
     counters (H.split_scratch: kept per stream, not allocated per call). A launch of
     _persistent_matmul_kernel through kernel[grid](...) with its 17 sizes and 15
     constexpr keywords cost ~3 us of host time to key; bound, ~0.3 us."""
-    __slots__ = ("plan", "bound", "partial_elements", "tiles")
+    __slots__ = ("plan", "bound", "partial_elements", "tiles", "acc")
 
     def __init__(self, plan):
         kernel, grid, sizes, meta = plan
@@ -419,10 +419,11 @@ class _Launch:
         # split-K: SPLITS planes of M x N partials, one arrival counter per tile
         self.partial_elements = meta["SPLITS"] * sizes[0] * sizes[1] if arrays == 7 else 0
         self.tiles = grid[0]
+        self.acc = "float64" if meta["ACC"] == tl.float64 else "float32"
 
     def __call__(self, a, b, bias, c, z):
         if self.partial_elements:
-            partials, counters = H.split_scratch(c, self.partial_elements, self.tiles)
+            partials, counters = H.split_scratch(c, self.partial_elements, self.tiles, self.acc)
             self.bound(a, b, bias, c, z, partials, counters)
         else:
             self.bound(a, b, bias, c, z)
@@ -749,28 +750,55 @@ def attention_score(q, k, scale=None):
 def _attention_score_fast(q, k, scale):
     """attention_score_forward for contiguous torch q (..., M, D) and k (..., N, D) of one
     float16/bfloat16/float32 dtype on one device, with the GPU tiles; None otherwise
-    (the general path then checks and reports). Called for CUDA tensors (the product is
-    tens of microseconds, the general path's checks a good part of that in host time);
-    tests call it on the CPU too."""
+    (the general path then checks and reports). Per call: a plan lookup keyed by the
+    shapes, dtypes and devices, two contiguity checks, the allocation of s and a bound
+    launch (scale its one free scalar). Called for CUDA tensors (the product is tens of
+    microseconds, the general path's checks a good part of that in host time); tests
+    call it on the CPU too."""
     T = H.torch
-    if T is None or not isinstance(q, T.Tensor) or not isinstance(k, T.Tensor) or q.dim() < 2 or q.dim() != k.dim():
+    if T is None or not isinstance(q, T.Tensor) or not isinstance(k, T.Tensor):
         return None
-    name = _fast_dtype_name(T, q, k)
+    key = (q.shape, k.shape, q.dtype, k.dtype, q.get_device(), k.get_device())
+    plan = _FAST_SCORE_PLANS.get(key)
+    if plan is None:
+        plan = _FAST_SCORE_PLANS.remember(key, _fast_score_plan(q, k))
+    if plan is _NOT_FAST or not (q.is_contiguous() and k.is_contiguous()):
+        return None
+    new_s, launch = plan
+    s = new_s()
+    launch(q, k, q, s, s, scale)
+    return s
+
+
+_FAST_SCORE_PLANS = H.Plans()
+
+
+def _fast_score_plan(q, k):
+    """(allocator of s, the bound launch taking A, B, BIAS, C, Z, scale) for these
+    tensors' shapes, dtypes and devices, or _NOT_FAST."""
+    T = H.torch
+    dt = q.dtype
+    if q.dim() < 2 or q.dim() != k.dim() or dt not in (T.float16, T.bfloat16, T.float32) or k.dtype != dt or \
+            k.device != q.device:
+        return _NOT_FAST
     qs, ks = q.shape, k.shape
-    if name is None or qs[:-2] != ks[:-2] or qs[-1] != ks[-1]:
-        return None
+    if qs[:-2] != ks[:-2] or qs[-1] != ks[-1]:
+        return _NOT_FAST
     m, d, n = qs[-2], qs[-1], ks[-2]
     if m == 0 or d == 0 or n == 0 or q.numel() == 0:
-        return None
+        return _NOT_FAST
     bt = q.numel() // (m * d)
-    s = T.empty(qs[:-1] + (n,), dtype=q.dtype, device=q.device)
-    bm, bn, bk, opts = _gpu_tiles(name, m, n, d, bt, rows_aligned=d % 16 == 0)
+    bm, bn, bk, opts = _gpu_tiles(H.dtype_name(q), m, n, d, bt, rows_aligned=d % 16 == 0)
     kernel, grid, extra, opts = _gpu_launch(q, m, n, bt, bm, bn, opts)
     # A = q (bt, m, d) row-major; B = k^T: B[b, d, n] at k + b * n * d + n * d + d.
-    kernel[grid](q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale, *extra,
-                 A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
-                 ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STREAM_C=True, **opts)
-    return s
+    sizes = dict(zip(("M", "N", "K", "s_ab", "s_am", "s_ak", "s_bb", "s_bk", "s_bn", "s_cb"),
+                     (m, n, d, m * d, d, 1, n * d, 1, d, m * n)))
+    if extra:
+        sizes["batches"] = extra[0]
+    launch = kernel.bind(grid, **sizes, A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False,
+                         STORE_Z=False, SCALE=True, ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn,
+                         BLOCK_K=bk, STREAM_C=True, **opts)
+    return H.allocator(q, tuple(qs[:-1]) + (n,)), launch
 
 
 # --------------------------------------------------------------------------- linear + activation

@@ -56,7 +56,7 @@ def test_split_scratch_grows_and_is_kept_per_thread_or_stream(monkeypatch):
     p3, _ = H.split_scratch(like, (1 << 16) + 1, 8)  # larger than the first: a new, larger one
     assert p3 is not p1 and p3.shape[0] >= (1 << 16) + 1
     assert H.split_scratch(like, 10, 8)[0] is p3  # and it stays
-    assert H.split_scratch(torch.empty(4, dtype=torch.float64), 10, 8)[0].dtype == torch.float64
+    assert H.split_scratch(like, 10, 8, "float64")[0].dtype == torch.float64  # fp64 data: fp64 partials
     assert int(c1[:8].abs().sum()) == 0  # counters are zero between launches
 
 
@@ -135,3 +135,16 @@ def test_cuda_small_m_linear_allocates_only_its_output(monkeypatch):
         y2 = tk.linear_relu(x, w, b)
     s.synchronize()
     assert (y2.double() - want).abs().max().item() <= 4e-3 * max(1.0, want.abs().max().item())
+
+
+def test_attention_score_fast_path_keeps_one_plan_across_scales(monkeypatch):
+    monkeypatch.setattr(L, "_FAST_SCORE_PLANS", H.Plans())
+    gen = torch.Generator().manual_seed(9)
+    q, k = torch.randn(2, 17, 40, generator=gen), torch.randn(2, 33, 40, generator=gen)
+    for scale in (0.5, 0.125, 1.0):  # scale is the bound launch's free scalar: no new plan
+        got = L._attention_score_fast(q, k, scale)
+        want = q.double() @ k.double().transpose(-1, -2) * scale
+        assert torch.allclose(got.double(), want, atol=1e-4), scale
+    assert len(L._FAST_SCORE_PLANS) == 1
+    assert L._attention_score_fast(q, k[:, :, :8].contiguous(), 1.0) is None  # D mismatch: the general path
+    assert L._attention_score_fast(q.transpose(1, 2), k, 1.0) is None
