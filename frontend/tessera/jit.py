@@ -7,6 +7,8 @@ table, packs the parameters and launches. Everything else (a first launch, the
 interpreter, a callable grid, unusual options, any error) takes the Python launcher
 generated here (`Kernel._make_launcher`), which finds the kernel in an in-memory
 table, the disk cache, or compiles it; C++ then registers what it returned.
+`kernel.bind(grid, **values)` is the same launch with the grid, options and some
+arguments fixed once (Kernel.bind; BoundKernel in launch_fastpath.cpp).
 """
 from __future__ import annotations
 
@@ -424,10 +426,9 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         error = self._argument_error(fixed, None, skip=free)
         if error is not None:
             raise error
-        if "num_warps" in options or "num_stages" in options:
-            for o in ("num_warps", "num_stages"):
-                if o in options and (isinstance(options[o], bool) or not isinstance(options[o], int)):
-                    raise TypeError(f"kernel {self.__name__}.bind: {o} must be an integer, got {options[o]!r}")
+        for o in ("num_warps", "num_stages"):
+            if o in options and (isinstance(options[o], bool) or not isinstance(options[o], int)):
+                raise TypeError(f"kernel {self.__name__}.bind: {o} must be an integer, got {options[o]!r}")
         maxnreg = options.get("maxnreg")
         if maxnreg is not None:
             _check_maxnreg(self.__name__, maxnreg)
