@@ -976,25 +976,6 @@ def _weight_gradient(plan, dzv, xv, dw):
         plan.dw_launch(dzv, xv, dzv, dw, dw)
 
 
-_FAST_NAMES = {}  # torch dtype -> its name, for the dtypes the fast paths take
-
-
-def _fast_dtype_name(T, *ts):
-    """The dtype name when every tensor in ts is a contiguous torch tensor of one
-    float16/bfloat16/float32 dtype on one device; None otherwise."""
-    t0 = ts[0]
-    dt = t0.dtype
-    name = _FAST_NAMES.get(dt)
-    if name is None:
-        if dt not in (T.float16, T.bfloat16, T.float32):
-            return None
-        name = _FAST_NAMES[dt] = str(dt).replace("torch.", "")
-    for t in ts:
-        if not isinstance(t, T.Tensor) or t.dtype != dt or t.device != t0.device or not t.is_contiguous():
-            return None
-    return name
-
-
 class _FastLinear:
     """_fast_linear's plan for one (shapes, dtype, device, activation, bias, Z): the
     output allocators and the bound launch (_Launch)."""
