@@ -215,9 +215,9 @@ def linear_micro_us(dtype):
         template = x.new_empty(0)
         shape = f"{m}x{k}x{n}"
         for name, f in ((f"tk.linear_relu {shape}", lambda: tk.linear_relu(x, w, b)),
-                        ("  its y = plan.new_y() (torch.empty(*shape, dtype=, device=))", plan.new_y),
-                        ("  template.new_empty(*shape) instead", lambda: template.new_empty(m, n)),
-                        ("  its bound launch, y made once", lambda: plan.launch(x, w, b, y, y)),
+                        (f"  {shape}: its y = plan.new_y() (torch.empty(*shape, dtype=, device=))", plan.new_y),
+                        (f"  {shape}: template.new_empty(*shape) instead", lambda: template.new_empty(m, n)),
+                        (f"  {shape}: its bound launch, y made once", lambda: plan.launch(x, w, b, y, y)),
                         (f"  torch.mm(x, w.t()) {shape} (peer)", lambda: torch.mm(x, w.t()))):
             out[name] = min(cuda_host_us(f) for _ in range(5))
     return out
