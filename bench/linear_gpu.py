@@ -317,7 +317,7 @@ def backward_table(dtype):
         def split(tiles, key):
             kernel, grid, sizes, meta = L._split_k_launch(a_st, b_st, n, k, m, w, tiles)
             dw = torch.empty(n, k, device="cuda", dtype=dtype)
-            kernel[grid](dz, x, dw, torch.empty(2, n, k, device="cuda"), L.H.arrival_counters(dw, grid[0]),
+            kernel[grid](dz, x, dw, dw, dw, torch.empty(2, n, k, device="cuda"), L.H.arrival_counters(dw, grid[0]),
                          *sizes, **meta)
             outs[key] = dw
             return dw
