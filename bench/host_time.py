@@ -194,7 +194,33 @@ def micro_us(device, dtype):
     if plan is not None:
         out["launch _norm_fwd_kernel (14 args + 10 keywords)"] = lambda: N._norm_fwd_kernel[(64,)](
             x, x, w, b, y, y, mean, rstd, 256, 256, 256, 256, 1e-5, **plan.kw)
-    return {k: per_call_us(f, device, calls=500)[0] for k, f in out.items()}
+    times = {k: per_call_us(f, device, calls=500)[0] for k, f in out.items()}
+    if device == "cuda":
+        times.update(linear_micro_us(dtype))
+    return times
+
+
+def linear_micro_us(dtype):
+    """linear_relu's host path at 4096x1024x2048 and 17x1024x2048 in parts (us per call,
+    no synchronization between calls: cuda_host_us): the whole op, the output's
+    allocation, the bound launch alone (output made once), and allocation alternatives."""
+    from common import cuda_host_us
+    from tessera.kernels import linear as L
+    out = {}
+    for m, k, n in ((4096, 1024, 2048), (17, 1024, 2048)):
+        x, w = torch.randn(m, k, device="cuda", dtype=dtype), torch.randn(n, k, device="cuda", dtype=dtype)
+        b = torch.randn(n, device="cuda", dtype=dtype)
+        plan = L._fast_linear_plan(x, w, b, L.ACT_RELU, False)
+        y = plan.new_y()
+        template = x.new_empty(0)
+        shape = f"{m}x{k}x{n}"
+        for name, f in ((f"tk.linear_relu {shape}", lambda: tk.linear_relu(x, w, b)),
+                        (f"  {shape}: its y = plan.new_y() (torch.empty(*shape, dtype=, device=))", plan.new_y),
+                        (f"  {shape}: template.new_empty(*shape) instead", lambda: template.new_empty(m, n)),
+                        (f"  {shape}: its bound launch, y made once", lambda: plan.launch(x, w, b, y, y)),
+                        (f"  torch.mm(x, w.t()) {shape} (peer)", lambda: torch.mm(x, w.t()))):
+            out[name] = min(cuda_host_us(f) for _ in range(5))
+    return out
 
 
 class Breakdown:

@@ -165,8 +165,9 @@ def sweep(dtype, only="", configs=""):
     return rows
 
 
-def ops_table(dtype, triton, only=""):
-    """The library ops as a user calls them, beside cuBLAS alone and torch eager."""
+def ops_table(dtype, triton, only="", base=None):
+    """The library ops as a user calls them, beside cuBLAS alone and torch eager (and
+    `base`, another copy of tessera.kernels, when given: --baseline)."""
     g = torch.Generator(device="cpu").manual_seed(1)
     r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to("cuda", dtype)  # noqa: E731
     tkt = load_triton_tk() if triton else None
@@ -182,7 +183,9 @@ def ops_table(dtype, triton, only=""):
                    "torch eager": f_torch}
             if tkt is not None:
                 fns["triton (same source)"] = lambda op=op: getattr(tkt, op)(x, w, b)
-            rows.append(_row(op, f"{m}x{k} @ {n}x{k}^T", 2 * m * n * k, fns, dtype, (x, w, b), op))
+            if base is not None:
+                fns["tk base"] = lambda op=op: getattr(base, op)(x, w, b)
+            rows.append(_row(op, f"{m}x{k} @ {n}x{k}^T", 2 * m * n * k, fns, dtype, (x, w, b), op, base))
     if only:
         return rows
     q, kk = r(8, 2048, 64), r(8, 2048, 64)
@@ -190,11 +193,14 @@ def ops_table(dtype, triton, only=""):
            "torch eager": lambda: q @ kk.transpose(-1, -2) * 0.125}
     if tkt is not None:
         fns["triton (same source)"] = lambda: tkt.attention_score(q, kk, 0.125)
-    rows.append(_row("attention_score", "8x2048x64", 2 * 8 * 2048 * 2048 * 64, fns, dtype, (q, kk), "attention_score"))
+    if base is not None:
+        fns["tk base"] = lambda: base.attention_score(q, kk, 0.125)
+    rows.append(_row("attention_score", "8x2048x64", 2 * 8 * 2048 * 2048 * 64, fns, dtype, (q, kk), "attention_score",
+                     base))
     return rows
 
 
-def _row(op, shape, flops, fns, dtype, inputs, name):
+def _row(op, shape, flops, fns, dtype, inputs, name, base=None):
     if "triton (same source)" in fns:  # a peer that fails to compile leaves its column empty, not the run
         try:
             with torch.no_grad():
@@ -209,6 +215,7 @@ def _row(op, shape, flops, fns, dtype, inputs, name):
         res = {k: v.min for k, v in measure_cuda_events(fns).items()}
         q, underran = measure_queued({k: fns[k] for k in ("tk", "cuBLAS mm alone")})
         hus = cuda_host_us(fns["tk"])
+        base_hus = cuda_host_us(fns["tk base"]) if "tk base" in fns else None
     fb = {}
     leaves = [i.detach().clone().requires_grad_(True) for i in inputs]
     f_tk = {"linear_relu": tk.linear_relu, "linear_gelu": tk.linear_gelu,
@@ -216,7 +223,11 @@ def _row(op, shape, flops, fns, dtype, inputs, name):
     f_tr = {"linear_relu": lambda a, w_, b_: F.relu(F.linear(a, w_, b_)),
             "linear_gelu": lambda a, w_, b_: F.gelu(F.linear(a, w_, b_)),
             "attention_score": lambda a, b_: a @ b_.transpose(-1, -2) * 0.125}[name]
-    for key, f in (("tk", f_tk), ("torch eager", f_tr)):
+    impls = [("tk", f_tk), ("torch eager", f_tr)]
+    if base is not None:
+        impls.append(("tk base", {"linear_relu": base.linear_relu, "linear_gelu": base.linear_gelu,
+                                  "attention_score": lambda a, b_: base.attention_score(a, b_, 0.125)}[name]))
+    for key, f in impls:
         def run(f=f):
             for lf in leaves:
                 lf.grad = None
@@ -232,8 +243,47 @@ def _row(op, shape, flops, fns, dtype, inputs, name):
            (f"{q['cuBLAS mm alone'] / q['tk']:.3f}" + (" (host underran)" if underran else "")), hus,
            resb["tk"] * 1e3, resb["torch eager"] * 1e3, resb["torch eager"] / resb["tk"],
            "ok" if err < tol else f"WRONG ({err:.2g})"]
+    if base is not None:  # before/after columns of the same run (--baseline)
+        row[-1:-1] = [res["tk base"] * 1e3, res["tk base"] / res["tk"], base_hus, resb["tk base"] * 1e3,
+                      resb["tk base"] / resb["tk"]]
     print(" | ".join(str(round(v, 4)) if isinstance(v, float) else str(v) for v in row), flush=True)
     return row
+
+
+def host_profile(dtype, calls, only=""):
+    """[(title, lines)]: cProfile of `calls` back-to-back calls of tk.linear_relu and
+    linear_gelu (forward) and of linear_relu's fwd+bwd at the ops table's first shape,
+    functions by own time (the C++ launch is inside the bound launch's call)."""
+    import cProfile
+    import io
+    import pstats
+    m, k, n = tuple(int(v) for v in only.split(",")[0].split("x")) if only else (4096, 1024, 2048)
+    g = torch.Generator(device="cpu").manual_seed(3)
+    x, w, b = (torch.randn(*s, generator=g).to("cuda", dtype) for s in ((m, k), (n, k), (n,)))
+    xg, wg, bg = (t.clone().requires_grad_(True) for t in (x, w, b))
+
+    def fwd_bwd():
+        y = tk.linear_relu(xg, wg, bg)
+        y.backward(torch.ones_like(y))
+    out = []
+    for name, fn in (("linear_relu", lambda: tk.linear_relu(x, w, b)), ("linear_gelu", lambda: tk.linear_gelu(x, w, b)),
+                     ("linear_relu fwd+bwd", fwd_bwd)):
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(calls):
+            fn()
+        pr.disable()
+        torch.cuda.synchronize()
+        text = io.StringIO()
+        pstats.Stats(pr, stream=text).sort_stats("tottime").print_stats(14)
+        lines = [ln for ln in text.getvalue().splitlines() if ln.strip()][-16:]
+        title = f"cProfile of {calls} calls of {name} {m}x{k}x{n} (--profile; own time, profiler overhead included):"
+        print(title, *lines, sep="\n", flush=True)
+        out.append((title, lines))
+    return out
 
 
 def backward_table(dtype):
@@ -267,7 +317,7 @@ def backward_table(dtype):
         def split(tiles, key):
             kernel, grid, sizes, meta = L._split_k_launch(a_st, b_st, n, k, m, w, tiles)
             dw = torch.empty(n, k, device="cuda", dtype=dtype)
-            kernel[grid](dz, x, dw, torch.empty(2, n, k, device="cuda"), L.H.arrival_counters(dw, grid[0]),
+            kernel[grid](dz, x, dw, dw, dw, torch.empty(2, n, k, device="cuda"), L.H.arrival_counters(dw, grid[0]),
                          *sizes, **meta)
             outs[key] = dw
             return dw
@@ -352,6 +402,7 @@ BACKWARD_HEADER = ["product", "config", "ms", "TFLOP/s", "peer / this", "GPU-que
 HEADER = ["op", "shape", "tk ms", "cuBLAS mm alone ms", "torch eager ms", "triton ms", "tk TFLOP/s",
           "cuBLAS alone / tk", "torch / tk", "tk GPU-queued ms", "cuBLAS GPU-queued ms", "cuBLAS / tk GPU-queued",
           "tk host us/call", "tk fwd+bwd ms", "torch fwd+bwd ms", "torch/tk fwd+bwd", "check"]
+BASE_HEADER = ["tk base ms", "tk base / tk", "tk base host us/call", "tk base fwd+bwd ms", "tk base / tk fwd+bwd"]
 SWEEP_HEADER = ["product", "config", "ms", "TFLOP/s", "cuBLAS / this", "GPU-queued ms", "GPU-queued TFLOP/s",
                 "GPU-queued cuBLAS / this", "queue"]
 
@@ -371,11 +422,20 @@ def main():
     ap.add_argument("--backward", action="store_true", help="the backward products beside their peers")
     ap.add_argument("--shapes", default="", help="only these linear shapes of the ops table, e.g. 4096x1024x2048 "
                     "(M x K x N, comma-separated); attention_score only when empty")
+    ap.add_argument("--baseline", default="", help="a folder with another copy of tessera.kernels (e.g. an older "
+                    "commit's), timed in the same run: 'tk base' columns")
+    ap.add_argument("--profile", type=int, default=0, help="cProfile this many calls of each linear op at the first "
+                    "shape (host functions by own time)")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
+    base = None
+    if args.baseline:
+        from host_time import load_baseline
+        base = load_baseline(args.baseline)
+    prof = host_profile(dtype, args.profile, args.shapes) if args.profile else []
     sw = sweep(dtype, args.products, args.configs) if args.sweep else []
     bw = backward_table(dtype) if args.backward else []
-    ops = [] if args.no_ops else ops_table(dtype, args.triton, args.shapes)
+    ops = [] if args.no_ops else ops_table(dtype, args.triton, args.shapes, base)
     machine = machine_info()
     machine["gpu"] = torch.cuda.get_device_name()
     tag = f"kernels_cuda_{args.dtype}_{args.tag}"
@@ -393,7 +453,11 @@ def main():
           "events time the GPU's work alone (best of 5; 'host underran' if the host had not queued the "
           "batch before the sleep ended).", ""]
     if ops:
-        md += table_lines(HEADER, ops, markdown=True)
+        if base is not None:
+            md += [f"'tk base': the copy of tessera.kernels in {args.baseline}, timed in the same run.", ""]
+        md += table_lines(HEADER[:-1] + (BASE_HEADER if base is not None else []) + HEADER[-1:], ops, markdown=True)
+    for title, lines in prof:
+        md += ["", title, "", "```"] + lines + ["```"]
     if sw:
         md += ["", "Tile configurations of kernels/linear.py's matmul kernel on each product (--sweep):", ""]
         md += table_lines(SWEEP_HEADER, sw, markdown=True)

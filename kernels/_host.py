@@ -346,23 +346,52 @@ def autograd():
 
 # Arrival counters of kernels whose last program to finish a group of programs combines
 # the group's partial results (int32, zero between launches: each last arrival resets
-# its counter). One array per place launches are ordered in: a GPU stream (torch's
-# current one, which Tessera launches on) or a CPU thread (a CPU launch returns when it
-# is done); two launches in flight on one array would miscount. An array only grows (a
-# new one is zeroed once).
+# its counter), and the scratch arrays those partial results go to. One of each per
+# place launches are ordered in: a GPU stream (torch's current one, which Tessera
+# launches on) or a CPU thread (a CPU launch returns when it is done); two launches in
+# flight on one array would miscount or overwrite each other's partials. An array only
+# grows (new counters are zeroed once); scratch needs no zeroing (every partial a
+# launch reads, it wrote first).
 _ARRIVAL_COUNTERS = {}
+_SCRATCH = {}
 _RAW_STREAM = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+
+
+def _launch_place(like, dtype):
+    """Where launches on like's device are ordered (see above), with the array's dtype."""
+    if isinstance(like, _TORCH_TENSOR):  # (the common case in one device query: -1 on the CPU)
+        index = like.get_device()
+        if index >= 0:
+            return ("gpu", index, _RAW_STREAM(index) if _RAW_STREAM is not None else 0, type(like), dtype)
+        return ("cpu", threading.get_ident(), type(like), dtype)
+    if on_gpu(like):
+        index = like.get_device() if is_torch(like) else like.device.id
+        return ("gpu", index, _RAW_STREAM(index) if _RAW_STREAM is not None else 0, type(like), dtype)
+    return ("cpu", threading.get_ident(), type(like), dtype)
 
 
 def arrival_counters(like, count: int, dtype: str = "int32"):
     """At least `count` zeroed counters (int32 or int64) on like's device, for this
     stream or thread."""
-    if on_gpu(like):
-        index = like.get_device() if is_torch(like) else like.device.id
-        place = ("gpu", index, _RAW_STREAM(index) if _RAW_STREAM is not None else 0, type(like), dtype)
-    else:
-        place = ("cpu", threading.get_ident(), type(like), dtype)
+    place = _launch_place(like, dtype)
     counters = _ARRIVAL_COUNTERS.get(place)
     if counters is None or counters.shape[0] < count:
         counters = _ARRIVAL_COUNTERS[place] = zeros(like, (max(count, 1024),), dtype)
     return counters
+
+
+def split_scratch(like, elements: int, count: int, acc: str = "float32"):
+    """(partials, counters) of a split kernel on like's device, for this stream or
+    thread: a 1-D scratch array of at least `elements` of `acc` (the accumulation type:
+    float32, or float64 for fp64 data) and at least `count` zeroed int32 arrival
+    counters. Both are kept and reused (a 17-row linear's 4 x 17 x 2048 fp32 partials
+    cost ~4 us of host time to allocate on each call); the scratch grows to the largest
+    size asked."""
+    place = _launch_place(like, acc)
+    partials = _SCRATCH.get(place)
+    if partials is None or partials.shape[0] < elements:
+        partials = _SCRATCH[place] = empty(like, (max(elements, 1 << 16),), acc)
+    counters = _ARRIVAL_COUNTERS.get(place[:-1] + ("int32",))
+    if counters is None or counters.shape[0] < count:
+        counters = arrival_counters(like, count)
+    return partials, counters

@@ -396,21 +396,37 @@ def matmul(a, b, a_strides, b_strides, batch, m, n, k, like, bias=None, act=ACT_
                store_z, None if tiles is None else (tiles[:3], tuple(sorted(tiles[3].items()))), stream)
         plan = _MATMUL_PLANS.get(key)
         if plan is None:
-            plan = _MATMUL_PLANS.remember(key, _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act,
-                                                            scale, store_z, tiles, stream))
-        _run_plan(plan, a, b, bias if bias is not None else a, c, z if z is not None else c)
+            plan = _MATMUL_PLANS.remember(key, _Launch(_matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias,
+                                                                    act, scale, store_z, tiles, stream)))
+        plan(a, b, bias if bias is not None else a, c, z if z is not None else c)
     return c, z
 
 
-def _run_plan(plan, a, b, bias, c, z):
-    """Launches a plan of _matmul_plan (bias and z: stand-ins when unused), adding a
-    split-K plan's fp32 partials and arrival counters."""
-    kernel, grid, sizes, meta = plan
-    if kernel is _split_k_matmul_kernel:
-        kernel[grid](a, b, bias, c, z, H.empty(c, (meta["SPLITS"], sizes[0], sizes[1]), "acc"),
-                     H.arrival_counters(c, grid[0]), *sizes, **meta)
-    else:
-        kernel[grid](a, b, bias, c, z, *sizes, **meta)
+class _Launch:
+    """A plan of _matmul_plan or _split_k_launch, its kernel bound once to the grid, the
+    sizes and the constexprs (Kernel.bind): a call passes only the arrays A, B, bias, C,
+    Z (stand-ins where unused); a split-K launch adds its fp32 partials and arrival
+    counters (H.split_scratch: kept per stream, not allocated per call). A launch of
+    _persistent_matmul_kernel through kernel[grid](...) with its 17 sizes and 15
+    constexpr keywords cost ~3 us of host time to key; bound, ~0.3 us."""
+    __slots__ = ("plan", "bound", "partial_elements", "tiles", "acc")
+
+    def __init__(self, plan):
+        kernel, grid, sizes, meta = plan
+        self.plan = plan
+        arrays = 7 if kernel is _split_k_matmul_kernel else 5
+        self.bound = kernel.bind(grid, **dict(zip(kernel.arg_names[arrays:], sizes)), **meta)
+        # split-K: SPLITS planes of M x N partials, one arrival counter per tile
+        self.partial_elements = meta["SPLITS"] * sizes[0] * sizes[1] if arrays == 7 else 0
+        self.tiles = grid[0]
+        self.acc = "float64" if meta["ACC"] == tl.float64 else "float32"
+
+    def __call__(self, a, b, bias, c, z):
+        if self.partial_elements:
+            partials, counters = H.split_scratch(c, self.partial_elements, self.tiles, self.acc)
+            self.bound(a, b, bias, c, z, partials, counters)
+        else:
+            self.bound(a, b, bias, c, z)
 
 
 def _matmul_plan(a_strides, b_strides, batch, m, n, k, like, bias, act, scale, store_z, tiles, stream=False):
@@ -740,28 +756,55 @@ def attention_score(q, k, scale=None):
 def _attention_score_fast(q, k, scale):
     """attention_score_forward for contiguous torch q (..., M, D) and k (..., N, D) of one
     float16/bfloat16/float32 dtype on one device, with the GPU tiles; None otherwise
-    (the general path then checks and reports). Called for CUDA tensors (the product is
-    tens of microseconds, the general path's checks a good part of that in host time);
-    tests call it on the CPU too."""
+    (the general path then checks and reports). Per call: a plan lookup keyed by the
+    shapes, dtypes and devices, two contiguity checks, the allocation of s and a bound
+    launch (scale its one free scalar). Called for CUDA tensors (the product is tens of
+    microseconds, the general path's checks a good part of that in host time); tests
+    call it on the CPU too."""
     T = H.torch
-    if T is None or not isinstance(q, T.Tensor) or not isinstance(k, T.Tensor) or q.dim() < 2 or q.dim() != k.dim():
+    if T is None or not isinstance(q, T.Tensor) or not isinstance(k, T.Tensor):
         return None
-    name = _fast_dtype_name(T, q, k)
+    key = (q.shape, k.shape, q.dtype, k.dtype, q.get_device(), k.get_device())
+    plan = _FAST_SCORE_PLANS.get(key)
+    if plan is None:
+        plan = _FAST_SCORE_PLANS.remember(key, _fast_score_plan(q, k))
+    if plan is _NOT_FAST or not (q.is_contiguous() and k.is_contiguous()):
+        return None
+    new_s, launch = plan
+    s = new_s()
+    launch(q, k, q, s, s, scale)
+    return s
+
+
+_FAST_SCORE_PLANS = H.Plans()
+
+
+def _fast_score_plan(q, k):
+    """(allocator of s, the bound launch taking A, B, BIAS, C, Z, scale) for these
+    tensors' shapes, dtypes and devices, or _NOT_FAST."""
+    T = H.torch
+    dt = q.dtype
+    if q.dim() < 2 or q.dim() != k.dim() or dt not in (T.float16, T.bfloat16, T.float32) or k.dtype != dt or \
+            k.device != q.device:
+        return _NOT_FAST
     qs, ks = q.shape, k.shape
-    if name is None or qs[:-2] != ks[:-2] or qs[-1] != ks[-1]:
-        return None
+    if qs[:-2] != ks[:-2] or qs[-1] != ks[-1]:
+        return _NOT_FAST
     m, d, n = qs[-2], qs[-1], ks[-2]
     if m == 0 or d == 0 or n == 0 or q.numel() == 0:
-        return None
+        return _NOT_FAST
     bt = q.numel() // (m * d)
-    s = T.empty(qs[:-1] + (n,), dtype=q.dtype, device=q.device)
-    bm, bn, bk, opts = _gpu_tiles(name, m, n, d, bt, rows_aligned=d % 16 == 0)
+    bm, bn, bk, opts = _gpu_tiles(H.dtype_name(q), m, n, d, bt, rows_aligned=d % 16 == 0)
     kernel, grid, extra, opts = _gpu_launch(q, m, n, bt, bm, bn, opts)
     # A = q (bt, m, d) row-major; B = k^T: B[b, d, n] at k + b * n * d + n * d + d.
-    kernel[grid](q, k, q, s, s, m, n, d, m * d, d, 1, n * d, 1, d, m * n, scale, *extra,
-                 A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False, STORE_Z=False, SCALE=True,
-                 ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STREAM_C=True, **opts)
-    return s
+    sizes = dict(zip(("M", "N", "K", "s_ab", "s_am", "s_ak", "s_bb", "s_bk", "s_bn", "s_cb"),
+                     (m, n, d, m * d, d, 1, n * d, 1, d, m * n)))
+    if extra:
+        sizes["batches"] = extra[0]
+    launch = kernel.bind(grid, **sizes, A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False,
+                         STORE_Z=False, SCALE=True, ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn,
+                         BLOCK_K=bk, STREAM_C=True, **opts)
+    return H.allocator(q, tuple(qs[:-1]) + (n,)), launch
 
 
 # --------------------------------------------------------------------------- linear + activation
@@ -784,6 +827,16 @@ def _linear_checks(op, x, weight, bias):
 def linear_forward(x, weight, bias, act, keep_preactivation=False):
     """(y, z): y = act(x @ W^T + b) shaped (..., N); z the pre-activation when the
     backward pass needs it (GELU), else None."""
+    store_z = keep_preactivation and act in (ACT_GELU, ACT_GELU_TANH)
+    if getattr(x, "is_cuda", False):  # (autograd's forward: the fast path's host time)
+        r = _fast_linear(x, weight, bias, act, store_z)
+        if r is not None:
+            return r
+    return _linear_general(x, weight, bias, act, store_z)
+
+
+def _linear_general(x, weight, bias, act, store_z):
+    """linear_forward for any inputs: checks (once per layout), views, matmul."""
     key = (H.layout(x), H.layout(weight), H.layout(bias), act)
     plan = _LINEAR_PLANS.get(key)
     if plan is None:  # checks once per layout; the views' strides follow from it
@@ -797,7 +850,6 @@ def linear_forward(x, weight, bias, act, keep_preactivation=False):
     x_direct, xs, ws, b_direct, shape = plan
     n, k = weight.shape
     xv = x if x_direct else H.rows_view(x, k)
-    store_z = keep_preactivation and act in (ACT_GELU, ACT_GELU_TANH)
     y, z = matmul(xv, weight, (0,) + xs, (0, ws[1], ws[0]), 1, xv.shape[0], n, k, x,
                   bias=bias if b_direct else H.contiguous(bias), act=act, store_z=store_z)
     return H.shaped(y, shape), (H.shaped(z, shape) if z is not None else None)
@@ -805,16 +857,17 @@ def linear_forward(x, weight, bias, act, keep_preactivation=False):
 
 class _LinearBwdPlan:
     """linear_backward's launches for one layout of (x, weight, dz): the two products'
-    launches (None when a product is empty) and allocators, the bias gradient's column
-    sum (see H.Plans)."""
+    launches (_Launch, None when a product is empty) and allocators, the bias gradient's
+    column sum (see H.Plans)."""
     __slots__ = ("dz_direct", "x_direct", "dz_contiguous", "dx_launch", "dw_launch", "new_dx", "new_dw",
-                 "dw_split", "sum_steps", "grad_dtype")
+                 "sum_steps", "grad_dtype")
 
 
 def _product_launch(a_strides, b_strides, m, n, k, like):
-    """matmul's launch of an unbatched product without bias or activation, or None when
-    its output is empty."""
-    return _matmul_plan(a_strides, b_strides, 1, m, n, k, like, None, ACT_NONE, None, False, None) if m and n else None
+    """matmul's launch (a _Launch) of an unbatched product without bias or activation, or
+    None when its output is empty."""
+    return _Launch(_matmul_plan(a_strides, b_strides, 1, m, n, k, like, None, ACT_NONE, None, False, None)) \
+        if m and n else None
 
 
 def _weight_gradient_tiles(dtype_name, m, n, k, a_strides, b_strides):
@@ -877,13 +930,11 @@ def _linear_bwd_plan(x, weight, dz, has_bias):
     plan.dx_launch = _product_launch((0,) + zs, (0,) + ws, rows, k, n, x)                  # dz @ W
     dw_tiles = _weight_gradient_tiles(H.dtype_name(x), n, k, rows, (0, zs[1], zs[0]), (0,) + xs) \
         if H.on_gpu(x) and n and k else None
-    plan.dw_split = None
     if dw_tiles is not None and dw_tiles[1]:  # dz^T @ x, each tile's K range in two halves
-        plan.dw_launch = _split_k_launch((0, zs[1], zs[0]), (0,) + xs, n, k, rows, weight, dw_tiles[0])
-        plan.dw_split = (H.allocator(weight, (2, n, k), "acc"), plan.dw_launch[1][0])
+        plan.dw_launch = _Launch(_split_k_launch((0, zs[1], zs[0]), (0,) + xs, n, k, rows, weight, dw_tiles[0]))
     elif n and k:  # dz^T @ x
-        plan.dw_launch = _matmul_plan((0, zs[1], zs[0]), (0,) + xs, 1, n, k, rows, weight, None, ACT_NONE, None,
-                                      False, dw_tiles[0] if dw_tiles is not None else None)
+        plan.dw_launch = _Launch(_matmul_plan((0, zs[1], zs[0]), (0,) + xs, 1, n, k, rows, weight, None, ACT_NONE,
+                                              None, False, dw_tiles[0] if dw_tiles is not None else None))
     else:
         plan.dw_launch = None
     # The products' outputs are contiguous: made in the gradients' shapes directly.
@@ -917,7 +968,7 @@ def linear_backward(x, weight, z_or_y, dy, act, has_bias):
     xv = x if plan.x_direct else H.rows_view(x, k)
     dx, dw = plan.new_dx(), plan.new_dw()
     if plan.dx_launch is not None:  # (a split-K launch for a few rows)
-        _run_plan(plan.dx_launch, dzv, weight, dzv, dx, dx)
+        plan.dx_launch(dzv, weight, dzv, dx, dx)
     _weight_gradient(plan, dzv, xv, dw)
     db = None
     if has_bias:
@@ -927,91 +978,107 @@ def linear_backward(x, weight, z_or_y, dy, act, has_bias):
 
 def _weight_gradient(plan, dzv, xv, dw):
     """dw = dz^T @ x as the plan launches it (split-K or one program per tile)."""
-    if plan.dw_split is not None:
-        kernel, grid, sizes, meta = plan.dw_launch
-        new_partials, tiles = plan.dw_split
-        kernel[grid](dzv, xv, dw, dw, dw, new_partials(), H.arrival_counters(dw, tiles), *sizes, **meta)
-    elif plan.dw_launch is not None:
-        kernel, grid, sizes, meta = plan.dw_launch
-        kernel[grid](dzv, xv, dzv, dw, dw, *sizes, **meta)
+    if plan.dw_launch is not None:
+        plan.dw_launch(dzv, xv, dzv, dw, dw)
 
 
-_FAST_NAMES = {}  # torch dtype -> its name, for the dtypes the fast paths take
+class _FastLinear:
+    """_fast_linear's plan for one (shapes, dtype, device, activation, bias, Z): the
+    output allocators and the bound launch (_Launch)."""
+    __slots__ = ("new_y", "new_z", "launch", "empty")
+
+    def __init__(self, x, weight, bias, act, store_z):
+        n, k = weight.shape
+        m = x.numel() // k
+        # The outputs are made in their final shapes; x's leading dimensions are kept.
+        self.new_y = H.allocator(x, tuple(x.shape[:-1]) + (n,))
+        self.new_z = H.allocator(x, tuple(x.shape[:-1]) + (n,)) if store_z else None
+        self.empty = m == 0
+        self.launch = None if m == 0 else _Launch(_fast_linear_launch(x, m, n, k, act, bias is not None, store_z))
 
 
-def _fast_dtype_name(T, *ts):
-    """The dtype name when every tensor in ts is a contiguous torch tensor of one
-    float16/bfloat16/float32 dtype on one device; None otherwise."""
-    t0 = ts[0]
-    dt = t0.dtype
-    name = _FAST_NAMES.get(dt)
-    if name is None:
-        if dt not in (T.float16, T.bfloat16, T.float32):
-            return None
-        name = _FAST_NAMES[dt] = str(dt).replace("torch.", "")
-    for t in ts:
-        if not isinstance(t, T.Tensor) or t.dtype != dt or t.device != t0.device or not t.is_contiguous():
-            return None
-    return name
-
-
-def _linear_fast(x, weight, bias, act):
-    """linear_forward's common case with its checks folded into a few attribute reads:
-    contiguous torch tensors of one float16/bfloat16/float32 dtype on one device, the
-    GPU tiles. None for anything else, which then takes the general path (its checks,
-    copies and error messages). _linear calls it for CUDA tensors only: host time is
-    what small products wait on there (a 17x1024 @ 1024x2048 linear_relu is a few
-    microseconds of GPU work); tests call it on the CPU too, which checks its launch
-    arguments against the general path's."""
-    T = H.torch
-    if T is None or not isinstance(x, T.Tensor) or not isinstance(weight, T.Tensor):
-        return None
-    name = _fast_dtype_name(T, x, weight) if bias is None else _fast_dtype_name(T, x, weight, bias)
-    if name is None or weight.dim() != 2 or x.dim() < 2:
-        return None
-    n, k = weight.shape
-    if k == 0 or n == 0 or x.shape[-1] != k or (bias is not None and tuple(bias.shape) != (n,)):
-        return None
-    m = x.numel() // k
-    y = T.empty(x.shape[:-1] + (n,), dtype=x.dtype, device=x.device)
-    if m == 0:
-        return y
-    tiles = _gpu_tiles(name, m, n, k, 1, rows_aligned=k % 8 == 0, tma=_has_tma(x))
+def _fast_linear_launch(x, m, n, k, act, has_bias, store_z):
+    """_matmul_plan's tuple for y = act(x @ W^T + b), x (m, k) and W (n, k) contiguous,
+    with the GPU tiles (split-K for a few rows)."""
+    tiles = _gpu_tiles(H.dtype_name(x), m, n, k, 1, rows_aligned=k % 8 == 0, tma=_has_tma(x))
     if "split_k" in tiles[3]:
-        _small_m_linear(x, weight, bias, y, m, n, k, act, tiles)
-        return y
+        return _split_k_launch((0, k, 1), (0, 1, k), m, n, k, x, tiles, act, has_bias, store_z)
     bm, bn, bk, opts = tiles
     kernel, grid, extra, opts = _gpu_launch(x, m, n, 1, bm, bn, opts)
     # A = x (m, k) row-major; B = W^T: B[k, n] at W + n * k + k, K-major unless k == 1.
-    kernel[grid](x, weight, bias if bias is not None else x, y, y, m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0, *extra,
-                 A_MMAJOR=False, B_KMAJOR=k != 1, ACT=act, HAS_BIAS=bias is not None, STORE_Z=False, SCALE=False,
-                 ACC=tl.float32, BATCHED=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
-    return y
+    sizes = (m, n, k, 0, k, 1, 0, 1, k, m * n, 1.0, *extra)
+    meta = dict(A_MMAJOR=False, B_KMAJOR=k != 1, ACT=act, HAS_BIAS=has_bias, STORE_Z=store_z, SCALE=False,
+                ACC=tl.float32, BATCHED=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **opts)
+    return kernel, grid, sizes, meta
 
 
-_SMALL_M_LAUNCHES = {}  # (m, n, k, dtype, act, has bias, tiles) -> _split_k_launch's result
+_FAST_LINEAR_PLANS = H.Plans()
+_NOT_FAST = object()  # a plan key the fast path leaves to the general one
 
 
-def _small_m_linear(x, weight, bias, y, m, n, k, act, tiles):
-    """_linear_fast's split-K launch (_gpu_tiles' small-M branch): y = act(x @ W^T + b),
-    x (m, k) and W (n, k) contiguous; its plan is kept per shape (host time is what these
-    few-microsecond products wait on)."""
-    key = (m, n, k, x.dtype, act, bias is not None, tiles[:3], tuple(sorted(tiles[3].items())))
-    launch = _SMALL_M_LAUNCHES.get(key)
-    if launch is None:
-        launch = _SMALL_M_LAUNCHES[key] = _split_k_launch((0, k, 1), (0, 1, k), m, n, k, x, tiles, act,
-                                                          bias is not None)
-    kernel, grid, sizes, meta = launch
-    kernel[grid](x, weight, bias if bias is not None else x, y, y, H.empty(x, (meta["SPLITS"], m, n), "acc"),
-                 H.arrival_counters(y, grid[0]), *sizes, **meta)
+def _fast_linear(x, weight, bias, act, store_z=False):
+    """(y, z) of linear_forward's common case: contiguous torch tensors of one
+    float16/bfloat16/float32 dtype on one device, the GPU tiles; z the pre-activation
+    when store_z, else None. None for anything else, which then takes the general path
+    (its checks, copies and error messages). Per call: one plan lookup keyed by the
+    shapes, dtypes and devices, three contiguity checks, the allocation of y (and z), a
+    bound launch (_Launch). _linear calls it for CUDA tensors only: host time is what
+    the product waits on there (4096x1024 @ 1024x2048 is ~29 us of GPU work, a 17-row
+    one a few); tests call it on the CPU too, which checks its launch arguments against
+    the general path's."""
+    T = H.torch
+    if T is None or not isinstance(x, T.Tensor) or not isinstance(weight, T.Tensor):
+        return None
+    if bias is None:
+        key = (x.shape, weight.shape, x.dtype, weight.dtype, x.get_device(), weight.get_device(), act, store_z)
+    elif isinstance(bias, T.Tensor):
+        key = (x.shape, weight.shape, x.dtype, weight.dtype, x.get_device(), weight.get_device(), act, store_z,
+               bias.shape, bias.dtype, bias.get_device())
+    else:
+        return None
+    plan = _FAST_LINEAR_PLANS.get(key)
+    if plan is None:
+        plan = _FAST_LINEAR_PLANS.remember(key, _fast_linear_plan(x, weight, bias, act, store_z))
+    if plan is _NOT_FAST or not (x.is_contiguous() and weight.is_contiguous() and
+                                 (bias is None or bias.is_contiguous())):
+        return None
+    y = plan.new_y()
+    z = plan.new_z() if store_z else None
+    if not plan.empty:
+        plan.launch(x, weight, bias if bias is not None else x, y, z if z is not None else y)
+    return y, z
+
+
+def _fast_linear_plan(x, weight, bias, act, store_z):
+    """_FastLinear for these tensors' shapes, dtypes and devices, or _NOT_FAST."""
+    T = H.torch
+    dt = x.dtype
+    if dt not in (T.float16, T.bfloat16, T.float32) or weight.dtype != dt or weight.device != x.device or \
+            bias is not None and (bias.dtype != dt or bias.device != x.device):
+        return _NOT_FAST
+    if weight.dim() != 2 or x.dim() < 2:
+        return _NOT_FAST
+    n, k = weight.shape
+    if k == 0 or n == 0 or x.shape[-1] != k or (bias is not None and tuple(bias.shape) != (n,)):
+        return _NOT_FAST
+    return _FastLinear(x, weight, bias, act, store_z)
+
+
+def _linear_fast(x, weight, bias, act):
+    """_fast_linear's y (None: the general path's case)."""
+    r = _fast_linear(x, weight, bias, act)
+    return r[0] if r is not None else None
 
 
 def _linear(x, weight, bias, act):
     AG = H.autograd()
     if AG.wants_grad(x, weight, bias):
         return AG.Linear.apply(x, weight, bias, act)
-    y = _linear_fast(x, weight, bias, act) if getattr(x, "is_cuda", False) else None
-    return y if y is not None else linear_forward(x, weight, bias, act)[0]
+    if getattr(x, "is_cuda", False):
+        r = _fast_linear(x, weight, bias, act)
+        if r is not None:
+            return r[0]
+    return _linear_general(x, weight, bias, act, False)[0]
 
 
 def linear_relu(x, weight, bias=None):

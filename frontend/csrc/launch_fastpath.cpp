@@ -5,6 +5,9 @@
 // grid, unusual options or arguments, any error) goes to the Python launcher in
 // jit.py, unchanged, so behaviour and error messages are the Python path's; what
 // that launch compiled is then registered here under the key computed here.
+// `kernel.bind(grid, **values)` (BoundKernel) is the same launch with the grid, the
+// options and some arguments fixed once: a call keys only the arguments it passes
+// and first tries the specialization its previous call matched.
 //
 // The key computed here must be at least as fine as specialization.spec_of's: two
 // calls with the same key here must have the same key there. Per runtime argument:
@@ -17,6 +20,7 @@
 // Plus num_warps, num_stages, maxnreg (0: not given) and the resolved debug flag.
 #include "launch_fastpath.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -86,10 +90,12 @@ struct FastPath {
   bool enabled = false;
   size_t n_runtime = 0;
   std::vector<Specialization*> specs;
+  uint64_t generation = 0;  // bumped when specs are freed: bound launches drop their cached one
 
   void clear_specs() {
     for (Specialization* s : specs) delete s;
     specs.clear();
+    ++generation;
   }
   ~FastPath() {
     clear_specs();
@@ -568,6 +574,111 @@ bool bind_and_key(const FastPath& fp, PyObject* const* args, Py_ssize_t nargs, P
   return true;
 }
 
+// --- kernel.bind(grid, **values): a launch with its grid, options and some arguments fixed
+
+// What Kernel.bind fixed, and the specialization its last fast call matched. The call
+// gives the remaining ("free") parameters by position, in signature order, and may
+// pass stream=. Its key is built as bind_and_key builds a full call's, from the fixed
+// values and the call's (a fixed scalar's part of the key is computed once, at bind):
+// the same specializations match, and the Python path (Kernel._bound_slow) compiles
+// and registers them.
+struct BoundState {
+  long grid[3] = {1, 1, 1};
+  std::vector<PyObject*> fixed;        // per parameter: owned value, or nullptr: from the call
+  std::vector<char> keyed;             // per parameter: fixed runtime scalar whose key is below
+  std::vector<ArgKey> keys;            // per parameter (where keyed)
+  std::vector<ArgValue> values;        // per parameter (where keyed)
+  long num_warps = 4, num_stages = 3, maxnreg = 0;
+  int debug = -1;                      // -1: resolved per call (Kernel.debug, then TESSERA_DEBUG)
+  bool fast = true;                    // false: options the C++ key lacks (the Python path each call)
+  const FastPath* seen = nullptr;      // `last` is valid while the kernel's table is this one...
+  uint64_t generation = 0;             // ...and has not been cleared since
+  const Specialization* last = nullptr;
+
+  ~BoundState() {
+    for (PyObject* o : fixed) Py_XDECREF(o);
+  }
+};
+
+struct BoundKernelObject {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  KernelLauncherObject* kernel;  // owned
+  PyObject* slow;                // owned: the Python path, called with the call's own arguments
+  BoundState* state;
+};
+
+// The bound call's key: fixed values and the call's free ones, in parameter order.
+// False: the Python path takes the call (missing or unusual arguments, interpreter mode).
+bool bound_key(const FastPath& fp, const BoundState& b, PyObject* const* args, Py_ssize_t nargs, CallKey* key) {
+  Interned& s = S();
+  if (flag_set(fp.jit_globals, s.interpret_flag)) return false;
+  key->num_warps = b.num_warps;
+  key->num_stages = b.num_stages;
+  key->maxnreg = b.maxnreg;
+  key->debug = b.debug >= 0 ? b.debug != 0 : fp.kernel_debug >= 0 ? fp.kernel_debug != 0
+                                                                   : flag_set(fp.jit_globals, s.debug_flag);
+  Py_ssize_t next = 0;  // the call's next free argument
+  for (size_t i = 0; i < fp.names.size(); ++i) {
+    PyObject* v = b.fixed[i];
+    if (!v) {
+      v = next < nargs ? args[next] : fp.defaults[i];
+      ++next;
+      if (!v) return false;  // missing: the Python path says which
+    }
+    if (fp.is_constexpr[i]) {
+      PyObject* c;
+      if (!b.fixed[i] && Py_TYPE(v) == reinterpret_cast<PyTypeObject*>(fp.constexpr_type)) {
+        c = PyObject_GetAttr(v, s.value);
+        if (!c) return PyErr_Clear(), false;
+      } else {  // (a fixed tl.constexpr was unwrapped by Kernel.bind)
+        Py_INCREF(v);
+        c = v;
+      }
+      key->constexprs[key->n_constexpr++] = c;
+    } else if (b.keyed[i]) {
+      key->keys[key->n_runtime] = b.keys[i];
+      key->values[key->n_runtime++] = b.values[i];
+    } else {
+      if (!runtime_key(v, &key->keys[key->n_runtime], &key->values[key->n_runtime])) return false;
+      ++key->n_runtime;
+    }
+  }
+  return next >= nargs;  // more arguments than free parameters: the Python path raises
+}
+
+PyObject* bound_kernel_call(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* self = reinterpret_cast<BoundKernelObject*>(callable);
+  BoundState& b = *self->state;
+  const FastPath* fp = self->kernel->fp;
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  PyObject* stream = nullptr;
+  bool fast = fp && fp->enabled && b.fast;
+  if (fast && kwnames) {
+    fast = PyTuple_GET_SIZE(kwnames) == 1 && same_name(S().stream, PyTuple_GET_ITEM(kwnames, 0));
+    if (fast) stream = args[nargs];
+  }
+  if (fast) {
+    CallKey key;
+    if (bound_key(*fp, b, args, nargs, &key)) {
+      const Specialization* s = nullptr;
+      if (b.last && b.seen == fp && b.generation == fp->generation && key.matches(*b.last)) {
+        s = b.last;
+      } else {
+        for (const Specialization* c : fp->specs)
+          if (key.matches(*c)) {
+            s = c;
+            break;
+          }
+        if (s) b.seen = fp, b.generation = fp->generation, b.last = s;
+      }
+      bool grid_ok = s && (!s->cuda || (b.grid[1] <= 65535 && b.grid[2] <= 65535));
+      if (grid_ok && (s->cuda || !stream || stream == Py_None)) return launch(*fp, *s, key, b.grid, stream);
+    }
+  }
+  return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
 // --- the Python types ---------------------------------------------------------------
 
 PyObject* bound_launch_call(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
@@ -719,6 +830,90 @@ PyTypeObject KernelLauncherType = [] {
   t.tp_new = PyType_GenericNew;
   return t;
 }();
+
+void bound_kernel_dealloc(PyObject* o) {
+  auto* self = reinterpret_cast<BoundKernelObject*>(o);
+  Py_XDECREF(self->kernel);
+  Py_XDECREF(self->slow);
+  delete self->state;
+  PyObject_Free(o);
+}
+
+
+// BoundKernel(kernel, grid, fixed, free, num_warps, num_stages, maxnreg, debug, fast, slow):
+// made by Kernel.bind, which checked every value. fixed: one entry per parameter, the
+// value or `free` (given by each call); grid: 3 ints; debug: None or a bool; fast false:
+// every call takes `slow`.
+PyObject* bound_kernel_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject *kernel, *grid, *fixed, *free_marker, *debug, *slow;
+  long num_warps, num_stages, maxnreg;
+  int fast;
+  if (kwargs && PyDict_GET_SIZE(kwargs)) {
+    PyErr_SetString(PyExc_TypeError, "BoundKernel takes positional arguments only");
+    return nullptr;
+  }
+  if (!PyArg_ParseTuple(args, "O!O!O!OlllOpO", &KernelLauncherType, &kernel, &PyTuple_Type, &grid, &PyList_Type,
+                        &fixed, &free_marker, &num_warps, &num_stages, &maxnreg, &debug, &fast, &slow))
+    return nullptr;
+  auto* k = reinterpret_cast<KernelLauncherObject*>(kernel);
+  long g[3];
+  if (!k->fp || PyList_GET_SIZE(fixed) != static_cast<Py_ssize_t>(k->fp->names.size()) || !read_grid(grid, g) ||
+      PyTuple_GET_SIZE(grid) != 3) {
+    PyErr_SetString(PyExc_ValueError, "BoundKernel: one fixed entry per parameter and a grid of 3 ints");
+    return nullptr;
+  }
+  auto state = std::make_unique<BoundState>();
+  std::copy(g, g + 3, state->grid);
+  size_t n = k->fp->names.size();
+  state->fixed.assign(n, nullptr);
+  state->keyed.assign(n, 0);
+  state->keys.resize(n);
+  state->values.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* v = PyList_GET_ITEM(fixed, i);
+    if (v == free_marker) continue;
+    Py_INCREF(v);
+    state->fixed[i] = v;
+    if (k->fp->is_constexpr[i]) continue;
+    ArgKey key;
+    ArgValue val;
+    if (!runtime_key(v, &key, &val)) {
+      state->fast = false;  // a value only the Python path takes
+    } else if ((key.tag & 0xFF) != kArray) {  // an array's address may change: keyed per call
+      state->keyed[i] = 1;
+      state->keys[i] = key;
+      state->values[i] = val;
+    }
+  }
+  state->num_warps = num_warps;
+  state->num_stages = num_stages;
+  state->maxnreg = maxnreg;
+  state->debug = debug == Py_None ? -1 : PyObject_IsTrue(debug);
+  if (state->debug < -1 || PyErr_Occurred()) return nullptr;
+  state->fast = state->fast && fast;
+  auto* self = PyObject_New(BoundKernelObject, type);
+  if (!self) return nullptr;
+  self->vectorcall = bound_kernel_call;
+  Py_INCREF(kernel);
+  self->kernel = k;
+  Py_INCREF(slow);
+  self->slow = slow;
+  self->state = state.release();
+  return reinterpret_cast<PyObject*>(self);
+}
+
+PyTypeObject BoundKernelType = [] {
+  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
+  t.tp_name = "tessera._C.BoundKernel";
+  t.tp_doc = "kernel.bind(grid, **values): call it with the remaining arguments to launch.";
+  t.tp_basicsize = sizeof(BoundKernelObject);
+  t.tp_dealloc = bound_kernel_dealloc;
+  t.tp_vectorcall_offset = offsetof(BoundKernelObject, vectorcall);
+  t.tp_call = PyVectorcall_Call;
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  t.tp_new = bound_kernel_new;
+  return t;
+}();
 #pragma GCC diagnostic pop
 
 }  // namespace
@@ -745,11 +940,15 @@ void set_cuda_error(const runtime::cuda::CudaError& e, const std::string& prefix
 void register_launch_fastpath(py::module_& m) {
   g_device_assert_type = m.attr("DeviceAssertError").ptr();
   Py_INCREF(g_device_assert_type);
-  if (PyType_Ready(&BoundLaunchType) < 0 || PyType_Ready(&KernelLauncherType) < 0) throw py::error_already_set();
+  if (PyType_Ready(&BoundLaunchType) < 0 || PyType_Ready(&KernelLauncherType) < 0 ||
+      PyType_Ready(&BoundKernelType) < 0)
+    throw py::error_already_set();
   Py_INCREF(&KernelLauncherType);
   m.add_object("KernelLauncher", reinterpret_cast<PyObject*>(&KernelLauncherType));
   Py_INCREF(&BoundLaunchType);
   m.add_object("BoundLaunch", reinterpret_cast<PyObject*>(&BoundLaunchType));
+  Py_INCREF(&BoundKernelType);
+  m.add_object("BoundKernel", reinterpret_cast<PyObject*>(&BoundKernelType));
 }
 
 }  // namespace tessera::binding

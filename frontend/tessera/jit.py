@@ -7,6 +7,8 @@ table, packs the parameters and launches. Everything else (a first launch, the
 interpreter, a callable grid, unusual options, any error) takes the Python launcher
 generated here (`Kernel._make_launcher`), which finds the kernel in an in-memory
 table, the disk cache, or compiles it; C++ then registers what it returned.
+`kernel.bind(grid, **values)` is the same launch with the grid, options and some
+arguments fixed once (Kernel.bind; BoundKernel in launch_fastpath.cpp).
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from .language import dtypes as D
 from .language.core import constexpr
 
 _LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "stream", "debug")
+# The launch options Kernel.bind fixes (stream= is given per call).
+_BIND_OPTIONS = ("num_warps", "num_stages", "debug", "maxnreg", "enable_fp_fusion", "num_ctas")
 # Names the generated launcher binds itself (see Kernel._make_launcher).
 _LAUNCHER_NAMES = frozenset({"grid", "num_warps", "num_stages", "debug", "options"})
 
@@ -392,6 +396,78 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         launch.__code__ = launch.__code__.replace(co_name=f"kernel {self.__name__}")
         return launch, True
 
+    # --- kernel.bind: a launch with its grid, options and some arguments fixed ---------
+    def bind(self, grid, **values):
+        """A callable launching this kernel on `grid` with `values` fixed: kernel
+        parameters by name (constexpr or not) and the launch options num_warps,
+        num_stages, debug, maxnreg, enable_fp_fusion, num_ctas. Call it with the other
+        parameters, by position in signature order (those with defaults may be left
+        off), and optionally stream=; it returns what `kernel[grid](...)` returns.
+        What is fixed is checked here, once; a call keys only the arguments it passes
+        (in C++), so a launch with many constexprs costs little more host time than
+        one with none. The same specializations, compilations and errors as
+        `kernel[grid](*all_arguments, **options)`, which a call that misses runs."""
+        if callable(grid):
+            raise TypeError(f"kernel {self.__name__}.bind: the grid must be a tuple of 1 to 3 integers (a "
+                            f"callable grid depends on each launch's arguments: launch with kernel[grid](...))")
+        g = self._grid(grid, None)
+        options = {o: values.pop(o) for o in _BIND_OPTIONS if o in values and o not in self._name_index}
+        free = object()
+        fixed = [free] * len(self.arg_names)
+        for name, v in values.items():
+            i = self._name_index.get(name)
+            if i is None:
+                why = "stream= is given to each call" if name == "stream" else \
+                    "not a parameter of the kernel nor a launch option"
+                raise TypeError(f"kernel {self.__name__}.bind() got an unexpected keyword argument '{name}' ({why})")
+            if isinstance(v, constexpr) and self.constexpr_mask[i]:
+                v = v.value
+            fixed[i] = v
+        error = self._argument_error(fixed, None, skip=free)
+        if error is not None:
+            raise error
+        for o in ("num_warps", "num_stages"):
+            if o in options and (isinstance(options[o], bool) or not isinstance(options[o], int)):
+                raise TypeError(f"kernel {self.__name__}.bind: {o} must be an integer, got {options[o]!r}")
+        maxnreg = options.get("maxnreg")
+        if maxnreg is not None:
+            _check_maxnreg(self.__name__, maxnreg)
+        debug = options.get("debug")
+        # The C++ key knows num_warps, num_stages, maxnreg and debug; other options
+        # (enable_fp_fusion, num_ctas) send every call through the Python path.
+        fast = set(options) <= {"num_warps", "num_stages", "maxnreg", "debug"}
+        free_names = [n for n, v in zip(self.arg_names, fixed) if v is free]
+        slow = functools.partial(self._bound_slow, g, fixed, free, free_names, options)
+        return _C.BoundKernel(self, g, fixed, free, options.get("num_warps", 4), options.get("num_stages", 3),
+                              maxnreg or 0, None if debug is None else bool(debug), fast, slow)
+
+    def _bound_slow(self, grid, fixed, free, free_names, options, *args, **kwargs):
+        """A bound launch's call through kernel[grid](...): the first one, a miss, a
+        mistake (whose error then names the free parameters)."""
+        stream = kwargs.pop("stream", None)
+        if kwargs:
+            raise TypeError(f"kernel {self.__name__} (bound): unexpected keyword argument(s) {sorted(kwargs)}; a "
+                            f"bound launch takes its free arguments ({', '.join(free_names)}) by position, and "
+                            f"stream=")
+        if len(args) > len(free_names):
+            raise TypeError(f"kernel {self.__name__} (bound) takes {len(free_names)} arguments "
+                            f"({', '.join(free_names)}) but {len(args)} were given")
+        values, j = list(fixed), 0
+        for i, v in enumerate(values):
+            if v is free:
+                if j < len(args):
+                    values[i] = args[j]
+                elif self.defaults[i] is not inspect.Parameter.empty:
+                    values[i] = self.defaults[i]
+                else:
+                    raise TypeError(f"kernel {self.__name__} (bound) missing argument '{self.arg_names[i]}' "
+                                    f"(position {j} of the free arguments: {', '.join(free_names)})")
+                j += 1
+        extra = dict(options)
+        if stream is not None:
+            extra["stream"] = stream
+        return self[grid](*values, **extra)
+
     # --- the general path --------------------------------------------------------
     def _bind(self, args, kwargs):
         n = len(self.arg_names)
@@ -470,9 +546,13 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         ck.launcher(g[0], g[1], g[2], runtime, ck.kinds, **extra)
         return ck
 
-    def _argument_error(self, values, error):
-        """`error` (from specializing the arguments) restated naming the kernel and the argument."""
+    def _argument_error(self, values, error, skip=None):
+        """`error` (from specializing the arguments) restated naming the kernel and the
+        argument; with `error` None (Kernel.bind), the first such error or None. Values
+        that are `skip` are not checked."""
         for i, (name, v) in enumerate(zip(self.arg_names, values)):
+            if skip is not None and v is skip:
+                continue
             try:
                 if self.constexpr_mask[i]:
                     hash(v.value if isinstance(v, constexpr) else v)
@@ -484,7 +564,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
                     return TypeError(f"kernel {self.__name__}: {what} '{name}' (position {i}) must be hashable "
                                      f"to specialize on it, got {type(v).__name__}")
                 return type(e)(f"kernel {self.__name__}: {what} '{name}' (position {i}): {e}")
-        return type(error)(f"kernel {self.__name__}: {error}")
+        return None if error is None else type(error)(f"kernel {self.__name__}: {error}")
 
     def _compile_for(self, values, spec, opt_key):
         arg_types, constexprs, attrs, runtime = {}, {}, {}, []

@@ -13,6 +13,7 @@
 
 #include "tessera/cuda_runtime.h"
 #include "tessera/tensor_map_spec.h"
+#include "tensor_map_cache.h"
 
 namespace tessera::runtime::cuda {
 
@@ -372,6 +373,7 @@ struct LoadedKernel {
   int local_bytes = 0;          // per thread: spills and local arrays
   int static_shared_bytes = 0;
   KernelTensorMaps tensor_maps;  // built at each launch, passed after the kernel's parameters
+  mutable TensorMapCache map_cache;  // those maps already encoded (encode_tensor_map_cached)
 };
 
 // The last kernel launched on each device: a later asynchronous error is reported
@@ -527,6 +529,7 @@ uintptr_t load_kernel(int device, const std::string& image, const std::string& k
   k->shared_bytes = shared_bytes;
   try {
     k->tensor_maps = parse_tensor_maps(tensor_maps);
+    k->map_cache.resize(k->tensor_maps.maps.size());
   } catch (const std::invalid_argument& e) {
     throw CudaError("kernel " + kernel_name + ": " + e.what() + " (this is a Tessera bug)", kErrorInvalidValue);
   }
@@ -575,12 +578,44 @@ uintptr_t zeros_for_empty_maps(int device) {
   return buf[device];
 }
 
+// Map i of kernel k for these launch values into `bytes` (128): from k.map_cache when
+// an earlier launch encoded the same fields (the operands' addresses repeat call to
+// call under PyTorch's caching allocator), else cuTensorMapEncodeTiled, kept there.
+void encode_tensor_map_cached(const LoadedKernel& k, size_t i, uint64_t base, int64_t inner, int64_t outer,
+                              int64_t stride, unsigned char* bytes) {
+  const TensorMapFields fields{base, static_cast<uint64_t>(inner), static_cast<uint64_t>(outer),
+                               static_cast<uint64_t>(stride)};
+  if (k.map_cache.find(i, fields, bytes)) return;
+  Driver& d = require();
+  const TensorMapSpec& m = k.tensor_maps.maps[i];
+  const uint64_t dims[2] = {static_cast<uint64_t>(inner), static_cast<uint64_t>(outer)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(stride)};
+  const unsigned box[2] = {static_cast<unsigned>(m.box_inner), static_cast<unsigned>(m.box_outer)};
+  const unsigned elem_strides[2] = {1, 1};
+  // CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32: the copy moves bits.
+  const int dtype = m.elem_bytes == 1 ? 0 : m.elem_bytes == 2 ? 1 : 2;
+  const int swizzle = m.swizzle_bytes == 128 ? 3 : m.swizzle_bytes == 64 ? 2 : m.swizzle_bytes == 32 ? 1 : 0;
+  CUresult r = d.cuTensorMapEncodeTiled(bytes, dtype, 2, reinterpret_cast<void*>(base), dims, strides, box,
+                                        elem_strides, /*interleave=*/0, swizzle, /*L2 promotion 128B=*/2,
+                                        /*out-of-bounds fill zeros=*/0);
+  if (r != 0)
+    throw CudaError("kernel " + k.name + ": cuTensorMapEncodeTiled failed (" + describe(r) + ") for tensor map " +
+                        std::to_string(i) + ": base 0x" + [&] {
+                          char b[32];
+                          std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(base));
+                          return std::string(b);
+                        }() + ", extents " + std::to_string(inner) + " x " + std::to_string(outer) +
+                        ", row stride " + std::to_string(stride) +
+                        " bytes (TMA needs a 16-byte aligned base and row stride); TESSERA_TMA=0 compiles it without",
+                    r);
+  k.map_cache.store(i, fields, bytes);  // (failures are not kept: the next launch reports them again)
+}
+
 // Encodes the kernel's tensor maps from this launch's parameter values (the base
 // pointer, extents and strides the compiler named) with cuTensorMapEncodeTiled.
 // Worked example, the A operand of a 128x128x64 f16 matmul (A row-major M x K,
 // stride s_am): dims {K, M}, strides {2 s_am} bytes, box {64, 128}, 128-byte swizzle.
 void** encode_tensor_maps(const LoadedKernel& k, void** params, TensorMapParams& out) {
-  Driver& d = require();
   const KernelTensorMaps& t = k.tensor_maps;
   out.maps.resize(t.maps.size());
   out.params.assign(params, params + t.num_params);
@@ -595,26 +630,7 @@ void** encode_tensor_maps(const LoadedKernel& k, void** params, TensorMapParams&
       inner = outer = 1;
       stride = 16;
     }
-    const uint64_t dims[2] = {static_cast<uint64_t>(inner), static_cast<uint64_t>(outer)};
-    const uint64_t strides[1] = {static_cast<uint64_t>(stride)};
-    const unsigned box[2] = {static_cast<unsigned>(m.box_inner), static_cast<unsigned>(m.box_outer)};
-    const unsigned elem_strides[2] = {1, 1};
-    // CU_TENSOR_MAP_DATA_TYPE_UINT8 / UINT16 / UINT32: the copy moves bits.
-    const int dtype = m.elem_bytes == 1 ? 0 : m.elem_bytes == 2 ? 1 : 2;
-    const int swizzle = m.swizzle_bytes == 128 ? 3 : m.swizzle_bytes == 64 ? 2 : m.swizzle_bytes == 32 ? 1 : 0;
-    CUresult r = d.cuTensorMapEncodeTiled(out.maps[i].bytes, dtype, 2, reinterpret_cast<void*>(base), dims, strides,
-                                          box, elem_strides, /*interleave=*/0, swizzle, /*L2 promotion 128B=*/2,
-                                          /*out-of-bounds fill zeros=*/0);
-    if (r != 0)
-      throw CudaError("kernel " + k.name + ": cuTensorMapEncodeTiled failed (" + describe(r) + ") for tensor map " +
-                          std::to_string(i) + ": base 0x" + [&] {
-                            char b[32];
-                            std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(base));
-                            return std::string(b);
-                          }() + ", extents " + std::to_string(inner) + " x " + std::to_string(outer) +
-                          ", row stride " + std::to_string(stride) +
-                          " bytes (TMA needs a 16-byte aligned base and row stride); TESSERA_TMA=0 compiles it without",
-                      r);
+    encode_tensor_map_cached(k, i, base, inner, outer, stride, out.maps[i].bytes);
     out.params.push_back(out.maps[i].bytes);
   }
   return out.params.data();
@@ -639,7 +655,9 @@ void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int sh
   // every launch costs more than this bookkeeping is worth.
   LoadedKernel* previous = g_last_kernel[k.device].load(std::memory_order_relaxed);
   if (previous != &k) g_last_kernel[k.device].store(&k, std::memory_order_relaxed);
-  TensorMapParams maps;
+  // Per thread and reused: two heap allocations per launch otherwise (the launch
+  // copies the parameters before it returns; launch_kernel never nests).
+  thread_local TensorMapParams maps;
   if (!k.tensor_maps.maps.empty()) params = encode_tensor_maps(k, params, maps);
   CUresult r = d.cuLaunchKernel(fn, g0, g1, g2, threads, 1, 1, shared_bytes, reinterpret_cast<CUstream>(stream),
                                 params, nullptr);

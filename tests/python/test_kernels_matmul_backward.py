@@ -57,16 +57,16 @@ def test_weight_gradient_tiles():
 def test_linear_backward_plans_split_k_on_a_gpu_only(monkeypatch):
     x, w, dz = torch.empty(4096, 1024, dtype=torch.float16), torch.empty(2048, 1024, dtype=torch.float16), \
         torch.empty(4096, 2048, dtype=torch.float16)
-    assert L._linear_bwd_plan(x, w, dz, False).dw_split is None
+    assert L._linear_bwd_plan(x, w, dz, False).dw_launch.partial_elements == 0  # one program per tile
     monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
     monkeypatch.setattr(L, "SPLIT_K_DW", (128, 256, 64, {"num_warps": 8, "num_stages": 4}))
     plan = L._linear_bwd_plan(x, w, dz, False)
-    kernel, grid, sizes, meta = plan.dw_launch
-    assert kernel is L._split_k_matmul_kernel and grid == (64, 2, 1) and plan.dw_split[1] == 64
+    kernel, grid, sizes, meta = plan.dw_launch.plan
+    assert kernel is L._split_k_matmul_kernel and grid == (64, 2, 1) and plan.dw_launch.tiles == 64
     # M N K, A's (row, col) strides (dz^T: M-major), B's (x), then K per half: 32 steps of 64.
     assert sizes == (2048, 1024, 4096, 1, 2048, 1024, 1, 2048)
     assert meta["A_MMAJOR"] and not meta["B_KMAJOR"] and (meta["BLOCK_M"], meta["BLOCK_N"]) == (128, 256)
-    assert tuple(plan.dw_split[0]().shape) == (2, 2048, 1024) and plan.dw_split[0]().dtype == torch.float32
+    assert plan.dw_launch.partial_elements == 2 * 2048 * 1024  # two halves of fp32 partials (H.split_scratch)
 
 
 def test_score_backward_tiles():
@@ -146,7 +146,7 @@ def test_ptx_split_k_dw_runs_wide_wgmma_from_a_tma_ring(dtype, monkeypatch, tmp_
     monkeypatch.setattr(L, "SPLIT_K_DW", (128, 256, 64, {"num_warps": 8, "num_stages": 4}))
     plan = L._linear_bwd_plan(torch.empty(4096, 1024, dtype=tdt), torch.empty(2048, 1024, dtype=tdt),
                               torch.empty(4096, 2048, dtype=tdt), False)
-    kernel, grid, sizes, meta = plan.dw_launch
+    kernel, grid, sizes, meta = plan.dw_launch.plan
     ptr = f"*{dtype}:16"
     sig, ce, opts = launch_signature(kernel, {"A": ptr, "B": ptr, "BIAS": ptr, "C": ptr, "Z": ptr,
                                               "PART": "*fp32:16", "ARRIVED": "*i32:16"}, sizes, meta)
