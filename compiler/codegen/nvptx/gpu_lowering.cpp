@@ -142,11 +142,12 @@ GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool d
                          bool wgmma, int tma)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
       num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma),
-      tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), ws_inflight_from_3_(tma != 3), axis_(k) {
+      tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), tma_store_enabled_(tma != 4), ws_inflight_from_3_(tma != 3), axis_(k) {
   fp_fusion_ = kernel_fp_fusion(k);
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();
   if (wgmma_) plan_wgmma(*k.body());
+  plan_tma_stores();
 }
 
 int max_dynamic_shared_bytes(int cc) {
@@ -193,6 +194,7 @@ llvm::Function* GpuLowering::run() {
   plan_load_layouts(*k_.body());
   lower_block(*k_.body());
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
+  finish_tma_stores();
   b_.SetInsertPoint(entry_);
   b_.CreateBr(start);
 

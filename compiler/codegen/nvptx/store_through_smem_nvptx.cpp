@@ -32,6 +32,17 @@ namespace tessera::codegen::nvptx {
 
 using namespace ir;
 
+int GpuLowering::register_chunk(const BlockedLayout& l, int reg, int col_bits, int k) {
+  const std::vector<IndexBit>& cb = l.index_of(reg)[1];
+  int c = 0;
+  for (int i = 0; i < k; ++i) {
+    const IndexBit& bit = cb[static_cast<size_t>(col_bits - k + i)];
+    if (bit.kind == IndexBit::Thread) return -1;
+    c |= (bit.kind == IndexBit::One) << i;
+  }
+  return c;
+}
+
 bool GpuLowering::store_through_smem(const Op& op) {
   const Value* val = op.operands[1];
   const Type& t = val->type;
@@ -42,6 +53,7 @@ bool GpuLowering::store_through_smem(const Op& op) {
   // Small tiles: a round trip costs more than narrow stores.
   if (rows * cols * eb < 4096) return false;
   const BlockedLayout src = preferred_layout(val);
+  if (tma_store(op, src)) return true;  // (a warp-specialized loop's store on sm_90a: tma_store_nvptx.cpp)
   const int direct = access_width(op, src);
   const int64_t vec = std::min<int64_t>({16 / eb, cols, rows * cols / num_threads_});
   if (vec < 1) return false;
@@ -58,16 +70,7 @@ bool GpuLowering::store_through_smem(const Op& op) {
   // belongs to is fixed by the register (its top column bits are no thread bits).
   int col_bits = 0;
   while ((int64_t{1} << col_bits) < cols) ++col_bits;
-  auto chunk_of = [&](int r, int k) -> int {  // -1: a thread bit decides
-    const std::vector<IndexBit>& cb = src.index_of(r)[1];
-    int c = 0;
-    for (int i = 0; i < k; ++i) {
-      const IndexBit& bit = cb[static_cast<size_t>(col_bits - k + i)];
-      if (bit.kind == IndexBit::Thread) return -1;
-      c |= (bit.kind == IndexBit::One) << i;
-    }
-    return c;
-  };
+  auto chunk_of = [&](int r, int k) { return register_chunk(src, r, col_bits, k); };  // -1: a thread bit decides
   const int64_t pad = 16 / eb;
   llvm::Type* mt = llvm_mem_type(ctx_, e);
   // (In a ping-pong loop's body each consumer warpgroup needs its own copy: group_smem.)
