@@ -149,9 +149,15 @@ TEST(NvptxTmaStore, ThreeStagesHoldTheWholeTile) {
   three.stages = 3;
   tessera::CompileResult r = build(three);
   EXPECT_EQ(r.metadata.at("tensor_maps"), kRingMaps + kStoreMap);
-  // Four buffers: no chunk waits for an earlier one of its own tile.
-  EXPECT_EQ(count(r.binary, "cp.async.bulk.wait_group.read 3;"), 1);
-  EXPECT_EQ(count(r.binary, "cp.async.bulk.wait_group.read 2;"), 3);
+  // Four buffers: the tile goes out as one group (4 copies, one commit) after one barrier,
+  // once the previous tile's group has been read.
+  EXPECT_EQ(count(r.binary, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd"), 4);
+  EXPECT_EQ(count(r.binary, "cp.async.bulk.commit_group;"), 1);
+  EXPECT_EQ(count(r.binary, "cp.async.bulk.wait_group.read 0;"), 1);
+  EXPECT_EQ(count(r.binary, "cp.async.bulk.wait_group.read"), 1);
+  EXPECT_EQ(count(r.binary, "fence.proxy.async.shared::cta;"), 1 + 1);
+  EXPECT_EQ(count(r.binary, "barrier.sync \t1, 256;"), 1 + 1 + 1);
+  EXPECT_EQ(count(r.binary, "st.shared.b32"), 64);
   EXPECT_EQ(std::stoi(r.metadata.at("shared")), 3 * (128 + 256) * 64 * 2 + 1024 + 4 * 128 * 128);
 }
 

@@ -76,12 +76,21 @@ def test_specialized_persistent_matmul_ptx(tmp_path):
     info = _assemble(ptx, tmp_path)
     assert "Used 168 registers" in info and "0 bytes spill stores" in info
     # The bias is loaded in the accumulator's layout (each thread its columns, 32 pairs of
-    # f16), not converted through shared memory: the barriers are the output store's (one
-    # before its first 128x64 chunk, one per chunk before its TMA copy: 3 stages leave room
-    # for the whole tile's 4 chunk buffers) and the ring's end.
+    # f16), not converted through shared memory: the barriers are the output store's (3
+    # stages leave room for the whole tile's four 128x64 chunk buffers: one barrier before
+    # they are written, one before their four TMA copies) and the ring's end.
     assert consumers.count("ld.global.b32") == 32 and "st.shared.b16" not in consumers
     assert consumers.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 4
-    assert consumers.count("barrier.sync \t1, 256;") == 1 + 4 + 1
+    assert consumers.count("barrier.sync \t1, 256;") == 1 + 1 + 1
+
+
+def test_bias_loads_before_the_last_wgmma_wait():
+    # The epilogue branch waits for the tile's last wgmma group only where it first reads the
+    # accumulator (lower_if): the bias loads (32 per thread) are issued before that wait, so
+    # their latency passes while the group runs.
+    _, _, consumers = _split(_linear_persistent(stages=4).asm["ptx"])
+    wait = consumers.index("wgmma.wait_group.sync.aligned 0;")
+    assert consumers[:wait].count("ld.global.b32") == 32 and "ld.global" not in consumers[wait:]
 
 
 def test_unaligned_columns_assemble(tmp_path):

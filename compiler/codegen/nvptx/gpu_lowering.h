@@ -94,6 +94,9 @@ class GpuLowering {
   llvm::Value* at(const ir::Value* v, const SymIndex& s);
   llvm::Value* at_uncached(const ir::Value* v, const SymIndex& s);
   std::vector<llvm::Value*> materialize(const ir::Value* v, const BlockedLayout& l);
+  // lower_if: `op` may run before the branch waits for its in-flight wgmma accumulators.
+  bool runs_before_wgmma_wait(const ir::Op& op,
+                              const std::vector<std::pair<const ir::Value*, TileVal>>& in_flight) const;
   BlockedLayout canonical_layout(const std::vector<int64_t>& shape) const;
   // The layout of a Regs value this lazy value is computed from, else canonical.
   BlockedLayout preferred_layout(const ir::Value* v);
@@ -445,6 +448,7 @@ class GpuLowering {
   llvm::Value* tma_store_smem_ = nullptr;
   int tma_store_bufs_ = 0;
   int64_t tma_store_chunk_bytes_ = 0;
+  bool tma_store_whole_tiles_ = false;  // a store's chunks fill every buffer: one group per store
   int smem_count_ = 0;
   // Staging buffers for dot operands, shared by every dot (lower_dot_nvptx.cpp).
   llvm::Value* dot_smem_[2] = {};

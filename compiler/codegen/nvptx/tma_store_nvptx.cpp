@@ -26,10 +26,14 @@
 //   barriers, 8 ld.shared.v4 and 8 st.global.v4 per thread per 128-column half).
 //   Before the kernel returns: cp.async.bulk.wait_group 0 (the copies' reads of shared
 //   memory and writes are complete).
+// With 3 stages (144 KB) the four chunk buffers fit: the tile goes out as one group, all
+// chunks written, one fence, one barrier, four copies and one commit (two barriers per
+// tile instead of five); before the next tile's writes, wait_group.read 0.
 // Chunks take the buffers in turn, and every store's chunk count is a multiple of the
 // buffer count, so chunk c's buffer was last read by the copy issued `buffers` chunks
-// before, whichever store issued it: waiting until at most buffers - 1 copies are unread
-// (buffers - 2 before the previous chunk's copy is committed) frees it.
+// before, whichever store issued it: waiting until at most buffers - 1 groups are unread
+// (buffers - 2 before the previous chunk's group is committed) frees it (whole-tile
+// groups: 0, and every store of the kernel then fills all the buffers).
 #include <llvm/IR/InlineAsm.h>
 
 #include "codegen/common/elementwise.h"
@@ -123,10 +127,16 @@ bool GpuLowering::tma_store(const Op& op, const BlockedLayout& src) {
     tma_store_smem_ = new_smem(b_.getInt8Ty(), bufs * chunk_bytes, "tma_store", 1024);
     tma_store_bufs_ = static_cast<int>(bufs);
     tma_store_chunk_bytes_ = chunk_bytes;
-  } else if (chunk_bytes > tma_store_chunk_bytes_ || chunks % tma_store_bufs_) {
-    return false;
+  } else if (chunk_bytes > tma_store_chunk_bytes_ || chunks % tma_store_bufs_ ||
+             (tma_store_bufs_ > 1 && (tma_store_bufs_ == chunks) != tma_store_whole_tiles_)) {
+    return false;  // (every store's groups must cover the same number of buffers)
   }
   const int bufs = tma_store_bufs_;
+  // Where the whole tile's chunks fit, they go out together (one barrier, one group);
+  // else one chunk (and group) at a time, the buffers taken in turn.
+  if (tma_store_bufs_ == chunks && chunks > 1) tma_store_whole_tiles_ = true;
+  const int per_group = tma_store_whole_tiles_ ? bufs : 1;
+  const int groups_fit = bufs / per_group;
 
   llvm::Type* mt = llvm_mem_type(ctx_, e);
   std::vector<llvm::Value*> regs = materialize(val, src);
@@ -148,17 +158,22 @@ bool GpuLowering::tma_store(const Op& op, const BlockedLayout& src) {
   auto* copy_ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt64Ty(), i32, i32, i32}, false);
   auto* copy = llvm::InlineAsm::get(
       copy_ty,
-      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$0, {$1, $2}], [$3];\n\tcp.async.bulk.commit_group;",
-      "l,r,r,r,~{memory}", true);
-  for (int64_t c = 0; c < chunks; ++c) {
-    llvm::Value* buf = b_.CreateInBoundsGEP(b_.getInt8Ty(), tma_store_smem_,
-                                            b_.getInt32(static_cast<uint32_t>((c % bufs) * chunk_bytes)));
-    if (c == 0 || bufs == 1) {  // this chunk's buffer read out by the copy engine, as every thread sees
-      wait_read(bufs - 1);
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$0, {$1, $2}], [$3];", "l,r,r,r,~{memory}", true);
+  auto* commit_ty = llvm::FunctionType::get(b_.getVoidTy(), {}, false);
+  auto* commit = llvm::InlineAsm::get(commit_ty, "cp.async.bulk.commit_group;", "~{memory}", true);
+  auto buffer = [&](int64_t c) {
+    return b_.CreateInBoundsGEP(b_.getInt8Ty(), tma_store_smem_,
+                                b_.getInt32(static_cast<uint32_t>((c % bufs) * chunk_bytes)));
+  };
+  for (int64_t g = 0; g < chunks / per_group; ++g) {
+    if (g == 0 || groups_fit == 1) {  // this group's buffers read out by the copy engine, as every thread sees
+      wait_read(groups_fit - 1);
       barrier();
     }
     for (int r0 = 0; r0 < src.num_regs(); r0 += run) {
-      if (register_chunk(src, r0, col_bits, k) != c) continue;
+      const int64_t c = register_chunk(src, r0, col_bits, k);
+      if (c / per_group != g) continue;
+      llvm::Value* buf = buffer(c);
       SymIndex s = src.index_of(r0);
       s[1].resize(static_cast<size_t>(col_bits - k));  // the column within the chunk
       llvm::Value* row = runtime_index(s[0]);
@@ -179,15 +194,21 @@ bool GpuLowering::tma_store(const Op& op, const BlockedLayout& src) {
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {}, false);
     b_.CreateCall(llvm::InlineAsm::get(fty, "fence.proxy.async.shared::cta;", "~{memory}", true), {})
         ->addFnAttr(llvm::Attribute::Convergent);
-    if (c + 1 < chunks && bufs >= 2) wait_read(bufs - 2);  // the next chunk's buffer (see above)
+    if (g + 1 < chunks / per_group && groups_fit >= 2) wait_read(groups_fit - 2);  // the next group's (see above)
     barrier();
-    llvm::Value* col = c ? b_.CreateAdd(col0, b_.getInt32(static_cast<uint32_t>(c * m->box_inner))) : col0;
+    std::vector<llvm::Value*> cols, bufs_of;  // (operands before the branch)
+    for (int64_t c = g * per_group; c < (g + 1) * per_group; ++c) {
+      cols.push_back(c ? b_.CreateAdd(col0, b_.getInt32(static_cast<uint32_t>(c * m->box_inner))) : col0);
+      bufs_of.push_back(smem32(buffer(c)));
+    }
     // One thread issues, behind a branch (tma_issue says why not a predicate).
     llvm::BasicBlock* copy_bb = llvm::BasicBlock::Create(ctx_, "tma.store", fn_);
     llvm::BasicBlock* done_bb = llvm::BasicBlock::Create(ctx_, "tma.stored", fn_);
     b_.CreateCondBr(issuer(), copy_bb, done_bb);
     b_.SetInsertPoint(copy_bb);
-    b_.CreateCall(copy_ty, copy, {desc, col, row0, smem32(buf)})->addFnAttr(llvm::Attribute::Convergent);
+    for (size_t i = 0; i < cols.size(); ++i)
+      b_.CreateCall(copy_ty, copy, {desc, cols[i], row0, bufs_of[i]})->addFnAttr(llvm::Attribute::Convergent);
+    b_.CreateCall(commit_ty, commit, {})->addFnAttr(llvm::Attribute::Convergent);
     b_.CreateBr(done_bb);
     b_.SetInsertPoint(done_bb);
     memo_.clear();  // at() results are valid in the block they were emitted in
