@@ -115,16 +115,17 @@ tessera::CompileResult build(const Options& o) {
 }
 
 // The ring's maps (A: base 0, box 64x128; B: base 1, box 64x256) and, where the store
-// qualifies, C's: base 2, 2-byte elements, 128-byte swizzle, box 64 x 128 (128 bytes of
-// columns, the tile's rows), dims {N (param 4), M (param 3)}, row stride N.
+// qualifies, C's: base 2, 2-byte elements, 128-byte swizzle, box 64 x 64 (128 bytes of
+// columns, one consumer warpgroup's rows), dims {N (param 4), M (param 3)}, row stride N.
 const std::string kRingMaps = "8|0:2:128:64:128:i5:i3:i6|1:2:128:64:256:i5:i4:i7";
-const std::string kStoreMap = "|2:2:128:64:128:i4:i3:i4";
+const std::string kStoreMap = "|2:2:128:64:64:i4:i3:i4";
 
 TEST(NvptxTmaStore, FourStagesTwoChunkBuffers) {
   tessera::CompileResult r = build({});
   const std::string& ptx = r.binary;
   EXPECT_EQ(r.metadata.at("tensor_maps"), kRingMaps + kStoreMap);
-  // 4 column chunks of 128x64, each one bulk copy from shared memory and its own group.
+  // 4 column chunks of 128x64; each warpgroup (rows 0-63, 64-127) copies its half of a chunk
+  // (its thread 0: one copy instruction in the code) as its own group.
   EXPECT_EQ(count(ptx, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd"), 4) << ptx;
   EXPECT_EQ(count(ptx, "cp.async.bulk.commit_group;"), 4);
   // Two 16 KB buffers beside the 192 KB ring: before chunk 0, at most one group unread; before
@@ -132,11 +133,14 @@ TEST(NvptxTmaStore, FourStagesTwoChunkBuffers) {
   EXPECT_EQ(count(ptx, "cp.async.bulk.wait_group.read 1;"), 1);
   EXPECT_EQ(count(ptx, "cp.async.bulk.wait_group.read 0;"), 3);
   EXPECT_EQ(std::stoi(r.metadata.at("shared")), 4 * (128 + 256) * 64 * 2 + 1024 + 2 * 128 * 128);
-  // Each chunk: written by st.shared (16 runs of 2 f16 per thread), fenced for the async proxy;
-  // barriers: before chunk 0, one per chunk, and the ring's end. No global stores.
+  // Each chunk: written by st.shared (16 runs of 2 f16 per thread), fenced for the async proxy.
+  // Barriers: per warpgroup (named 2 and 3 over 128 threads) before chunk 0 and one per
+  // chunk; the consumers' (1, 256 threads) only at the ring's end. No global stores.
   EXPECT_EQ(count(ptx, "st.shared.b32"), 64);
   EXPECT_EQ(count(ptx, "fence.proxy.async.shared::cta;"), 1 + 4);
-  EXPECT_EQ(count(ptx, "barrier.sync \t1, 256;"), 1 + 4 + 1);
+  EXPECT_EQ(count(ptx, "@p barrier.sync.aligned 2, 128;"), 1 + 4);
+  EXPECT_EQ(count(ptx, "@p barrier.sync.aligned 3, 128;"), 1 + 4);
+  EXPECT_EQ(count(ptx, "barrier.sync \t1, 256;"), 1);
   EXPECT_EQ(count(ptx, "st.global"), 0);
   EXPECT_EQ(count(ptx, "ld.shared"), 0);
   // Every path to the return (the producer's and the consumers') waits for the copies first.
@@ -149,16 +153,25 @@ TEST(NvptxTmaStore, ThreeStagesHoldTheWholeTile) {
   three.stages = 3;
   tessera::CompileResult r = build(three);
   EXPECT_EQ(r.metadata.at("tensor_maps"), kRingMaps + kStoreMap);
-  // Four buffers: the tile goes out as one group (4 copies, one commit) after one barrier,
-  // once the previous tile's group has been read.
-  EXPECT_EQ(count(r.binary, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd"), 4);
-  EXPECT_EQ(count(r.binary, "cp.async.bulk.commit_group;"), 1);
-  EXPECT_EQ(count(r.binary, "cp.async.bulk.wait_group.read 0;"), 1);
-  EXPECT_EQ(count(r.binary, "cp.async.bulk.wait_group.read"), 1);
-  EXPECT_EQ(count(r.binary, "fence.proxy.async.shared::cta;"), 1 + 1);
-  EXPECT_EQ(count(r.binary, "barrier.sync \t1, 256;"), 1 + 1 + 1);
-  EXPECT_EQ(count(r.binary, "st.shared.b32"), 64);
+  // Four buffers: no chunk waits for an earlier one of its own tile (at most 3, then 2 unread).
+  EXPECT_EQ(count(r.binary, "cp.async.bulk.wait_group.read 3;"), 1);
+  EXPECT_EQ(count(r.binary, "cp.async.bulk.wait_group.read 2;"), 3);
   EXPECT_EQ(std::stoi(r.metadata.at("shared")), 3 * (128 + 256) * 64 * 2 + 1024 + 4 * 128 * 128);
+}
+
+TEST(NvptxTmaStore, OneWarpgroupStoresWholeChunks) {
+  // 4 consumer warps (one warpgroup, a 64x256 tile): one 64-row box per chunk.
+  std::string ir = subst(kKernel, {{"$STAGES", "4"}, {"$TMA", ""}, {"$NDIV", " {divisibility = 16}"},
+                                   {"$WS", "{warp_specialize = 1}"}, {"$STORE", "store %63, %64, %69"},
+                                   {"num_warps = 8", "num_warps = 4"}, {"128", "64"}});
+  tessera::CompileResult r = tessera_test::compile_gpu(ir, "cuda:90a", 4);
+  if (tessera_test::have_ptxas()) {
+    EXPECT_EQ(tessera_test::ptxas(r.binary, "sm_90a"), "") << r.binary;
+  }
+  EXPECT_NE(r.metadata.at("tensor_maps").find("|2:2:128:64:64:i4:i3:i4"), std::string::npos)
+      << r.metadata.at("tensor_maps");
+  EXPECT_EQ(count(r.binary, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd"), 4);
+  EXPECT_EQ(count(r.binary, "barrier.sync \t1, 128;"), 1 + 4 + 1);
 }
 
 TEST(NvptxTmaStore, StoresItLeavesAlone) {

@@ -76,12 +76,14 @@ def test_specialized_persistent_matmul_ptx(tmp_path):
     info = _assemble(ptx, tmp_path)
     assert "Used 168 registers" in info and "0 bytes spill stores" in info
     # The bias is loaded in the accumulator's layout (each thread its columns, 32 pairs of
-    # f16), not converted through shared memory: the barriers are the output store's (3
-    # stages leave room for the whole tile's four 128x64 chunk buffers: one barrier before
-    # they are written, one before their four TMA copies) and the ring's end.
+    # f16), not converted through shared memory. The output goes out by TMA copies in four
+    # 128x64 chunks, each warpgroup its 64 rows with its own barriers (named 2 and 3, 128
+    # threads: one before the first chunk, one per chunk before its copy); the consumers'
+    # barrier is left for the ring's end.
     assert consumers.count("ld.global.b32") == 32 and "st.shared.b16" not in consumers
     assert consumers.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 4
-    assert consumers.count("barrier.sync \t1, 256;") == 1 + 1 + 1
+    assert consumers.count("@p barrier.sync.aligned 2, 128;") == 1 + 4
+    assert consumers.count("barrier.sync \t1, 256;") == 1
 
 
 def test_bias_loads_before_the_last_wgmma_wait():
@@ -112,7 +114,7 @@ def test_stored_preactivation_fits(tmp_path):
     ring = 3 * (128 + 256) * 64 * 2
     store = 4 * 128 * 128  # four 128x64 f16 chunk buffers: the whole tile
     assert ck.metadata["threads"] == "384" and ring + store <= int(ck.metadata["shared"]) < ring + store + 2048
-    assert ck.metadata["tensor_maps"].endswith("|4:2:128:64:128:i6:i5:i6|3:2:128:64:128:i6:i5:i6")  # Z's, C's
+    assert ck.metadata["tensor_maps"].endswith("|4:2:128:64:64:i6:i5:i6|3:2:128:64:64:i6:i5:i6")  # Z's, C's
     _, _, consumers = _split(ck.asm["ptx"])
     assert consumers.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 2 * 4
     assert "st.global" not in consumers
@@ -126,7 +128,7 @@ def test_four_stages_store_in_column_chunks(tmp_path):
     ring, bufs = 4 * (128 + 256) * 64 * 2, 2 * 128 * 128
     assert ring + bufs <= int(ck.metadata["shared"]) < ring + bufs + 2048
     _, _, consumers = _split(ck.asm["ptx"])
-    assert consumers.count("barrier.sync \t1, 256;") == 1 + 4 + 1
+    assert consumers.count("@p barrier.sync.aligned 3, 128;") == 1 + 4
     assert consumers.count("cp.async.bulk.wait_group.read 1;") == 1
     assert consumers.count("cp.async.bulk.wait_group.read 0;") == 3
     assert "st.global" not in consumers

@@ -448,7 +448,6 @@ class GpuLowering {
   llvm::Value* tma_store_smem_ = nullptr;
   int tma_store_bufs_ = 0;
   int64_t tma_store_chunk_bytes_ = 0;
-  bool tma_store_whole_tiles_ = false;  // a store's chunks fill every buffer: one group per store
   int smem_count_ = 0;
   // Staging buffers for dot operands, shared by every dot (lower_dot_nvptx.cpp).
   llvm::Value* dot_smem_[2] = {};

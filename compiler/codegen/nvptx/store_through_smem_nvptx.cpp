@@ -33,7 +33,8 @@ namespace tessera::codegen::nvptx {
 using namespace ir;
 
 int GpuLowering::register_chunk(const BlockedLayout& l, int reg, int col_bits, int k) {
-  const std::vector<IndexBit>& cb = l.index_of(reg)[1];
+  const SymIndex ix = l.index_of(reg);
+  const std::vector<IndexBit>& cb = ix[1];
   int c = 0;
   for (int i = 0; i < k; ++i) {
     const IndexBit& bit = cb[static_cast<size_t>(col_bits - k + i)];

@@ -10,30 +10,35 @@
 // one more CUtensorMap (runtime/cuda/driver.cpp, the same list as the loads': dims
 // {b1, b0}, row stride s0, box {128 bytes of columns, the tile's rows}, 128-byte swizzle);
 // rows and columns of a box past the bounds are not written (the mask, for free).
-// Worked example, the 128x256 f16 C tile of kernels/linear.py (8 consumer warps, a 4-stage
-// ring of 192 KB, so two 16 KB chunk buffers fit beside it; four 128x64 column chunks):
-//   thread 0: cp.async.bulk.wait_group.read 1  (at most one earlier chunk still being read:
-//             not the buffer chunk 0 takes); bar.sync 1, 256
+// Worked example, the 128x256 f16 C tile of kernels/linear.py (8 consumer warps: warpgroup w
+// holds rows 64w..64w+63 of the wgmma accumulator; a 4-stage ring of 192 KB, so two 16 KB
+// chunk buffers fit beside it; four 128x64 column chunks, each two 64x64 boxes):
+//   thread 0 of each warpgroup (the issuer): cp.async.bulk.wait_group.read 1 (at most one
+//             earlier chunk of its own still being read: not the buffer chunk 0 takes);
+//             bar.sync 2 + w, 128 (the warpgroup only)
 //   chunk c:  every thread: st.shared.b32 of its 2-element runs of columns 64c..64c+63
 //             into buffer c % 2, row r at 128 r, its 16-byte unit u at (u ^ (r % 8)) * 16
 //             (the 128-byte swizzle, which also spreads a warp's 8 rows over all banks);
 //             fence.proxy.async.shared::cta (the copy engine reads what they wrote);
-//             thread 0: cp.async.bulk.wait_group.read 0 (chunk c+1's buffer, which chunk
-//             c-1 used, is read out); bar.sync 1, 256;
-//             thread 0: cp.async.bulk.tensor.2d.global.shared::cta.bulk_group
-//                       [C's map, {x1 + 64c, x0}], [buffer c % 2]; cp.async.bulk.commit_group
-//   then everyone goes on to the next tile's wgmma at once (store_through_smem's path: two
-//   barriers, 8 ld.shared.v4 and 8 st.global.v4 per thread per 128-column half).
+//             issuer: cp.async.bulk.wait_group.read 0 (chunk c+1's buffer, which chunk c-1
+//             used, is read out); bar.sync 2 + w, 128;
+//             issuer: cp.async.bulk.tensor.2d.global.shared::cta.bulk_group
+//                     [C's map, {x1 + 64c, x0 + 64w}], [buffer c % 2 + 8 KB w];
+//                     cp.async.bulk.commit_group
+//   then each warpgroup goes on to the next tile's wgmma at once (store_through_smem's path:
+//   two CTA-wide barriers, 8 ld.shared.v4 and 8 st.global.v4 per thread per 128-column half).
 //   Before the kernel returns: cp.async.bulk.wait_group 0 (the copies' reads of shared
 //   memory and writes are complete).
-// With 3 stages (144 KB) the four chunk buffers fit: the tile goes out as one group, all
-// chunks written, one fence, one barrier, four copies and one commit (two barriers per
-// tile instead of five); before the next tile's writes, wait_group.read 0.
+// Where the rows are not split by warpgroup that way, the consumers' barrier (1) orders the
+// chunk and thread 0 issues every box. On an H100 (bench/results/
+// kernels_cuda_float16_linear_tmastore*.md) this took x @ W^T + b, relu, 4096x1024x2048 from
+// about 0.0283 to 0.0278 ms GPU-queued; writing the whole tile first (3 stages, four buffers)
+// and then issuing its copies with one barrier was slower (0.0298): the copies of early
+// chunks overlap the writes of later ones.
 // Chunks take the buffers in turn, and every store's chunk count is a multiple of the
 // buffer count, so chunk c's buffer was last read by the copy issued `buffers` chunks
 // before, whichever store issued it: waiting until at most buffers - 1 groups are unread
-// (buffers - 2 before the previous chunk's group is committed) frees it (whole-tile
-// groups: 0, and every store of the kernel then fills all the buffers).
+// (buffers - 2 before the previous chunk's group is committed) frees it.
 #include <llvm/IR/InlineAsm.h>
 
 #include "codegen/common/elementwise.h"
@@ -94,8 +99,11 @@ void GpuLowering::plan_tma_stores() {
       const Type& t = st->operands[1]->type;
       const int64_t row_bytes = t.shape[1] * m->elem_bytes;
       if (row_bytes < kBoxRowBytes || row_bytes % kBoxRowBytes) continue;
+      // A box per consumer warpgroup's rows (a wgmma accumulator's warpgroup w holds rows
+      // 64w..64w+63 of each 64 * warpgroups): tma_store lets each warpgroup store its own.
+      const int64_t groups = num_warps_ % 4 == 0 && t.shape[0] % (num_warps_ / 4 * 8) == 0 ? num_warps_ / 4 : 1;
       m->box_inner = kBoxRowBytes / m->elem_bytes;
-      m->box_outer = t.shape[0];
+      m->box_outer = t.shape[0] / groups;
       m->swizzle_bytes = static_cast<int>(kBoxRowBytes);
       m->param = static_cast<int>(k_.args.size() + tma_maps_.size());
       tma_maps_.push_back(*m);
@@ -112,11 +120,24 @@ bool GpuLowering::tma_store(const Op& op, const BlockedLayout& src) {
   const ElemType& e = val->type.elem;
   const int eb = e.bytes();
   const int64_t rows = val->type.shape[0], cols = val->type.shape[1];
-  const int64_t chunks = cols / m->box_inner;
+  const int64_t chunks = cols / m->box_inner, boxes = rows / m->box_outer;  // boxes: per chunk
   const int col_bits = log2_exact(cols), k = log2_exact(chunks);
   for (int r = 0; r < src.num_regs(); ++r)
     if (register_chunk(src, r, col_bits, k) < 0) return false;  // a chunk's elements are in fixed registers
-  const int64_t chunk_bytes = rows * kBoxRowBytes;
+  // Warpgroup w holds box w's rows (the top row bits are the thread id's warpgroup bits),
+  // as every thread of it does of every register: then each warpgroup stores its own
+  // boxes, synchronizing its 128 threads only. Else the consumers store together.
+  const int row_bits = log2_exact(rows), box_bits = log2_exact(boxes);
+  bool per_group = boxes > 1 && boxes * 128 == num_threads_ && num_threads_ == consumer_threads_;
+  for (int r = 0; r < src.num_regs() && per_group; ++r) {
+    const SymIndex ix = src.index_of(r);
+    const std::vector<IndexBit>& rb = ix[0];
+    for (int i = 0; i < box_bits; ++i) {
+      const IndexBit& bit = rb[static_cast<size_t>(row_bits - box_bits + i)];
+      per_group = per_group && bit.kind == IndexBit::Thread && bit.thread_bit == 7 + i;
+    }
+  }
+  const int64_t chunk_bytes = rows * kBoxRowBytes;  // its boxes one after the other: row r at 128 r
   if (!tma_store_smem_) {
     // As many chunk buffers as fit (a power of two: it divides the chunk count), at most
     // the whole tile's; 1024-byte aligned, as the 128-byte swizzle's pattern repeats.
@@ -127,16 +148,10 @@ bool GpuLowering::tma_store(const Op& op, const BlockedLayout& src) {
     tma_store_smem_ = new_smem(b_.getInt8Ty(), bufs * chunk_bytes, "tma_store", 1024);
     tma_store_bufs_ = static_cast<int>(bufs);
     tma_store_chunk_bytes_ = chunk_bytes;
-  } else if (chunk_bytes > tma_store_chunk_bytes_ || chunks % tma_store_bufs_ ||
-             (tma_store_bufs_ > 1 && (tma_store_bufs_ == chunks) != tma_store_whole_tiles_)) {
-    return false;  // (every store's groups must cover the same number of buffers)
+  } else if (chunk_bytes > tma_store_chunk_bytes_ || chunks % tma_store_bufs_) {
+    return false;
   }
   const int bufs = tma_store_bufs_;
-  // Where the whole tile's chunks fit, they go out together (one barrier, one group);
-  // else one chunk (and group) at a time, the buffers taken in turn.
-  if (tma_store_bufs_ == chunks && chunks > 1) tma_store_whole_tiles_ = true;
-  const int per_group = tma_store_whole_tiles_ ? bufs : 1;
-  const int groups_fit = bufs / per_group;
 
   llvm::Type* mt = llvm_mem_type(ctx_, e);
   std::vector<llvm::Value*> regs = materialize(val, src);
@@ -151,29 +166,42 @@ bool GpuLowering::tma_store(const Op& op, const BlockedLayout& src) {
   llvm::Value* desc = b_.CreatePtrToInt(fn_->getArg(m->param), b_.getInt64Ty());
   llvm::Value* col0 = coord(m->start[1]);
   llvm::Value* row0 = coord(m->start[0]);
-  auto issuer = [&] { return b_.CreateICmpEQ(tid_, b_.getInt32(0)); };
+  llvm::Value* group = per_group ? b_.CreateLShr(tid_, b_.getInt32(7)) : nullptr;
+  auto issuer = [&] {
+    return b_.CreateICmpEQ(per_group ? b_.CreateAnd(tid_, b_.getInt32(127)) : tid_, b_.getInt32(0));
+  };
+  // Named barriers 2, 3, ... over one warpgroup (0: the CTA, 1: the consumers), their ids
+  // immediates (a register id makes ptxas reserve all 16).
+  std::string group_barrier = "{\n.reg .pred p;\n";
+  for (int64_t g = 0; g < boxes; ++g)
+    group_barrier += "setp.eq.u32 p, $0, " + std::to_string(g) + ";\n@p barrier.sync.aligned " +
+                     std::to_string(2 + g) + ", 128;\n";
+  group_barrier += "}";
+  auto* sync_ty = llvm::FunctionType::get(b_.getVoidTy(), {i32}, false);
+  auto sync = [&] {
+    if (!per_group) return barrier();
+    b_.CreateCall(sync_ty, llvm::InlineAsm::get(sync_ty, group_barrier, "r,~{memory}", true), {group})
+        ->addFnAttr(llvm::Attribute::Convergent);
+  };
   auto wait_read = [&](int pending) {
     emit_predicated_asm(b_, "cp.async.bulk.wait_group.read " + std::to_string(pending) + ";", issuer());
   };
   auto* copy_ty = llvm::FunctionType::get(b_.getVoidTy(), {b_.getInt64Ty(), i32, i32, i32}, false);
   auto* copy = llvm::InlineAsm::get(
-      copy_ty,
-      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$0, {$1, $2}], [$3];", "l,r,r,r,~{memory}", true);
-  auto* commit_ty = llvm::FunctionType::get(b_.getVoidTy(), {}, false);
-  auto* commit = llvm::InlineAsm::get(commit_ty, "cp.async.bulk.commit_group;", "~{memory}", true);
-  auto buffer = [&](int64_t c) {
-    return b_.CreateInBoundsGEP(b_.getInt8Ty(), tma_store_smem_,
-                                b_.getInt32(static_cast<uint32_t>((c % bufs) * chunk_bytes)));
-  };
-  for (int64_t g = 0; g < chunks / per_group; ++g) {
-    if (g == 0 || groups_fit == 1) {  // this group's buffers read out by the copy engine, as every thread sees
-      wait_read(groups_fit - 1);
-      barrier();
+      copy_ty, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$0, {$1, $2}], [$3];", "l,r,r,r,~{memory}", true);
+  auto* void_ty = llvm::FunctionType::get(b_.getVoidTy(), {}, false);
+  auto* commit = llvm::InlineAsm::get(void_ty, "cp.async.bulk.commit_group;", "~{memory}", true);
+  auto* fence = llvm::InlineAsm::get(void_ty, "fence.proxy.async.shared::cta;", "~{memory}", true);
+  const uint32_t box_bytes = static_cast<uint32_t>(m->box_outer * kBoxRowBytes);
+  for (int64_t c = 0; c < chunks; ++c) {
+    llvm::Value* buf = b_.CreateInBoundsGEP(b_.getInt8Ty(), tma_store_smem_,
+                                            b_.getInt32(static_cast<uint32_t>((c % bufs) * chunk_bytes)));
+    if (c == 0 || bufs == 1) {  // this chunk's buffer read out by the copy engine, as every thread sees
+      wait_read(bufs - 1);
+      sync();
     }
     for (int r0 = 0; r0 < src.num_regs(); r0 += run) {
-      const int64_t c = register_chunk(src, r0, col_bits, k);
-      if (c / per_group != g) continue;
-      llvm::Value* buf = buffer(c);
+      if (register_chunk(src, r0, col_bits, k) != c) continue;
       SymIndex s = src.index_of(r0);
       s[1].resize(static_cast<size_t>(col_bits - k));  // the column within the chunk
       llvm::Value* row = runtime_index(s[0]);
@@ -191,24 +219,26 @@ bool GpuLowering::tma_store(const Op& op, const BlockedLayout& src) {
       b_.CreateAlignedStore(v, p, llvm::Align(run * eb));
     }
     // The generic proxy's writes, visible to the copy engine's (async proxy) reads.
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {}, false);
-    b_.CreateCall(llvm::InlineAsm::get(fty, "fence.proxy.async.shared::cta;", "~{memory}", true), {})
-        ->addFnAttr(llvm::Attribute::Convergent);
-    if (g + 1 < chunks / per_group && groups_fit >= 2) wait_read(groups_fit - 2);  // the next group's (see above)
-    barrier();
-    std::vector<llvm::Value*> cols, bufs_of;  // (operands before the branch)
-    for (int64_t c = g * per_group; c < (g + 1) * per_group; ++c) {
-      cols.push_back(c ? b_.CreateAdd(col0, b_.getInt32(static_cast<uint32_t>(c * m->box_inner))) : col0);
-      bufs_of.push_back(smem32(buffer(c)));
+    b_.CreateCall(void_ty, fence, {})->addFnAttr(llvm::Attribute::Convergent);
+    if (c + 1 < chunks && bufs >= 2) wait_read(bufs - 2);  // the next chunk's buffer (see above)
+    sync();
+    // This warpgroup's box, or every box; operands computed before the branch.
+    llvm::Value* col = c ? b_.CreateAdd(col0, b_.getInt32(static_cast<uint32_t>(c * m->box_inner))) : col0;
+    std::vector<std::pair<llvm::Value*, llvm::Value*>> row_and_smem;
+    for (int64_t bx = 0; bx < (per_group ? 1 : boxes); ++bx) {
+      llvm::Value* which = per_group ? group : b_.getInt32(static_cast<uint32_t>(bx));
+      row_and_smem.push_back(
+          {b_.CreateAdd(row0, b_.CreateMul(which, b_.getInt32(static_cast<uint32_t>(m->box_outer)))),
+           smem32(b_.CreateInBoundsGEP(b_.getInt8Ty(), buf, b_.CreateMul(which, b_.getInt32(box_bytes))))});
     }
     // One thread issues, behind a branch (tma_issue says why not a predicate).
     llvm::BasicBlock* copy_bb = llvm::BasicBlock::Create(ctx_, "tma.store", fn_);
     llvm::BasicBlock* done_bb = llvm::BasicBlock::Create(ctx_, "tma.stored", fn_);
     b_.CreateCondBr(issuer(), copy_bb, done_bb);
     b_.SetInsertPoint(copy_bb);
-    for (size_t i = 0; i < cols.size(); ++i)
-      b_.CreateCall(copy_ty, copy, {desc, cols[i], row0, bufs_of[i]})->addFnAttr(llvm::Attribute::Convergent);
-    b_.CreateCall(commit_ty, commit, {})->addFnAttr(llvm::Attribute::Convergent);
+    for (auto& [row, smem] : row_and_smem)
+      b_.CreateCall(copy_ty, copy, {desc, col, row, smem})->addFnAttr(llvm::Attribute::Convergent);
+    b_.CreateCall(void_ty, commit, {})->addFnAttr(llvm::Attribute::Convergent);
     b_.CreateBr(done_bb);
     b_.SetInsertPoint(done_bb);
     memo_.clear();  // at() results are valid in the block they were emitted in
