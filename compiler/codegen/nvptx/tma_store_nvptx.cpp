@@ -193,6 +193,8 @@ bool GpuLowering::tma_store(const Op& op, const BlockedLayout& src) {
   auto* commit = llvm::InlineAsm::get(void_ty, "cp.async.bulk.commit_group;", "~{memory}", true);
   auto* fence = llvm::InlineAsm::get(void_ty, "fence.proxy.async.shared::cta;", "~{memory}", true);
   const uint32_t box_bytes = static_cast<uint32_t>(m->box_outer * kBoxRowBytes);
+  auto* opaque_ty = llvm::FunctionType::get(i32, {i32}, false);
+  auto* opaque = llvm::InlineAsm::get(opaque_ty, "mov.u32 $0, $1;", "=r,r", /*hasSideEffects=*/true);
   for (int64_t c = 0; c < chunks; ++c) {
     llvm::Value* buf = b_.CreateInBoundsGEP(b_.getInt8Ty(), tma_store_smem_,
                                             b_.getInt32(static_cast<uint32_t>((c % bufs) * chunk_bytes)));
@@ -200,6 +202,12 @@ bool GpuLowering::tma_store(const Op& op, const BlockedLayout& src) {
       wait_read(bufs - 1);
       sync();
     }
+    // The addresses from an opaque copy of the thread id, so that they are computed here:
+    // derived from tid itself, LLVM hoisted them out of the persistent loop, and the 16
+    // distinct swizzled addresses (64-bit) stayed live across the main loop.
+    llvm::Value* thread_id = tid_;
+    tid_ = b_.CreateCall(opaque_ty, opaque, {thread_id});
+    llvm::Value* buf32 = smem32(buf);
     for (int r0 = 0; r0 < src.num_regs(); r0 += run) {
       if (register_chunk(src, r0, col_bits, k) != c) continue;
       SymIndex s = src.index_of(r0);
@@ -209,15 +217,28 @@ bool GpuLowering::tma_store(const Op& op, const BlockedLayout& src) {
       llvm::Value* unit = b_.CreateXor(b_.CreateLShr(byte, b_.getInt32(4)), b_.CreateAnd(row, b_.getInt32(7)));
       llvm::Value* off = b_.CreateAdd(b_.CreateMul(row, b_.getInt32(static_cast<uint32_t>(kBoxRowBytes))),
                                       b_.CreateOr(b_.CreateShl(unit, b_.getInt32(4)), b_.CreateAnd(byte, b_.getInt32(15))));
-      llvm::Value* p = b_.CreateInBoundsGEP(b_.getInt8Ty(), buf, off);
-      if (run == 1) {
-        b_.CreateAlignedStore(to_mem(b_, regs[r0], e), p, llvm::Align(eb));
+      const int bytes = run * eb;
+      if (bytes % 4) {  // (2-byte runs: a plain store)
+        b_.CreateAlignedStore(to_mem(b_, regs[r0], e), b_.CreateInBoundsGEP(b_.getInt8Ty(), buf, off), llvm::Align(eb));
         continue;
       }
       llvm::Value* v = llvm::PoisonValue::get(llvm::FixedVectorType::get(mt, run));
       for (int i = 0; i < run; ++i) v = b_.CreateInsertElement(v, to_mem(b_, regs[r0 + i], e), b_.getInt32(i));
-      b_.CreateAlignedStore(v, p, llvm::Align(run * eb));
+      // As 32-bit words, by a 32-bit shared address (st.shared.b32 / .v2 / .v4).
+      const int words = bytes / 4;
+      v = b_.CreateBitCast(v, llvm::FixedVectorType::get(i32, words));
+      std::vector<llvm::Value*> args{b_.CreateAdd(buf32, off)};
+      std::string text = words == 1 ? "st.shared.b32 [$0], $1;" : words == 2 ? "st.shared.v2.b32 [$0], {$1, $2};"
+                                                                          : "st.shared.v4.b32 [$0], {$1, $2, $3, $4};";
+      std::string cons = "r";
+      for (int w = 0; w < words; ++w) {
+        args.push_back(b_.CreateExtractElement(v, b_.getInt32(w)));
+        cons += ",r";
+      }
+      auto* st_ty = llvm::FunctionType::get(b_.getVoidTy(), std::vector<llvm::Type*>(args.size(), i32), false);
+      b_.CreateCall(st_ty, llvm::InlineAsm::get(st_ty, text, cons + ",~{memory}", true), args);
     }
+    tid_ = thread_id;
     // The generic proxy's writes, visible to the copy engine's (async proxy) reads.
     b_.CreateCall(void_ty, fence, {})->addFnAttr(llvm::Attribute::Convergent);
     if (c + 1 < chunks && bufs >= 2) wait_read(bufs - 2);  // the next chunk's buffer (see above)
