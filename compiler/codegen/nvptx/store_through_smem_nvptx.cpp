@@ -19,8 +19,9 @@
 // The buffer reuses a finished pipelined loop's ring when one is large enough
 // (lower_for notes the rings in dead_smem_), or an earlier conversion's buffer, and
 // where neither exists and a new one would not fit, the tile goes through in column
-// chunks (128x256 f16 beside a 4-stage ring in a warp-specialized loop: two 128x128
-// passes through one 34 KB buffer), so the kernel's shared memory, and with
+// chunks (128x256 f16 beside a 4-stage ring in a warp-specialized loop with TESSERA_TMA=4,
+// where tma_store_nvptx.cpp does not take it: two 128x128 passes through one 34 KB buffer),
+// so the kernel's shared memory, and with
 // it how many CTAs fit on an SM, does not grow. Reuse is safe because every use of
 // that memory is fenced by barriers on both sides: the ring's prologue starts with
 // one, and this conversion starts with one and ends with the readers' loads done
