@@ -95,7 +95,9 @@ void GpuLowering::plan_tma_stores() {
     for (const Op* st : stores) {
       if (!st->str_attr("cache_modifier").empty()) continue;  // (a bulk copy takes no cache operator)
       std::optional<TmaMap> m = match_tma_access(*st, nullptr);
-      if (!m) continue;
+      // 16-bit elements (what store_through_smem converts too: an accumulator's 8-byte f32
+      // runs already fill whole sectors, and no GPU test covers f32 tiles here).
+      if (!m || m->elem_bytes != 2) continue;
       const Type& t = st->operands[1]->type;
       const int64_t row_bytes = t.shape[1] * m->elem_bytes;
       if (row_bytes < kBoxRowBytes || row_bytes % kBoxRowBytes) continue;
