@@ -548,8 +548,14 @@ def _gpu_tiles(name, m, n, k, batch, a_mmajor=False, rows_aligned=True, tma=Fals
     - tma (an sm_90 device: TMA rings and wgmma), the wide-tile case: the flat persistent
       kernel, warp-specialized (a producer warpgroup issues the TMA copies and runs ahead
       across tiles, compiler/codegen/nvptx/warp_specialize_nvptx.cpp), 128x256, 4 stages
-      (the output tile then goes through shared memory in two column halves), one CTA per
-      SM. GPU-queued, of cuBLAS, against 128x256 s4 one tile per CTA: fp16 x @ W^T + b
+      (the output tile then goes out by TMA copies, 128x64 column chunks through two 16 KB
+      buffers: compiler/codegen/nvptx/tma_store_nvptx.cpp), one CTA per SM. With the TMA
+      store, GPU-queued, of cuBLAS alone (bench/results/kernels_cuda_float16_linear_tmastore.md,
+      4 runs): fp16 4096x1024x2048 relu 0.957-0.983 (0.0277-0.0280 ms; the stores of before,
+      TESSERA_TMA=4, 0.0280-0.0286), gelu 0.83-0.85 (unchanged), 8192x4096x4096 relu
+      0.936-0.947 (unchanged), gelu 0.89-0.92 (1.5-3.5% slower than TESSERA_TMA=4's 0.92-0.93).
+      Before the TMA store (the tile through shared memory in two column halves, 16-byte
+      st.global), against 128x256 s4 one tile per CTA: fp16 x @ W^T + b
       4096x1024x2048 relu 0.87 -> 0.94, gelu 0.72 -> 0.79 (3 stages: 0.92-0.94, 0.76-0.77),
       8192x4096x4096 relu 0.92-0.93 -> 0.94; bf16 (3 stages) relu 0.86 -> 0.91, 8192 0.88
       -> 0.92; dX = dZ W 0.97 both (bench/results/kernels_cuda_float16_wspec.md). At fp16

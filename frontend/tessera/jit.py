@@ -142,7 +142,7 @@ def compile_specialization(kernel, arg_types, constexprs, arg_attrs, options, ta
         raise NotImplementedError(f"target '{target}' is not supported (use 'cpu', 'cuda:90a', 'sm_80', ...)")
     tma = os.environ.get("TESSERA_TMA")
     if gpu and tma is not None:  # sm_90a wgmma rings: cp.async (0) or the TMA (1; 2: CTA-barrier variant)
-        options = {**options, "tma": int(tma) if tma in ("2", "3") else int(tma not in ("0", "", "false", "False"))}
+        options = {**options, "tma": int(tma) if tma in ("2", "3", "4") else int(tma not in ("0", "", "false", "False"))}
     fusion = os.environ.get("TESSERA_GPU_FP_FUSION")
     if gpu and fusion is not None and "fp_fusion" not in options:
         # float a * b + c contracted to one FMA on the GPU (1, the default) or not (0); a

@@ -64,9 +64,10 @@ def test_specialized_persistent_matmul_ptx(tmp_path):
     assert producer.count("mbarrier.try_wait.parity") == 1
     assert "wgmma" not in producer and "st.global" not in producer and "bar.sync" not in producer
     assert "barrier.sync" not in producer
-    # The consumers: wait on full barriers, wgmma, release stages; no copies; every barrier
-    # past the split is named barrier 1 over the 256 consumer threads.
-    assert "cp.async.bulk" not in consumers and "expect_tx" not in consumers
+    # The consumers: wait on full barriers, wgmma, release stages; no copies into the ring
+    # (the output's copies go the other way: tma_store_nvptx.cpp); every barrier past the
+    # split is named barrier 1 over the 256 consumer threads.
+    assert "cp.async.bulk.tensor.2d.shared" not in consumers and "expect_tx" not in consumers
     assert consumers.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16") == 4
     assert "mbarrier.try_wait.parity" in consumers and "mbarrier.arrive.shared::cta.b64 _, [" in consumers
     # With 3 stages a wgmma group stays in flight (the producer refills every released stage).
@@ -75,10 +76,23 @@ def test_specialized_persistent_matmul_ptx(tmp_path):
     info = _assemble(ptx, tmp_path)
     assert "Used 168 registers" in info and "0 bytes spill stores" in info
     # The bias is loaded in the accumulator's layout (each thread its columns, 32 pairs of
-    # f16), not converted through shared memory: the barriers are the output store's two
-    # (through shared memory, 16-byte stores) and the ring's end.
+    # f16), not converted through shared memory. The output goes out by TMA copies in four
+    # 128x64 chunks, each warpgroup its 64 rows with its own barriers (named 2 and 3, 128
+    # threads: one before the first chunk, one per chunk before its copy); the consumers'
+    # barrier is left for the ring's end.
     assert consumers.count("ld.global.b32") == 32 and "st.shared.b16" not in consumers
-    assert consumers.count("barrier.sync \t1, 256;") == 3
+    assert consumers.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 4
+    assert consumers.count("@p barrier.sync.aligned 2, 128;") == 1 + 4
+    assert consumers.count("barrier.sync \t1, 256;") == 1
+
+
+def test_bias_loads_before_the_last_wgmma_wait():
+    # The epilogue branch waits for the tile's last wgmma group only where it first reads the
+    # accumulator (lower_if): the bias loads (32 per thread) are issued before that wait, so
+    # their latency passes while the group runs.
+    _, _, consumers = _split(_linear_persistent(stages=4).asm["ptx"])
+    wait = consumers.index("wgmma.wait_group.sync.aligned 0;")
+    assert consumers[:wait].count("ld.global.b32") == 32 and "ld.global" not in consumers[wait:]
 
 
 def test_unaligned_columns_assemble(tmp_path):
@@ -87,9 +101,10 @@ def test_unaligned_columns_assemble(tmp_path):
     assert "Used 168 registers" in info
 
 
-def test_stored_preactivation_fits():
-    # Training's forward stores Z (the pre-activation) and C: both conversions through shared
-    # memory share one buffer (the ring, which the producer keeps filling, cannot lend it).
+def test_stored_preactivation_fits(tmp_path):
+    # Training's forward stores Z (the pre-activation) and C: both go out by TMA copies
+    # through the same chunk buffers (the ring, which the producer keeps filling, cannot
+    # lend it), each with its own tensor map.
     sig = {p: "*fp16:16" for p in ("A", "B", "BIAS", "C", "Z")}
     sig.update({p: "i32:16" for p in ("M", "N", "K", "s_ab", "s_am", "s_bb", "s_bn", "s_cb")})
     sig.update(scale="fp32", batches="i32")
@@ -97,20 +112,46 @@ def test_stored_preactivation_fits():
               ACC=tl.float32, BATCHED=False, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=1, WARP_SPECIALIZE=True)
     ck = tessera.compile(L._persistent_matmul_kernel, sig, ce, target="cuda:90a", num_warps=8, num_stages=3)
     ring = 3 * (128 + 256) * 64 * 2
-    store = 128 * (256 + 8) * 2  # one padded 128x256 f16 buffer
-    assert ck.metadata["threads"] == "384" and ring + store <= int(ck.metadata["shared"]) < ring + store + 1024
+    store = 4 * 128 * 128  # four 128x64 f16 chunk buffers: the whole tile
+    assert ck.metadata["threads"] == "384" and ring + store <= int(ck.metadata["shared"]) < ring + store + 2048
+    assert ck.metadata["tensor_maps"].endswith("|4:2:128:64:64:i6:i5:i6|3:2:128:64:64:i6:i5:i6")  # Z's, C's
+    _, _, consumers = _split(ck.asm["ptx"])
+    assert consumers.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 2 * 4
+    assert "st.global" not in consumers
+    _assemble(ck.asm["ptx"], tmp_path)
 
 
-def test_four_stages_store_in_column_halves(tmp_path):
-    # 4 stages of 128x256x64 (192 KB) leave no room for the 128x256 output's 66 KB conversion
-    # buffer: the tile goes through one 128x128 buffer in two passes (two barriers each),
-    # 8 16-byte stores per thread per pass.
+def test_four_stages_store_in_column_chunks(tmp_path):
+    # 4 stages of 128x256x64 (192 KB) leave room for two of the output's four 128x64 chunk
+    # buffers (16 KB each): chunk c waits until chunk c-2's copy has read its buffer.
     ck = _linear_persistent(stages=4)
+    ring, bufs = 4 * (128 + 256) * 64 * 2, 2 * 128 * 128
+    assert ring + bufs <= int(ck.metadata["shared"]) < ring + bufs + 2048
+    _, _, consumers = _split(ck.asm["ptx"])
+    assert consumers.count("@p barrier.sync.aligned 3, 128;") == 1 + 4
+    assert consumers.count("cp.async.bulk.wait_group.read 1;") == 1
+    assert consumers.count("cp.async.bulk.wait_group.read 0;") == 3
+    assert "st.global" not in consumers
+    _assemble(ck.asm["ptx"], tmp_path)
+
+
+def test_tma_mode_4_stores_in_column_halves(monkeypatch, tmp_path):
+    # TESSERA_TMA=4 (to measure against): TMA rings, the output through one 128x128 padded
+    # buffer in two passes (two barriers each), 8 16-byte stores per thread per pass.
+    monkeypatch.setenv("TESSERA_TMA", "4")
+    sig = {p: "*fp16:16" for p in ("A", "B", "BIAS", "C", "Z")}
+    sig.update({p: "i32:16" for p in ("M", "N", "K", "s_ab", "s_am", "s_bb", "s_bn", "s_cb")})
+    sig.update(scale="fp32", batches="i32")
+    ce = dict(s_ak=1, s_bk=1, A_MMAJOR=False, B_KMAJOR=True, ACT=L.ACT_RELU, HAS_BIAS=True, STORE_Z=False, SCALE=False,
+              ACC=tl.float32, BATCHED=False, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=1, WARP_SPECIALIZE=True)
+    ck = tessera.compile(tessera.jit(L._persistent_matmul_kernel.fn), sig, ce, target="cuda:90a", num_warps=8,
+                         num_stages=4)
     ring, half = 4 * (128 + 256) * 64 * 2, 128 * (128 + 8) * 2
     assert ring + half <= int(ck.metadata["shared"]) < ring + half + 1024
+    assert ck.metadata["tensor_maps"].count("|") == 2  # the ring's two maps only
     _, _, consumers = _split(ck.asm["ptx"])
     assert consumers.count("barrier.sync \t1, 256;") == 2 * 2 + 1
-    assert consumers.count("st.global.v4.b32") == 2 * 8
+    assert consumers.count("st.global.v4.b32") == 2 * 8 and "cp.async.bulk" not in consumers
     _assemble(ck.asm["ptx"], tmp_path)
 
 

@@ -32,7 +32,8 @@ constexpr const char* kTriple = "nvptx64-nvidia-cuda";
 constexpr const char* kPtxFeatures = "+ptx80";
 // How sm_90a kernels fill wgmma rings unless the kernel says otherwise (TESSERA_TMA):
 // 0: cp.async; 1: TMA, stages released through mbarriers; 2: TMA, a CTA barrier per
-// iteration. 1 was the fastest on an H100 in 11 of 12 configurations, up to 1.35x
+// iteration; (debugging, to measure against) 3: a specialized loop keeps a wgmma group in
+// flight from 4 stages only; 4: as 1 but tile stores not by the TMA (tma_store_nvptx.cpp). 1 was the fastest on an H100 in 11 of 12 configurations, up to 1.35x
 // cp.async (bench/results/gpu_matmul_tma.md).
 constexpr int kTmaByDefault = 1;
 

@@ -142,11 +142,12 @@ GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool d
                          bool wgmma, int tma)
     : k_(k), m_(m), ctx_(m.getContext()), b_(m.getContext()), num_warps_(num_warps),
       num_threads_(num_warps * 32), debug_(debug), cc_(cc), num_stages_(num_stages), wgmma_(wgmma),
-      tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), ws_inflight_from_3_(tma != 3), axis_(k) {
+      tma_(tma != 0 && wgmma), tma_cta_barrier_(tma == 2), tma_store_enabled_(tma != 4), ws_inflight_from_3_(tma != 3), axis_(k) {
   fp_fusion_ = kernel_fp_fusion(k);
   collect_shape_vecs(*k.body(), shape_vec_);
   plan_dots();
   if (wgmma_) plan_wgmma(*k.body());
+  plan_tma_stores();
 }
 
 int max_dynamic_shared_bytes(int cc) {
@@ -193,6 +194,7 @@ llvm::Function* GpuLowering::run() {
   plan_load_layouts(*k_.body());
   lower_block(*k_.body());
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
+  finish_tma_stores();
   b_.SetInsertPoint(entry_);
   b_.CreateBr(start);
 
@@ -877,6 +879,37 @@ void GpuLowering::forget_smem_from(int start) {
   }
 }
 
+// Whether `op` may be lowered before the wait for the in-flight wgmma accumulators
+// `in_flight`: it reads none of them, and it is address arithmetic, an elementwise op or a
+// global load (nothing that stores, synchronizes, or runs a region or a tensor-core op).
+bool GpuLowering::runs_before_wgmma_wait(const Op& op,
+                                         const std::vector<std::pair<const Value*, TileVal>>& in_flight) const {
+  if (!op.regions.empty()) return false;
+  for (const Value* a : op.operands)
+    for (auto& [v, t] : in_flight)
+      if (a == v) return false;
+  switch (op.kind) {
+    case OpKind::Load:
+    case OpKind::Const:
+    case OpKind::Splat:
+    case OpKind::Broadcast:
+    case OpKind::ExpandDims:
+    case OpKind::Arange:
+    case OpKind::AddPtr:
+    case OpKind::Cmp:
+    case OpKind::And:
+    case OpKind::Or:
+    case OpKind::Add:
+    case OpKind::Sub:
+    case OpKind::Mul:
+    case OpKind::Cast:
+    case OpKind::Select:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void GpuLowering::lower_if(const Op& op) {
   size_t n = op.results.size();
   std::vector<Carried> c(n);
@@ -903,16 +936,28 @@ void GpuLowering::lower_if(const Op& op) {
     b_.SetInsertPoint(r == 0 ? thenbb : elsebb);
     const Block& blk = *op.regions[r]->block;
     // In-flight wgmma accumulators this branch reads (pipeline_nvptx.cpp): wait for
-    // them here, on this path only.
+    // them on this path only, as late as the branch allows: its loads that need no
+    // accumulator (a matmul epilogue's bias) go first, so that their latency passes
+    // while the tile's last wgmma group runs.
     std::vector<std::pair<const Value*, TileVal>> in_flight;
     if (auto w = wgmma_wait_in_branch_.find({&op, r}); w != wgmma_wait_in_branch_.end())
-      for (const Value* v : w->second) {
-        in_flight.push_back({v, tile(v)});
-        tiles_[v].regs = wgmma_wait_tied(tiles_[v].regs);
-      }
-    if (ping_pong_ && ping_pong_->reset_if == &op && ping_pong_->reset_branch == r && in_ping_pong_)
+      for (const Value* v : w->second) in_flight.push_back({v, tile(v)});
+    bool waited = in_flight.empty();
+    auto wait = [&] {
+      for (auto& [v, t] : in_flight) tiles_[v].regs = wgmma_wait_tied(tiles_[v].regs);
+      waited = true;
+    };
+    const bool hand_over = ping_pong_ && ping_pong_->reset_if == &op && ping_pong_->reset_branch == r && in_ping_pong_;
+    if (hand_over) {
+      wait();
       ping_pong_hand_over(*ping_pong_);  // (a tile's last MMA is done: ping_pong_nvptx.cpp)
-    lower_block(blk);
+    }
+    for (auto& o : blk.ops) {
+      if (b_.GetInsertBlock()->getTerminator()) break;  // after a return
+      if (!waited && !runs_before_wgmma_wait(*o, in_flight)) wait();
+      lower_op(*o);
+    }
+    if (!waited && !b_.GetInsertBlock()->getTerminator()) wait();
     for (auto& [v, t] : in_flight) tiles_[v] = t;
     if (!in_flight.empty()) memo_.clear();
     if (b_.GetInsertBlock()->getTerminator()) continue;  // returned

@@ -94,6 +94,9 @@ class GpuLowering {
   llvm::Value* at(const ir::Value* v, const SymIndex& s);
   llvm::Value* at_uncached(const ir::Value* v, const SymIndex& s);
   std::vector<llvm::Value*> materialize(const ir::Value* v, const BlockedLayout& l);
+  // lower_if: `op` may run before the branch waits for its in-flight wgmma accumulators.
+  bool runs_before_wgmma_wait(const ir::Op& op,
+                              const std::vector<std::pair<const ir::Value*, TileVal>>& in_flight) const;
   BlockedLayout canonical_layout(const std::vector<int64_t>& shape) const;
   // The layout of a Regs value this lazy value is computed from, else canonical.
   BlockedLayout preferred_layout(const ir::Value* v);
@@ -134,6 +137,16 @@ class GpuLowering {
   // A 2-D tile store whose value's layout gives short runs (an MMA accumulator)
   // converted through shared memory to 16-byte stores; false: not worth it.
   bool store_through_smem(const ir::Op& op);
+  // The column chunk (of 2^k equal ones over `col_bits` column bits) register `reg` of `l`
+  // holds, or -1 where a thread bit decides it.
+  static int register_chunk(const BlockedLayout& l, int reg, int col_bits, int k);
+
+  // --- tma_store_nvptx.cpp: a warp-specialized loop's tile stores by the TMA ----
+  void plan_tma_stores();  // constructor, after plan_wgmma: the stores' tensor maps
+  // Stores `op`'s tile (its value in `src`) through shared memory with TMA copies; false:
+  // not here (no map planned, not past a specialized loop's split, no room), store as before.
+  bool tma_store(const ir::Op& op, const BlockedLayout& src);
+  void finish_tma_stores();  // run(): before each return, wait for the stores issued
 
   // --- lower_reduce_nvptx.cpp ------------------------------------------------
   void lower_reduce(const ir::Op& op);
@@ -306,8 +319,9 @@ class GpuLowering {
     int64_t value = 1;  // the constant, or the parameter's index
     int64_t divisibility = 1;
   };
-  struct TmaMap {  // one CUtensorMap kernel parameter, for one pipelined load
-    const ir::Op* load = nullptr;
+  struct TmaMap {  // one CUtensorMap kernel parameter, for one pipelined load or one tile store
+    const ir::Op* op = nullptr;  // the load, or the store (tma_store_nvptx.cpp)
+    bool store = false;
     int base_arg = 0;
     int elem_bytes = 2;
     int swizzle_bytes = 128;
@@ -320,10 +334,11 @@ class GpuLowering {
   };
   std::optional<TmaIndex> tma_index(const ir::Value* v, int dim_hint) const;
   std::optional<TmaExtent> tma_extent(const ir::Value* s) const;
-  // geom: the ring stage's format (nullptr: check the address and mask only).
-  std::optional<TmaMap> match_tma_load(const ir::Op& load, const StagedOperand* geom) const;
+  // A load's or store's address and mask as a tensor map's tile; geom: the ring stage's
+  // format (nullptr: check the address and mask only, as for a store).
+  std::optional<TmaMap> match_tma_access(const ir::Op& access, const StagedOperand* geom) const;
   void plan_tma(const ir::Block& body);  // fills tma_maps_ (constructor, after plan_wgmma's dots)
-  const TmaMap* tma_map_of(const ir::Op* load) const;
+  const TmaMap* tma_map_of(const ir::Op* access) const;
   llvm::Value* bar_of(Pipeline& p, llvm::Value* stage);    // the stage's "full" mbarrier
   llvm::Value* empty_of(Pipeline& p, llvm::Value* stage);  // its "empty" mbarrier
   llvm::Value* smem32(llvm::Value* ptr);
@@ -388,6 +403,7 @@ class GpuLowering {
   bool wgmma_;
   bool tma_;
   bool tma_cta_barrier_;          // tma mode 2
+  bool tma_store_enabled_;        // not tma mode 4 (TMA rings, stores as before)
   // A warp-specialized loop keeps a wgmma group in flight from 3 stages (tma mode 3, to
   // measure against: from 4, as unspecialized loops).
   bool ws_inflight_from_3_;
@@ -427,6 +443,11 @@ class GpuLowering {
   // store_through_smem (every use of that memory is fenced by barriers).
   std::vector<std::pair<int64_t, int64_t>> dead_smem_;
   std::vector<std::pair<int64_t, int64_t>> store_smem_;  // store_through_smem's own buffers (offset, bytes)
+  // tma_store's chunk buffers (allocated by the first such store, shared by the later ones):
+  // tma_store_bufs_ of tma_store_chunk_bytes_ each from tma_store_smem_.
+  llvm::Value* tma_store_smem_ = nullptr;
+  int tma_store_bufs_ = 0;
+  int64_t tma_store_chunk_bytes_ = 0;
   int smem_count_ = 0;
   // Staging buffers for dot operands, shared by every dot (lower_dot_nvptx.cpp).
   llvm::Value* dot_smem_[2] = {};

@@ -143,7 +143,7 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
       if (pl.width * eb < 4) {  // cp.async copies 4, 8 or 16 bytes
         // A block pointer's mask has no constancy axis analysis proves: the TMA
         // (which checks bounds itself) may still fill the ring.
-        if (!tma_ || !match_tma_load(*load, nullptr)) continue;
+        if (!tma_ || !match_tma_access(*load, nullptr)) continue;
         pl.needs_tma = true;
       }
       pl.operand = operand;

@@ -19,8 +19,9 @@
 // The buffer reuses a finished pipelined loop's ring when one is large enough
 // (lower_for notes the rings in dead_smem_), or an earlier conversion's buffer, and
 // where neither exists and a new one would not fit, the tile goes through in column
-// chunks (128x256 f16 beside a 4-stage ring in a warp-specialized loop: two 128x128
-// passes through one 34 KB buffer), so the kernel's shared memory, and with
+// chunks (128x256 f16 beside a 4-stage ring in a warp-specialized loop with TESSERA_TMA=4,
+// where tma_store_nvptx.cpp does not take it: two 128x128 passes through one 34 KB buffer),
+// so the kernel's shared memory, and with
 // it how many CTAs fit on an SM, does not grow. Reuse is safe because every use of
 // that memory is fenced by barriers on both sides: the ring's prologue starts with
 // one, and this conversion starts with one and ends with the readers' loads done
@@ -32,6 +33,18 @@ namespace tessera::codegen::nvptx {
 
 using namespace ir;
 
+int GpuLowering::register_chunk(const BlockedLayout& l, int reg, int col_bits, int k) {
+  const SymIndex ix = l.index_of(reg);
+  const std::vector<IndexBit>& cb = ix[1];
+  int c = 0;
+  for (int i = 0; i < k; ++i) {
+    const IndexBit& bit = cb[static_cast<size_t>(col_bits - k + i)];
+    if (bit.kind == IndexBit::Thread) return -1;
+    c |= (bit.kind == IndexBit::One) << i;
+  }
+  return c;
+}
+
 bool GpuLowering::store_through_smem(const Op& op) {
   const Value* val = op.operands[1];
   const Type& t = val->type;
@@ -42,6 +55,7 @@ bool GpuLowering::store_through_smem(const Op& op) {
   // Small tiles: a round trip costs more than narrow stores.
   if (rows * cols * eb < 4096) return false;
   const BlockedLayout src = preferred_layout(val);
+  if (tma_store(op, src)) return true;  // (a warp-specialized loop's store on sm_90a: tma_store_nvptx.cpp)
   const int direct = access_width(op, src);
   const int64_t vec = std::min<int64_t>({16 / eb, cols, rows * cols / num_threads_});
   if (vec < 1) return false;
@@ -58,16 +72,7 @@ bool GpuLowering::store_through_smem(const Op& op) {
   // belongs to is fixed by the register (its top column bits are no thread bits).
   int col_bits = 0;
   while ((int64_t{1} << col_bits) < cols) ++col_bits;
-  auto chunk_of = [&](int r, int k) -> int {  // -1: a thread bit decides
-    const std::vector<IndexBit>& cb = src.index_of(r)[1];
-    int c = 0;
-    for (int i = 0; i < k; ++i) {
-      const IndexBit& bit = cb[static_cast<size_t>(col_bits - k + i)];
-      if (bit.kind == IndexBit::Thread) return -1;
-      c |= (bit.kind == IndexBit::One) << i;
-    }
-    return c;
-  };
+  auto chunk_of = [&](int r, int k) { return register_chunk(src, r, col_bits, k); };  // -1: a thread bit decides
   const int64_t pad = 16 / eb;
   llvm::Type* mt = llvm_mem_type(ctx_, e);
   // (In a ping-pong loop's body each consumer warpgroup needs its own copy: group_smem.)

@@ -137,13 +137,18 @@ std::optional<GpuLowering::TmaExtent> GpuLowering::tma_extent(const Value* s) co
   return std::nullopt;
 }
 
-std::optional<GpuLowering::TmaMap> GpuLowering::match_tma_load(const Op& load, const StagedOperand* geom) const {
-  const Value* res = load.result();
-  if (res->type.rank() != 2 || load.operands.size() < 2) return std::nullopt;  // the bounds come from the mask
+std::optional<GpuLowering::TmaMap> GpuLowering::match_tma_access(const Op& access, const StagedOperand* geom) const {
+  // A load (ptr, mask, other) or a store (ptr, value, mask): the bounds come from the mask.
+  const bool store = access.kind == OpKind::Store;
+  if (access.operands.size() < (store ? 3u : 2u)) return std::nullopt;
+  const Value* res = store ? access.operands[1] : access.result();
+  const Value* mask = access.operands[store ? 2 : 1];
+  if (res->type.rank() != 2) return std::nullopt;
   const int eb = res->type.elem.bytes();
   if (eb != 2 && eb != 4) return std::nullopt;  // f16/bf16, or fp32 bits for tf32 (K-major rows only)
   TmaMap m;
-  m.load = &load;
+  m.op = &access;
+  m.store = store;
   m.elem_bytes = eb;
   // Address: addptr chains over splat(base), collecting (index, stride) terms.
   std::vector<std::pair<TmaIndex, const Value*>> terms;  // stride nullptr: 1
@@ -167,7 +172,7 @@ std::optional<GpuLowering::TmaMap> GpuLowering::match_tma_load(const Op& load, c
     }
     return false;
   };
-  const Value* p = load.operands[0];
+  const Value* p = access.operands[0];
   const Value* base = nullptr;
   while (!base) {
     while (p->def() && (p->def()->kind == OpKind::Broadcast || p->def()->kind == OpKind::ExpandDims))
@@ -232,7 +237,7 @@ std::optional<GpuLowering::TmaMap> GpuLowering::match_tma_load(const Op& load, c
     bounded[ix->dim] = true;
     return true;
   };
-  if (!conj(load.operands[1], -1) || !bounded[0] || !bounded[1]) return std::nullopt;
+  if (!conj(mask, -1) || !bounded[0] || !bounded[1]) return std::nullopt;
 
   // The box and the ring stage's format: plain rows of 32/64/128 bytes swizzled as
   // wide, or (N-major B) column blocks of 64 elements, 128-byte swizzled.
@@ -262,7 +267,7 @@ void GpuLowering::plan_tma(const Block& body) {
   std::vector<TmaMap> maps;
   for (auto& pl : p->loads) {
     if (!wgmma_operands.count(pl.operand)) return;  // every stage of the ring in one scheme
-    auto m = match_tma_load(*pl.load, &pl.geom);
+    auto m = match_tma_access(*pl.load, &pl.geom);
     if (!m) return;
     maps.push_back(*m);
   }
@@ -283,9 +288,9 @@ std::string GpuLowering::tensor_map_spec() const {
   return s;
 }
 
-const GpuLowering::TmaMap* GpuLowering::tma_map_of(const Op* load) const {
+const GpuLowering::TmaMap* GpuLowering::tma_map_of(const Op* access) const {
   for (auto& m : tma_maps_)
-    if (m.load == load) return &m;
+    if (m.op == access) return &m;
   return nullptr;
 }
 
