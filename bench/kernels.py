@@ -190,7 +190,24 @@ def load_triton_tk():
             with open(os.path.join(root, "tk_triton", f), "w") as fh:
                 fh.write(text)
     sys.path.insert(0, root)
+    from triton.runtime.jit import JITFunction
+    if not hasattr(JITFunction, "bind"):
+        JITFunction.bind = _triton_bind
     return importlib.import_module("tk_triton")
+
+
+def _triton_bind(self, grid, **values):
+    """Tessera's Kernel.bind for the Triton peer (the library's host code launches bound
+    plans): the fixed parameters and options as keywords, the rest by position in
+    signature order, on the current stream, through Triton's own launch path."""
+    free = [n for n in self.arg_names if n not in values]
+    launch = self[grid]
+
+    def call(*args, stream=None):
+        if stream is not None:
+            raise NotImplementedError("the Triton peer launches on torch's current stream")
+        return launch(**dict(zip(free, args)), **values)
+    return call
 
 
 def _sync(device):

@@ -56,7 +56,7 @@ def test_tma_store_leaves_neighbours_alone(stages):
     assert plan[0] is L._persistent_matmul_kernel
     flat = torch.full((m * n + 64 * 1024,), float("nan"), device="cuda", dtype=torch.float16)
     c = flat[:m * n].view(1, m, n)
-    L._run_plan(plan, ad, bd, biasd, c, c)
+    L._Launch(plan)(ad, bd, biasd, c, c)
     torch.cuda.synchronize()
     assert torch.isnan(flat[m * n:]).all(), "a copy wrote past the end of C"
     assert not torch.isnan(c).any(), "unwritten outputs"
