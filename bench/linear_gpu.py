@@ -40,9 +40,10 @@ SWEEP = [  # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M, persist
     (128, 128, 64, 8, 2, 1, 2),
     # Warp-specialized (a producer warp issues the TMA copies and runs ahead across tiles,
     # compiler/codegen/nvptx/warp_specialize_nvptx.cpp): persistent only.
-    # (128x256x64 fits 3 stages next to the epilogue's whole-tile store buffer, which the ring
-    # cannot lend it while the producer fills the next tile's stages; 4 with the tile stored in
-    # two column halves through a half-size buffer.)
+    # (16-bit outputs leave through TMA stores, compiler/codegen/nvptx/tma_store_nvptx.cpp:
+    # 128x64 column chunks through 16 KB swizzled buffers beside the ring, which it cannot
+    # lend while the producer fills the next tile's stages -- 3 stages hold all four chunks'
+    # buffers, 4 stages two, reused as each chunk's copy finishes reading its buffer.)
     (128, 256, 64, 8, 3, 1, 1, True), (128, 256, 64, 8, 4, 1, 1, True), (128, 256, 32, 8, 6, 1, 1, True), (128, 128, 64, 8, 4, 1, 1, True),
     (128, 128, 64, 8, 3, 1, 2, True), (256, 128, 64, 16, 3, 1, 1, True),
     # grouped tile order (GROUP_M rows of tiles share B's columns in L2) for the specialized 128x256
