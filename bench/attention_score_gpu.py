@@ -1,6 +1,7 @@
 """attention_score's forward and backward kernels on a GPU, tile configurations side by
 side in one run with the byte floors (a copy of the same bytes, a write-only fill of
-the output) and torch (cuBLAS): what kernels/linear.py's choices are measured from.
+the output) and torch (cuBLAS): what kernels/attention.py's and kernels/linear.py's
+choices are measured from.
 
     python bench/attention_score_gpu.py [--dtype float16] [--shape 8,2048,2048,64] [--out DIR]
 
@@ -25,6 +26,7 @@ import tessera.language as tl  # noqa: E402
 from common import cuda_events_us, cuda_kernels_us  # noqa: E402
 
 L = importlib.import_module("tessera.kernels.linear")
+AT = importlib.import_module("tessera.kernels.attention")
 
 
 def kernel_us(fn, calls):
@@ -63,7 +65,7 @@ def backward(q, k, ds, dq, dk, scale, tiles, rotate):
     n = k.shape[1]
     bm, bk, warps, stages = tiles
     bd = max(16, tessera.next_power_of_2(d))
-    L._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+    AT._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
         ds, q, k, dq, dk, m, n, d, ds.stride(0), ds.stride(1), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         scale, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, ROTATE=rotate, num_warps=warps,
         num_stages=stages)

@@ -232,8 +232,8 @@ class Breakdown:
 
     def install(self):
         from tessera.jit import Kernel
-        from tessera.kernels import _host, activation, linear, norm, reduce, rope, softmax_ce
-        for mod in (_host, activation, linear, norm, reduce, rope, softmax_ce):
+        from tessera.kernels import _host, activation, attention, linear, norm, reduce, rope, softmax_ce
+        for mod in (_host, activation, attention, linear, norm, reduce, rope, softmax_ce):
             for name, f in list(vars(mod).items()):
                 if isinstance(f, Kernel):  # a launch, `k[grid](...)`, timed whole
                     self.saved.append((mod, name, f))

@@ -26,6 +26,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import tessera.kernels as tk  # noqa: E402
+from tessera.kernels import attention as AT  # noqa: E402
 from tessera.kernels import linear as L  # noqa: E402
 
 PP = {"warp_specialize": True, "ping_pong": True}
@@ -364,14 +365,14 @@ def backward_table(dtype):
     src = torch.empty(model // 2, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     want = (ds.double() @ kk.double() * 0.125, ds.double().transpose(1, 2) @ q.double() * 0.125)
-    shipped = L.SCORE_BACKWARD_TILES
+    shipped = AT.SCORE_BACKWARD_TILES
 
     def fused(cfg):
-        L.SCORE_BACKWARD_TILES = cfg
+        AT.SCORE_BACKWARD_TILES = cfg
         try:
-            return L.attention_score_backward(q, kk, ds, 0.125)
+            return AT.attention_score_backward(q, kk, ds, 0.125)
         finally:
-            L.SCORE_BACKWARD_TILES = shipped
+            AT.SCORE_BACKWARD_TILES = shipped
 
     def two_launches():
         qs, ks, dss = q.stride(), kk.stride(), ds.stride()

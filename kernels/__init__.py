@@ -4,7 +4,8 @@ the GPU back end) or CuPy arrays and returns the same kind; torch tensors that r
 grad go through a torch.autograd.Function whose backward is a Tessera kernel too.
 `tk.nn` holds drop-in torch modules (FusedLayerNorm, FusedRMSNorm, FusedLinearReLU, ...)."""
 from .activation import add_relu, bias_gelu, geglu, gelu_dropout, mul_tanh, swiglu
-from .linear import attention_score, linear_gelu, linear_relu
+from .attention import attention_score
+from .linear import linear_gelu, linear_relu
 from .norm import layer_norm, residual_add_layer_norm, residual_add_rms_norm, rms_norm
 from .reduce import reduce_mean_abs, reduce_sum_squared
 from .rope import rms_norm_rope

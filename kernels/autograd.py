@@ -23,6 +23,7 @@ def wants_grad(*tensors) -> bool:
 
 if torch is not None:
     from . import activation as A
+    from . import attention as AT
     from . import linear as L
     from . import norm as N
     from . import reduce as R
@@ -137,12 +138,12 @@ if torch is not None:
         def forward(ctx, q, k, scale):
             ctx.save_for_backward(q, k)
             ctx.scale = scale
-            return L.attention_score_forward(q, k, scale)
+            return AT.attention_score_forward(q, k, scale)
 
         @staticmethod
         def backward(ctx, ds):
             q, k = ctx.saved_tensors
-            dq, dk = L.attention_score_backward(q, k, ds, ctx.scale)
+            dq, dk = AT.attention_score_backward(q, k, ds, ctx.scale)
             return dq, dk, None
 
     class Linear(torch.autograd.Function):

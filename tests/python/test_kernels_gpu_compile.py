@@ -20,7 +20,7 @@ from test_kernels_ops import ALL_CASES, MM_CASES, check_case  # noqa: E402
 J = importlib.import_module("tessera.jit")
 PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
                                   else None)
-MODULES = ["norm", "softmax_ce", "activation", "reduce", "rope", "linear"]
+MODULES = ["norm", "softmax_ce", "activation", "reduce", "rope", "linear", "attention"]
 
 
 def _library_kernels():

@@ -18,6 +18,7 @@ import torch.nn.functional as F  # noqa: E402
 import tessera  # noqa: E402
 import tessera.kernels as tk  # noqa: E402
 import tessera.language as tl  # noqa: E402
+from tessera.kernels import attention as AT  # noqa: E402
 from tessera.kernels import linear as L  # noqa: E402
 
 PTXAS = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.access("/usr/local/cuda/bin/ptxas", os.X_OK)
@@ -198,7 +199,7 @@ def test_fast_paths_match_the_general_path():
         _close(L._linear_fast(x3, w, b, L.ACT_RELU), L.linear_forward(x3, w, b, L.ACT_RELU)[0], 1e-5, "3-d x")
     for qs, ks in SCORE_SHAPES:
         q, k = (t.float() for t in _score_inputs(qs, ks))
-        _close(L._attention_score_fast(q, k, 0.3), L.attention_score_forward(q, k, 0.3), TOL[torch.float32],
+        _close(AT._attention_score_fast(q, k, 0.3), AT.attention_score_forward(q, k, 0.3), TOL[torch.float32],
                f"attention_score {qs} {ks}")
     x, w, b = (t.float() for t in _linear_inputs(17, 40, 19))
     assert L._linear_fast(x.t().contiguous().t(), w, b, L.ACT_RELU) is None  # strided
@@ -207,9 +208,9 @@ def test_fast_paths_match_the_general_path():
     assert L._linear_fast(x, w, b[:5], L.ACT_RELU) is None  # bad bias: the general path reports it
     assert L._linear_fast(x, w[:, :7], b, L.ACT_RELU) is None
     q, k = (t.float() for t in _score_inputs((2, 17, 40), (2, 33, 40)))
-    assert L._attention_score_fast(q, k[:, :, :8].contiguous(), 1.0) is None  # D mismatch
-    assert L._attention_score_fast(q, k[:1], 1.0) is None  # batch mismatch
-    assert L._attention_score_fast(q.transpose(1, 2), k, 1.0) is None
+    assert AT._attention_score_fast(q, k[:, :, :8].contiguous(), 1.0) is None  # D mismatch
+    assert AT._attention_score_fast(q, k[:1], 1.0) is None  # batch mismatch
+    assert AT._attention_score_fast(q.transpose(1, 2), k, 1.0) is None
 
 
 # --------------------------------------------------------------------------- persistent kernel

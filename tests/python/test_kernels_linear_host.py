@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import tessera.kernels as tk
 from tessera.kernels import _host as H
+from tessera.kernels import attention as AT
 from tessera.kernels import linear as L
 
 
@@ -138,13 +139,13 @@ def test_cuda_small_m_linear_allocates_only_its_output(monkeypatch):
 
 
 def test_attention_score_fast_path_keeps_one_plan_across_scales(monkeypatch):
-    monkeypatch.setattr(L, "_FAST_SCORE_PLANS", H.Plans())
+    monkeypatch.setattr(AT, "_FAST_SCORE_PLANS", H.Plans())
     gen = torch.Generator().manual_seed(9)
     q, k = torch.randn(2, 17, 40, generator=gen), torch.randn(2, 33, 40, generator=gen)
     for scale in (0.5, 0.125, 1.0):  # scale is the bound launch's free scalar: no new plan
-        got = L._attention_score_fast(q, k, scale)
+        got = AT._attention_score_fast(q, k, scale)
         want = q.double() @ k.double().transpose(-1, -2) * scale
         assert torch.allclose(got.double(), want, atol=1e-4), scale
-    assert len(L._FAST_SCORE_PLANS) == 1
-    assert L._attention_score_fast(q, k[:, :, :8].contiguous(), 1.0) is None  # D mismatch: the general path
-    assert L._attention_score_fast(q.transpose(1, 2), k, 1.0) is None
+    assert len(AT._FAST_SCORE_PLANS) == 1
+    assert AT._attention_score_fast(q, k[:, :, :8].contiguous(), 1.0) is None  # D mismatch: the general path
+    assert AT._attention_score_fast(q.transpose(1, 2), k, 1.0) is None

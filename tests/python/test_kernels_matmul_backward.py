@@ -17,6 +17,7 @@ from ptxas_check import assemble_if_available  # noqa: E402
 torch = pytest.importorskip("torch")
 
 L = importlib.import_module("tessera.kernels.linear")
+AT = importlib.import_module("tessera.kernels.attention")
 H = importlib.import_module("tessera.kernels._host")
 
 GRAD_TOL = {torch.float32: 5e-5, torch.float16: 1e-2, torch.bfloat16: 6e-2}
@@ -72,17 +73,17 @@ def test_linear_backward_plans_split_k_on_a_gpu_only(monkeypatch):
 def test_score_backward_tiles():
     qs = ks = (2048 * 64, 64, 1)
     dss = (2048 * 2048, 2048, 1)
-    bm, bk, warps, stages = L.SCORE_BACKWARD_TILES
-    assert L._score_backward_tiles("float16", 64, qs, ks, dss) == (bm, 64, bk, {"num_warps": warps,
+    bm, bk, warps, stages = AT.SCORE_BACKWARD_TILES
+    assert AT._score_backward_tiles("float16", 64, qs, ks, dss) == (bm, 64, bk, {"num_warps": warps,
                                                                                 "num_stages": stages})
-    assert L._score_backward_tiles("bfloat16", 48, (2048 * 48, 48, 1), (2048 * 48, 48, 1), dss)[1] == 64
+    assert AT._score_backward_tiles("bfloat16", 48, (2048 * 48, 48, 1), (2048 * 48, 48, 1), dss)[1] == 64
     # rows of 40 elements: the launch knows divisibility by 16 only, no ring could take them
-    assert L._score_backward_tiles("float16", 40, (2048 * 40, 40, 1), (2048 * 40, 40, 1), dss) is None
-    assert L._score_backward_tiles("float16", 128, qs, ks, dss)[1] == 128
-    assert L._score_backward_tiles("float16", 256, qs, ks, dss) is None               # past one wgmma N
-    assert L._score_backward_tiles("float32", 64, qs, ks, dss) is None                # two tf32x3 matmuls
-    assert L._score_backward_tiles("float16", 64, qs, ks, (2048 * 2050, 2050, 1)) is None  # ds rows unaligned
-    assert L._score_backward_tiles("float16", 64, qs, ks, (2048 * 2048, 1, 2048)) is None  # ds transposed
+    assert AT._score_backward_tiles("float16", 40, (2048 * 40, 40, 1), (2048 * 40, 40, 1), dss) is None
+    assert AT._score_backward_tiles("float16", 128, qs, ks, dss)[1] == 128
+    assert AT._score_backward_tiles("float16", 256, qs, ks, dss) is None               # past one wgmma N
+    assert AT._score_backward_tiles("float32", 64, qs, ks, dss) is None                # two tf32x3 matmuls
+    assert AT._score_backward_tiles("float16", 64, qs, ks, (2048 * 2050, 2050, 1)) is None  # ds rows unaligned
+    assert AT._score_backward_tiles("float16", 64, qs, ks, (2048 * 2048, 1, 2048)) is None  # ds transposed
 
 
 # --------------------------------------------------------------------------- the kernels on the CPU
@@ -113,7 +114,7 @@ def test_score_backward_kernel_on_the_cpu(bt, m, n, d, bm, rotate):
                 torch.randn(bt, m, n, generator=gen))
     dq, dk = torch.full((bt, m, d), float("nan")), torch.full((bt, n, d), float("nan"))
     bd = tessera.next_power_of_2(d)
-    L._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+    AT._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
         ds, q, k, dq, dk, m, n, d, ds.stride(0), ds.stride(1), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         0.25, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=32, ROTATE=rotate)
     _close(dq, ds.double() @ k.double() * 0.25, 3e-5, "dq")
@@ -169,13 +170,13 @@ def test_ptx_score_backward_runs_both_products_on_wgmma(dtype, tmp_path):
     # (1); k and q N-major (1); m64n64k16 over BLOCK_K 64 (4 per step); cp.async rings
     # (batched bases: no tensor map); the branches' rings share shared memory (one ring's
     # stages x (BLOCK_M + BLOCK_D) x 64 x 2 bytes).
-    bm, bd, bk, opts = L._score_backward_tiles(dtype.replace("fp", "float") if dtype == "fp16" else "bfloat16", 64,
+    bm, bd, bk, opts = AT._score_backward_tiles(dtype.replace("fp", "float") if dtype == "fp16" else "bfloat16", 64,
                                                (2048 * 64, 64, 1), (2048 * 64, 64, 1), (2048 * 2048, 2048, 1))
     ptr = f"*{dtype}:16"
     sizes = (2048, 2048, 64, 2048 * 2048, 2048, 2048 * 64, 64, 2048 * 64, 64, 0.125)
-    sig, ce, opts = launch_signature(L._score_backward_kernel, {p: ptr for p in ("DS", "Q", "KEY", "DQ", "DK")}, sizes,
+    sig, ce, opts = launch_signature(AT._score_backward_kernel, {p: ptr for p in ("DS", "Q", "KEY", "DQ", "DK")}, sizes,
                                      dict(ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, **opts))
-    ck = tessera.compile(L._score_backward_kernel, sig, ce, target="cuda:90a", **opts)
+    ck = tessera.compile(AT._score_backward_kernel, sig, ce, target="cuda:90a", **opts)
     ptx = _assembled(ck, tmp_path)
     t = {"fp16": "f16", "bf16": "bf16"}[dtype]
     steps = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.{t}\.{t} .*, p, 1, 1, (\d), (\d);", ptx)
@@ -251,14 +252,14 @@ def test_attention_score_backward_launches_the_fused_kernel(shape, monkeypatch):
     q, k, ds = (torch.randn(*lead, m, d, generator=gen).half(), torch.randn(*lead, n, d, generator=gen).half(),
                 torch.randn(*lead, m, n, generator=gen).half())
     launched = []
-    real = L._score_backward_kernel.__class__.__getitem__
+    real = AT._score_backward_kernel.__class__.__getitem__
 
     def spy(kernel, grid):
         launched.append((kernel.__name__, grid))
         return real(kernel, grid)
-    monkeypatch.setattr(L._score_backward_kernel.__class__, "__getitem__", spy)
-    dq, dk = L.attention_score_backward(q, k, ds, 0.25)
-    bm = L.SCORE_BACKWARD_TILES[0]
+    monkeypatch.setattr(AT._score_backward_kernel.__class__, "__getitem__", spy)
+    dq, dk = AT.attention_score_backward(q, k, ds, 0.25)
+    bm = AT.SCORE_BACKWARD_TILES[0]
     batch = 1
     for v in lead:
         batch *= v

@@ -1,0 +1,243 @@
+"""attention_score: batched q @ k^T * scale over the last two dimensions, forward and
+backward. The forward is linear.py's strided matmul with B = k^T (a swap of k's two
+strides) and the scale in its epilogue, its scores stored evict-first; the backward
+computes dq = ds k * scale and dk = ds^T q * scale in one launch
+(_score_backward_kernel), reading ds from memory about once."""
+from __future__ import annotations
+
+import tessera
+import tessera.language as tl
+
+from . import _host as H
+from .linear import ACT_NONE, _epilogue, _gpu_launch, _gpu_tiles, _operand_tiles, matmul
+
+_NOT_FAST = object()  # a plan key the fast path leaves to the general one
+
+
+@tessera.kernel
+def _score_product_tile(a_base, b_base, C, rm, rn, batch, M, N, K, s_am, s_ak, s_bk, s_bn, s_cb, scale, first_block,
+                        A_MMAJOR: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr, ROTATE: tl.constexpr):
+    """One [BLOCK_M, BLOCK_N] tile of C[batch] = A[batch] @ B[batch] * scale (B N-major),
+    for _score_backward_kernel (inlined into each of its two branches). ROTATE: the K
+    steps start at K block `first_block` and wrap around (the sum is the same, in
+    another order)."""
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    k_span = tl.cdiv(K, BLOCK_K) * BLOCK_K
+    for k in range(0, K, BLOCK_K):
+        if ROTATE:
+            kr = k + first_block * BLOCK_K
+            kr = tl.multiple_of(tl.where(kr >= k_span, kr - k_span, kr), BLOCK_K)
+        else:
+            kr = k
+        a, b = _operand_tiles(a_base, b_base, rm, rn, kr + rk, M, N, K, s_am, s_ak, s_bk, s_bn, A_MMAJOR, False)
+        acc = tl.dot(a, b, acc)
+    _epilogue(acc, rm, rn, batch, M, N, s_cb, a_base, C, C, scale, 0, False, False, True, ACC)
+
+
+@tessera.kernel
+def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, s_kb, s_kn, scale,
+                           ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_K: tl.constexpr,
+                           ROTATE: tl.constexpr = True):
+    """attention_score's backward in one launch: dq = ds @ k * scale and dk = ds^T @ q *
+    scale, q (batch, M, D), k (batch, N, D), ds (batch, M, N), rows contiguous; grid
+    (cdiv(M, BLOCK_M) + cdiv(N, BLOCK_M), 1, batch). A batch's programs are its dq
+    row blocks, then its dk row blocks; CTAs start in grid order, x fastest, so the
+    programs in flight are those of a few consecutive batches: the dq programs read
+    the batch's ds along its rows, the dk programs along its columns, at about the same
+    time. ROTATE (the default): dq program i starts its K steps (ds's column blocks) at
+    block -i, dk program j its K steps (ds's row blocks) at block -j, both wrapping
+    around, so that at step t every program of a batch reads a tile of the same
+    anti-diagonal (row block + column block = t mod the blocks): dq program i reads ds
+    tile (i, t - i) at the step dk program t - i reads it, and the second read hits the
+    L2 -- ds leaves memory once. (Counted in BLOCK_K blocks: a program of BLOCK_M = R x
+    BLOCK_K rows starts at -R x its index, and the two reads of a tile come within R
+    steps of each other. Example, 8 x 2048 x 2048 at 128 x 64: 16 + 16 programs a batch,
+    32 K steps each; dq program 3 starts at column block 26, dk program 3 at row block
+    26; tile (6, 26) is read by dq program 3 at step 0 and by dk program 13 at step
+    6 + 26 - 32 = 0.) In plain order the two reads of tile (i, j) came up to
+    a whole batch apart, and with 8 heads of 2048 x 2048 (8 MB of ds each, a few batches
+    in flight against 50 MB of L2) many second reads went to memory too. Two launches
+    read all of ds twice from memory (64 MB each for 8 heads: 2x the bytes).
+    dk's A operand is ds^T, M-major (wgmma's transposed A)."""
+    batch = tl.program_id(2).to(tl.int64)
+    t = tl.program_id(0)
+    q_blocks = tl.cdiv(M, BLOCK_M)
+    rd = tl.arange(0, BLOCK_D)
+    if t < q_blocks:
+        # dq[b, m, :] = sum_n ds[b, m, n] k[b, n, :]: A = ds (K-major), B = k (N-major).
+        rm = t * BLOCK_M + tl.arange(0, BLOCK_M)
+        n_blocks = tl.cdiv(N, BLOCK_K)
+        first = (n_blocks - (t * BLOCK_M // BLOCK_K) % n_blocks) % n_blocks
+        _score_product_tile(DS + batch * s_db, KEY + batch * s_kb, DQ, rm, rd, batch, M, D, N, s_dm, 1, s_kn, 1,
+                            M * D, scale, first, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K, ROTATE)
+    else:
+        # dk[b, n, :] = sum_m ds[b, m, n] q[b, m, :]: A = ds^T (M-major), B = q (N-major).
+        j = t - q_blocks
+        rn = j * BLOCK_M + tl.arange(0, BLOCK_M)
+        m_blocks = tl.cdiv(M, BLOCK_K)
+        first = (m_blocks - (j * BLOCK_M // BLOCK_K) % m_blocks) % m_blocks
+        _score_product_tile(DS + batch * s_db, Q + batch * s_qb, DK, rn, rd, batch, N, D, M, 1, s_dm, s_qm, 1,
+                            N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, ROTATE)
+
+
+def _batched(x, name):
+    """x (..., R, C) as a (batch, R, C) view (copied if the leading dims do not collapse)."""
+    if x.ndim < 2:
+        raise ValueError(f"tessera.kernels.attention_score: {name} must have at least 2 dimensions")
+    r, c = x.shape[-2:]
+    try:
+        v = x.reshape(-1, r, c)
+    except (ValueError, RuntimeError):
+        v = H.contiguous(x).reshape(-1, r, c)
+    return v, H.strides(v)
+
+
+_SCORE_PLANS = H.Plans()
+
+
+def _score_views(key, arrays, check):
+    """(batched views, their strides) of q, k (and ds): the views are the arrays
+    themselves when they are 3-D already; `check` runs on a layout's first call."""
+    plan = _SCORE_PLANS.get(key)
+    if plan is None:
+        if check is not None:
+            check()
+        views = [_batched(a, name) for a, name in zip(arrays, ("q", "k", "ds"))]
+        plan = _SCORE_PLANS.remember(key, tuple((v is a, st) for (v, st), a in zip(views, arrays)))
+    return [(a if same else _batched(a, name)[0], st) for (same, st), a, name in zip(plan, arrays, ("q", "k", "ds"))]
+
+
+def _check_scores(q, k):
+    H.check_float("attention_score", q)
+    H.check_same("attention_score", q, k, "k")
+    if q.ndim != k.ndim or tuple(q.shape[:-2]) != tuple(k.shape[:-2]) or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"tessera.kernels.attention_score: q {tuple(q.shape)} and k {tuple(k.shape)} must be "
+                         f"(..., M, D) and (..., N, D) with the same leading dimensions")
+
+
+def attention_score_forward(q, k, scale):
+    (qv, qs), (kv, ks) = _score_views((H.layout(q), H.layout(k)), (q, k), lambda: _check_scores(q, k))
+    bt, m, d = qv.shape
+    n = kv.shape[1]
+    s, _ = matmul(qv, kv, qs, (ks[0], ks[2], ks[1]), bt, m, n, d, q, scale=scale, stream=True)
+    return H.shaped(s, tuple(q.shape[:-1]) + (n,))
+
+
+def _score_backward_tiles(dtype_name, d, qs, ks, dss):
+    """(BLOCK_M, BLOCK_D, BLOCK_K, launch options) of _score_backward_kernel, or None
+    where the two products run as two matmuls: the fused kernel takes 16-bit q, k, ds
+    with contiguous rows whose strides are multiples of 16 elements (the cp.async ring's
+    16-byte copies) and a head dim of at most 128 (one wgmma N). Tiles: see
+    SCORE_BACKWARD_TILES."""
+    if dtype_name not in ("float16", "bfloat16") or not 0 < d <= 128:
+        return None
+    if qs[2] != 1 or ks[2] != 1 or dss[2] != 1 or any(st % 16 for st in (qs[1], ks[1], dss[1])):
+        return None
+    bm, bk, warps, stages = SCORE_BACKWARD_TILES
+    return bm, max(16, tessera.next_power_of_2(d)), bk, {"num_warps": warps, "num_stages": stages}
+
+
+# (BLOCK_M, BLOCK_K, num_warps, num_stages) of _score_backward_kernel. Kernel time on an H100 at
+# 8x2048x2048x64 fp16 (bench/attention_score_gpu.py, bench/results/kernels_cuda_float16_attn.md),
+# of a copy of the byte model's 75 MB: with the K order rotated (ROTATE) 128x64 rows x K over 8
+# warps, 4 stages, 0.887: 256 programs, all resident at once (two per SM), each ds tile read by
+# its dq and dk programs at about the same step (one read from memory, one from the L2);
+# 128x64 over 4 warps 0.83; 64x64 (512 programs, two waves) 0.60-0.75 at 3-6 stages, rotated or
+# not (0.73 unrotated 6 stages, the earlier choice: the second read of ds often from memory);
+# 128x64 in plain order 0.71, 128x128 (K) 0.67, 256x64 0.80.
+# The two branches' rings share shared memory (lower_if): stages x (BLOCK_M + BLOCK_D) x
+# BLOCK_K x 2 bytes, 96 KB here (two CTAs per SM). Session 8 (bench/results/
+# kernels_cuda_float16_bwd90.md): 128x32 over 8 warps at 4-8 stages 0.70-0.79, 256x64 over
+# 16 warps (one CTA per SM, wgmma; 256 rows over 8 warps fall back to mma.sync) 0.82-0.83;
+# the operands read as 2-D arrays of all batches' rows from the bare parameters, so that the
+# rings took TMA copies, 0.865-0.884 against this form's 0.875 (not kept). Nsight Compute on
+# these tiles: 71.7 MB read from DRAM (ds once: the byte model), 66-69% of DRAM peak, 24% of
+# the SM's warps active.
+SCORE_BACKWARD_TILES = (128, 64, 8, 4)
+
+
+def attention_score_backward(q, k, ds, scale):
+    (qv, qs), (kv, ks), (dsv, dss) = _score_views((H.layout(q), H.layout(k), H.layout(ds)), (q, k, ds), None)
+    bt, m, d = qv.shape
+    n = kv.shape[1]
+    name = H.dtype_name(q)
+    tiles = _score_backward_tiles(name, d, qs, ks, dss) if H.on_gpu(q) and bt and m and n and \
+        H.dtype_name(ds) == name else None
+    if tiles is not None:
+        bm, bd, bk, opts = tiles
+        dq, dk = H.empty(q, (bt, m, d)), H.empty(q, (bt, n, d))
+        _score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+            dsv, qv, kv, dq, dk, m, n, d, dss[0], dss[1], qs[0], qs[1], ks[0], ks[1], H.scalar(q, scale),
+            ACC=H.acc_dtype(q), BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=bk, **opts)
+        return H.shaped(dq, tuple(q.shape)), H.shaped(dk, tuple(k.shape))
+    dq, _ = matmul(dsv, kv, dss, ks, bt, m, d, n, q, scale=scale)            # dq = ds @ k * scale
+    dk, _ = matmul(dsv, qv, (dss[0], dss[2], dss[1]), qs, bt, n, d, m, q, scale=scale)  # dk = ds^T @ q * scale
+    return H.shaped(dq, tuple(q.shape)), H.shaped(dk, tuple(k.shape))
+
+
+def attention_score(q, k, scale=None):
+    """q @ k^T * scale over the last two dimensions of q (..., M, D) and k (..., N, D);
+    scale defaults to 1 / sqrt(D)."""
+    if scale is None:
+        scale = float(q.shape[-1]) ** -0.5
+    AG = H.autograd()
+    if AG.wants_grad(q, k):
+        return AG.AttentionScore.apply(q, k, float(scale))
+    s = _attention_score_fast(q, k, float(scale)) if getattr(q, "is_cuda", False) else None
+    return s if s is not None else attention_score_forward(q, k, float(scale))
+
+
+def _attention_score_fast(q, k, scale):
+    """attention_score_forward for contiguous torch q (..., M, D) and k (..., N, D) of one
+    float16/bfloat16/float32 dtype on one device, with the GPU tiles; None otherwise
+    (the general path then checks and reports). Per call: a plan lookup keyed by the
+    shapes, dtypes and devices, two contiguity checks, the allocation of s and a bound
+    launch (scale its one free scalar). Called for CUDA tensors (the product is tens of
+    microseconds, the general path's checks a good part of that in host time); tests
+    call it on the CPU too."""
+    T = H.torch
+    if T is None or not isinstance(q, T.Tensor) or not isinstance(k, T.Tensor):
+        return None
+    key = (q.shape, k.shape, q.dtype, k.dtype, q.get_device(), k.get_device())
+    plan = _FAST_SCORE_PLANS.get(key)
+    if plan is None:
+        plan = _FAST_SCORE_PLANS.remember(key, _fast_score_plan(q, k))
+    if plan is _NOT_FAST or not (q.is_contiguous() and k.is_contiguous()):
+        return None
+    new_s, launch = plan
+    s = new_s()
+    launch(q, k, q, s, s, scale)
+    return s
+
+
+_FAST_SCORE_PLANS = H.Plans()
+
+
+def _fast_score_plan(q, k):
+    """(allocator of s, the bound launch taking A, B, BIAS, C, Z, scale) for these
+    tensors' shapes, dtypes and devices, or _NOT_FAST."""
+    T = H.torch
+    dt = q.dtype
+    if q.dim() < 2 or q.dim() != k.dim() or dt not in (T.float16, T.bfloat16, T.float32) or k.dtype != dt or \
+            k.device != q.device:
+        return _NOT_FAST
+    qs, ks = q.shape, k.shape
+    if qs[:-2] != ks[:-2] or qs[-1] != ks[-1]:
+        return _NOT_FAST
+    m, d, n = qs[-2], qs[-1], ks[-2]
+    if m == 0 or d == 0 or n == 0 or q.numel() == 0:
+        return _NOT_FAST
+    bt = q.numel() // (m * d)
+    bm, bn, bk, opts = _gpu_tiles(H.dtype_name(q), m, n, d, bt, rows_aligned=d % 16 == 0)
+    kernel, grid, extra, opts = _gpu_launch(q, m, n, bt, bm, bn, opts)
+    # A = q (bt, m, d) row-major; B = k^T: B[b, d, n] at k + b * n * d + n * d + d.
+    sizes = dict(zip(("M", "N", "K", "s_ab", "s_am", "s_ak", "s_bb", "s_bk", "s_bn", "s_cb"),
+                     (m, n, d, m * d, d, 1, n * d, 1, d, m * n)))
+    if extra:
+        sizes["batches"] = extra[0]
+    launch = kernel.bind(grid, **sizes, A_MMAJOR=False, B_KMAJOR=d != 1, ACT=ACT_NONE, HAS_BIAS=False,
+                         STORE_Z=False, SCALE=True, ACC=tl.float32, BATCHED=bt > 1, BLOCK_M=bm, BLOCK_N=bn,
+                         BLOCK_K=bk, STREAM_C=True, **opts)
+    return H.allocator(q, tuple(qs[:-1]) + (n,)), launch
