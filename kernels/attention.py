@@ -9,9 +9,7 @@ import tessera
 import tessera.language as tl
 
 from . import _host as H
-from .linear import ACT_NONE, _epilogue, _gpu_launch, _gpu_tiles, _operand_tiles, matmul
-
-_NOT_FAST = object()  # a plan key the fast path leaves to the general one
+from .linear import _NOT_FAST, ACT_NONE, _epilogue, _gpu_launch, _gpu_tiles, _operand_tiles, matmul
 
 
 @tessera.kernel

@@ -221,6 +221,19 @@ PERSISTENT_PRODUCTS = [(1, 97, 70, 45, False, True), (1, 97, 70, 45, False, Fals
                        (3, 40, 33, 50, False, True)]
 
 
+# (batch, M, K, N, A M-major, B K-major), activation: _persistent_product's ragged cases for
+# the persistent kernel's GPU variants (test_warp_specialize.py, test_ping_pong.py): odd and
+# even tile counts per program, M and N not multiples of the tile, bias-free N = 520, a
+# transposed shape, a full 2048^2 product, N-major B (dX = dZ W), K = 200 (400-byte rows: a
+# multiple of 8 elements only, which the launch also specializes on).
+RAGGED_PRODUCTS = [((1, 4097, 80, 1030, False, True), act) for act in (L.ACT_RELU, L.ACT_GELU, L.ACT_NONE)] + [
+    ((1, 300, 48, 520, False, True), L.ACT_RELU),
+    ((1, 1030, 64, 4097, False, True), L.ACT_GELU),
+    ((1, 2048, 1024, 2048, False, True), L.ACT_RELU),
+    ((1, 4097, 80, 1030, False, False), L.ACT_NONE),
+    ((1, 1000, 200, 1030, False, True), L.ACT_RELU)]
+
+
 def _persistent_product(device, dtype, batch, m, k, n, a_mmajor, b_kmajor, tiles, act=L.ACT_NONE):
     """(C from the persistent kernel through L.matmul's plan, float64 reference)."""
     gen = torch.Generator().manual_seed(m + 7 * k + 13 * n + batch)

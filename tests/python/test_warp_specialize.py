@@ -321,14 +321,7 @@ def test_specialized_linear_on_gpu(dtype, monkeypatch):
     for per_sm, stages, bn, bk in ((1, 3, 256, 64), (1, 4, 256, 64), (1, 6, 256, 32), (1, 4, 128, 64),
                                    (2, 3, 128, 64)):
         tiles = (128, bn, bk, {"num_warps": 8, "num_stages": stages, "persistent": per_sm, "warp_specialize": True})
-        for product, act in [((1, 4097, 80, 1030, False, True), L.ACT_RELU),
-                             ((1, 4097, 80, 1030, False, True), L.ACT_GELU),
-                             ((1, 4097, 80, 1030, False, True), L.ACT_NONE),
-                             ((1, 300, 48, 520, False, True), L.ACT_RELU),
-                             ((1, 1030, 64, 4097, False, True), L.ACT_GELU),
-                             ((1, 2048, 1024, 2048, False, True), L.ACT_RELU),
-                             ((1, 4097, 80, 1030, False, False), L.ACT_NONE),
-                             ((1, 1000, 200, 1030, False, True), L.ACT_RELU)]:
+        for product, act in T.RAGGED_PRODUCTS:
             c, want = T._persistent_product("cuda", dtype, *product, tiles, act)
             assert not torch.isnan(c).any(), f"unwritten outputs {tiles} {product}"
             T._close(c, want, T.TOL[dtype], f"warp-specialized s{stages} 128x{bn}x{bk} x{per_sm} {product} act {act}")
