@@ -278,6 +278,136 @@ def test_where_it_cannot_apply(fn, sig, ce, message):
     assert message in text and "warp_specialize=True" in text and fn.__name__ in text
 
 
+def _two_products(a, b, c, M, N, K, s_am, s_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  OTHER: tl.constexpr):
+    """Program 0 computes a @ b with a specialized loop; the other programs (OTHER):
+    0 a specialized loop of their own (K steps in reverse), 1 return at once, 2 an
+    unspecialized store; then every program stores a row of ones after the if."""
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    if tl.program_id(0) == 0:
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, warp_specialize=True):
+            x = tl.load(a + rm[:, None] * s_am + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K),
+                        other=0.0)
+            y = tl.load(b + (k + rk)[:, None] * s_bk + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N),
+                        other=0.0)
+            acc = tl.dot(x, y, acc)
+        tl.store(c + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    elif OTHER == 0:
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, warp_specialize=True):
+            kk = K - BK - k + rk
+            x = tl.load(a + rm[:, None] * s_am + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+            y = tl.load(b + kk[:, None] * s_bk + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(x, y, acc)
+        tl.store(c + M * N + rm[:, None] * N + rn[None, :], acc * 2.0, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    elif OTHER == 1:
+        return
+    else:
+        tl.store(c + M * N + rm[:, None] * N + rn[None, :], tl.zeros([BM, BN], tl.float32),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(c + 2 * M * N + tl.program_id(0) * BM + rm, tl.zeros([BM], tl.float32) + 1.0)
+
+
+def _producer_paths(ptx):
+    """The producer warpgroup's paths: each starts where its threads give up registers."""
+    return ptx.count("setmaxnreg.dec.sync.aligned.u32 40;")
+
+
+@pytest.mark.parametrize("maxnreg", [None, 80])
+def test_each_branch_specializes_its_own_loop(maxnreg, tmp_path):
+    # A program runs one branch of a kernel-level if: each branch's loop gets its own split
+    # (a producer warpgroup issuing its ring's TMA copies, consumers past named barrier 1),
+    # lowered from the state before the if. The launch: 4 consumer warps + the producer
+    # warpgroup. maxnreg caps the registers the block launches with (two blocks an SM at 80:
+    # the consumers then take (256 x 80 - 128 x 40) / 128 = 120).
+    extra = {} if maxnreg is None else {"maxnreg": maxnreg}
+    ck = tessera.compile(tessera.kernel(_two_products), MM_SIG, {"BM": 64, "BN": 64, "BK": 64, "OTHER": 0},
+                         target="cuda:90a", num_warps=4, num_stages=3, **extra)
+    ptx = ck.asm["ptx"]
+    assert ck.metadata["threads"] == "256" and len(ck.metadata["tensor_maps"].split("|")) == 5  # 2 + 2 maps
+    assert _producer_paths(ptx) == 2 and ptx.count("cp.async.bulk.tensor.2d") == 4
+    assert ptx.count("setmaxnreg.inc.sync.aligned.u32 " + ("256" if maxnreg is None else "120") + ";") == 2
+    assert ptx.count("wgmma.mma_async") == 8 and "cp.async.cg" not in ptx
+    # Every barrier past a split is named barrier 1 over the 128 consumers (the stores of
+    # the row of ones after the if need none).
+    assert "barrier.sync \t1, 128;" in ptx and ptx.count("bar.sync \t0;") == 4  # each ring's setup, all threads
+    if maxnreg:
+        assert ".maxnreg 80" in ptx
+    info = _assemble(ptx, tmp_path)
+    assert "0 bytes spill stores" in info
+
+
+@pytest.mark.parametrize("other", [1, 2], ids=["returns", "unspecialized"])
+def test_the_other_branch_runs_without_the_producer(other):
+    # Where only one branch specializes, the other one's threads past the kernel's warps
+    # (the producer warpgroup the launch has for the first branch) leave at its start:
+    # the unspecialized store runs on 4 warps, as its layout says.
+    ck = tessera.compile(tessera.kernel(_two_products), MM_SIG, {"BM": 64, "BN": 64, "BK": 64, "OTHER": other},
+                         target="cuda:90a", num_warps=4, num_stages=3)
+    ptx = ck.asm["ptx"]
+    assert ck.metadata["threads"] == "256" and _producer_paths(ptx) == 1
+    # Thread-id tests against the 128 consumers: the split's, and (a branch with code) the
+    # leaving threads' (for a branch that returns, both of its paths return).
+    tests = re.findall(r"setp\.(?:lt|gt|ge)\.u32\s+%p\d+, %r\d+, 12[78];", ptx)
+    assert len(tests) == (2 if other == 2 else 1), tests
+
+
+def _ping_pong_in_branch(a, b, c, M, N, K, steps, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    if tl.program_id(0) == 0:
+        t = 0
+        k = 0
+        acc = tl.zeros([BM, BN], tl.float32)
+        for i in tl.range(0, steps, warp_specialize=True, ping_pong=True):
+            rm = t * BM + tl.arange(0, BM)
+            kk = tl.multiple_of(k, BK) + rk
+            x = tl.load(a + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+            y = tl.load(b + rn[:, None] * K + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < K), other=0.0)
+            acc = tl.dot(x, tl.trans(y), acc)
+            k += BK
+            if k >= K:
+                tl.store(c + rm[:, None] * N + rn[None, :], acc, mask=rm[:, None] < M)
+                acc = tl.zeros([BM, BN], tl.float32)
+            last = k >= K
+            t = tl.where(last, t + 1, t)
+            k = tl.where(last, 0, k)
+    tl.store(c + M * N + tl.program_id(0), 1.0)
+
+
+def test_branches_that_go_on_with_different_threads():
+    # A ping-pong loop in one branch (two consumer warpgroups, thread ids renumbered) and
+    # code after the if that the other branch reaches on one warpgroup: an error.
+    sig = {"a": "*fp16:16", "b": "*fp16:16", "c": "*fp32:16", "M": "i32", "N": "i32", "K": "i32:16", "steps": "i32"}
+    with pytest.raises(tessera.CompilationError) as e:
+        tessera.compile(tessera.kernel(_ping_pong_in_branch), sig, {"BM": 64, "BN": 128, "BK": 64},
+                        target="cuda:90a", num_warps=4, num_stages=4)
+    text = str(e.value)
+    assert "branches of this if go on to the code after it with different threads" in text
+    assert "_ping_pong_in_branch" in text
+
+
+@pytest.mark.parametrize("other", [0, 1, 2])
+def test_two_products_on_the_cpu(other):
+    # The same source on the CPU (the hint ignored): program 0's product, program 1's.
+    import torch as T
+    gen = T.Generator().manual_seed(other)
+    m, n, k = 50, 40, 128
+    a, b = T.randn(m, k, generator=gen).half(), T.randn(k, n, generator=gen).half()
+    c = T.full((2 * m * n + 2 * 64,), float("nan"))
+    tessera.kernel(_two_products)[(2,)](a, b, c, m, n, k, k, n, BM=64, BN=64, BK=64, OTHER=other)
+    want = a.double() @ b.double()
+    assert T.allclose(c[:m * n].view(m, n).double(), want, atol=1e-2, rtol=1e-3)
+    if other != 1:
+        assert T.allclose(c[m * n:2 * m * n].view(m, n).double(), 2 * want if other == 0 else 0 * want,
+                          atol=2e-2, rtol=1e-3)
+    ones = c[2 * m * n:]
+    assert (ones[:64] == 1).all() and ((ones[64:] == 1).all() if other != 1 else ones[64:].isnan().all())
+
+
 def test_warp_specialize_must_be_compile_time():
     def runtime_flag(x, out, n, flag):
         for i in tl.range(0, n, warp_specialize=flag):

@@ -303,6 +303,29 @@ bool GpuLowering::runs_before_wgmma_wait(const Op& op,
   }
 }
 
+// `b` (not its loops' bodies) has a loop that asks for warp specialization.
+bool GpuLowering::asks_warp_specialize_in(const Block& b) const {
+  for (auto& o : b.ops) {
+    if (o->kind == OpKind::For && asks_warp_specialize(*o)) return true;
+    if (o->kind == OpKind::If)
+      for (auto& r : o->regions)
+        if (asks_warp_specialize_in(*r->block)) return true;
+  }
+  return false;
+}
+
+// Nothing but the kernel's return follows `op` (an if of the kernel's own block).
+bool GpuLowering::only_return_after(const Op& op) const {
+  const Block* b = op.parent;
+  if (!b || b != k_.body()) return false;
+  bool after = false;
+  for (auto& o : b->ops) {
+    if (o.get() == &op) after = true;
+    else if (after && o->kind != OpKind::Return) return false;
+  }
+  return true;
+}
+
 void GpuLowering::lower_if(const Op& op) {
   size_t n = op.results.size();
   std::vector<Carried> c(n);
@@ -319,7 +342,15 @@ void GpuLowering::lower_if(const Op& op) {
   int shared_then = shared_before;
   std::vector<std::pair<int64_t, int64_t>> dead_then;
   bool shared = false;
+  // A warp-specialized loop in a branch splits the CTA there (warp_specialize_nvptx.cpp):
+  // the other branch starts from the state before the if, and where it specializes no
+  // loop of its own, the threads past the kernel's warps leave at its start.
+  // {state at the branch's end, whether it went on to the join}.
+  const SplitState split_before = split_state();
+  std::pair<SplitState, bool> split_after[2] = {{split_before, false}, {split_before, false}};
+  const bool asks[2] = {asks_warp_specialize_in(*op.regions[0]->block), asks_warp_specialize_in(*op.regions[1]->block)};
   for (int r = 0; r < 2; ++r) {
+    if (r == 1 && !(split_after[0].first == split_before)) restore_split_state(split_before);
     if (r == 1 && (shared = branches_share_smem(op, shared_before, dot_staging_before))) {
       shared_then = shared_bytes_;
       shared_bytes_ = shared_before;
@@ -327,6 +358,7 @@ void GpuLowering::lower_if(const Op& op) {
       dead_smem_.resize(dead_before);
     }
     b_.SetInsertPoint(r == 0 ? thenbb : elsebb);
+    if (asks[1 - r] && !asks[r]) leave_extra_threads();
     const Block& blk = *op.regions[r]->block;
     // In-flight wgmma accumulators this branch reads (pipeline_nvptx.cpp): wait for
     // them on this path only, as late as the branch allows: its loads that need no
@@ -353,7 +385,9 @@ void GpuLowering::lower_if(const Op& op) {
     if (!waited && !b_.GetInsertBlock()->getTerminator()) wait();
     for (auto& [v, t] : in_flight) tiles_[v] = t;
     if (!in_flight.empty()) memo_.clear();
+    split_after[r].first = split_state();
     if (b_.GetInsertBlock()->getTerminator()) continue;  // returned
+    split_after[r].second = true;
     const Op* y = blk.terminator();
     if (y && y->kind == OpKind::Yield && n) {
       if (!slots_made) {  // results take the layout of the first branch's values, or a
@@ -377,6 +411,15 @@ void GpuLowering::lower_if(const Op& op) {
     }
     b_.CreateBr(join);
   }
+  // Past the if: the state the branches that reach the join agree on (or nothing but the
+  // kernel's return follows).
+  const auto& [end0, on0] = split_after[0];
+  const auto& [end1, on1] = split_after[1];
+  if (on0 && on1 && !end0.same_threads(end1) && !only_return_after(op))
+    unsupported(op, "tl.range(..., warp_specialize=True): the branches of this if go on to the code after it with "
+                    "different threads (one branch's loop split the block into a producer and consumers, the "
+                    "other's did not, or specialized another way); specialize both the same way, or return");
+  if (const SplitState& past = on0 || !on1 ? end0 : end1; !(past == split_state())) restore_split_state(past);
   shared_bytes_ = std::max(shared_bytes_, shared_then);
   dead_smem_.insert(dead_smem_.end(), dead_then.begin(), dead_then.end());  // past the if, both are scratch
   // ... so the else branch's conversion buffers may overlap the then branch's dead ring,

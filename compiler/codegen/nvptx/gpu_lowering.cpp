@@ -192,6 +192,7 @@ llvm::Function* GpuLowering::run() {
     nprog_[i] = b_.CreateIntrinsic(nctaid[i], {}, {});
   }
   b_.SetInsertPoint(start);
+  count_specialize_asks(*k_.body());
   plan_load_layouts(*k_.body());
   lower_block(*k_.body());
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();

@@ -68,7 +68,9 @@ class GpuLowering {
   int shared_bytes() const { return shared_bytes_; }
   // Threads per block to launch: num_warps*32 per consumer warpgroup (two for a
   // ping-pong loop), plus a warp-specialized loop's producer warpgroup.
-  int block_threads() const { return num_threads_ * consumer_groups_ + producer_threads_; }
+  int block_threads() const {
+    return std::max(launch_threads_, num_threads_ * consumer_groups_ + producer_threads_);
+  }
   // The tensor maps the kernel takes after its own parameters, for the runtime
   // (runtime/include/tessera/tensor_map_spec.h); "" when none.
   std::string tensor_map_spec() const;
@@ -86,6 +88,8 @@ class GpuLowering {
   void forget_smem_from(int start);
   void lower_while(const ir::Op& op);
   void lower_if(const ir::Op& op);
+  bool only_return_after(const ir::Op& op) const;
+  bool asks_warp_specialize_in(const ir::Block& b) const;
   llvm::Value* scalar(const ir::Value* v);
   TileVal& tile(const ir::Value* v);
   [[noreturn]] void unsupported(const ir::Op& op, const std::string& what);
@@ -468,6 +472,30 @@ class GpuLowering {
   // computed (it dominates every consumer block); lowering the loop's body (barriers and
   // new shared memory are the warpgroup's own).
   int consumer_groups_ = 1;
+  // The split state above (and the thread id ping-pong renumbers), per path: lower_if
+  // lowers each branch of an if from the state before it, so that each branch of a
+  // kernel-level if may specialize its own loop (a program runs one branch).
+  struct SplitState {
+    int producer_threads, consumer_threads, consumer_groups;
+    bool consumer_barriers;
+    llvm::Value* tid;
+    llvm::Value* group;
+    llvm::Instruction* group_anchor;
+    // The same threads go on, with the same barriers.
+    bool same_threads(const SplitState& o) const {
+      return consumer_barriers == o.consumer_barriers && consumer_threads == o.consumer_threads &&
+             consumer_groups == o.consumer_groups && tid == o.tid;
+    }
+    bool operator==(const SplitState& o) const { return same_threads(o) && producer_threads == o.producer_threads; }
+  };
+  SplitState split_state() const {
+    return {producer_threads_, consumer_threads_, consumer_groups_, consumer_barriers_, tid_, group_, group_anchor_};
+  }
+  void restore_split_state(const SplitState& s);
+  void leave_extra_threads();
+  void count_specialize_asks(const ir::Block& b);
+  int launch_threads_ = 0;     // the largest block a split asked for (the launch's)
+  int specialize_asks_ = 0;    // loops of the kernel that ask for warp specialization
   llvm::Value* group_ = nullptr;
   llvm::Instruction* group_anchor_ = nullptr;
   bool in_ping_pong_ = false;

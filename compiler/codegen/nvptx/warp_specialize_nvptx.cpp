@@ -99,6 +99,9 @@ bool GpuLowering::warp_specialize_loop(const Op& loop, const std::optional<Pipel
   if (producer_threads_)
     unsupported(loop, why + "the kernel already has a warp-specialized loop; only one is supported");
   if (pipe && pipe->tma) return true;
+  // Not specialized, in a kernel with another loop that may be: its producer warpgroup
+  // (launched for the whole kernel) must not run this loop's layouts.
+  if (specialize_asks_ > 1) leave_extra_threads();
   const Block& body = *loop.regions[0]->block;
   if (!loads_dot_operand(body) && inner_loop_loads_dot_operand(body))
     unsupported(loop, why + "the tl.dot operands are loaded in an inner loop; write the loop flat (one loop over "
@@ -135,7 +138,12 @@ void GpuLowering::emit_producer(const Block& body, Pipeline& p, llvm::Value* lb,
   consumer_groups_ = p.ping_pong ? 2 : 1;  // (ping_pong_nvptx.cpp)
   const int consumers = num_threads_ * consumer_groups_;
   const int block = consumers + producer_threads_;
-  const int launch_regs = std::min(255, 65536 / 4 / ((block / 32 + 3) / 4) / 32) / 8 * 8;
+  launch_threads_ = std::max(launch_threads_, block);
+  int launch_regs = std::min(255, 65536 / 4 / ((block / 32 + 3) / 4) / 32) / 8 * 8;
+  // The maxnreg launch option caps it (.maxnreg): several CTAs of the block per SM (two
+  // of 8 + 4 warps at 80).
+  if (auto cap = k_.attrs.find("maxnreg"); cap != k_.attrs.end() && std::holds_alternative<int64_t>(cap->second))
+    launch_regs = std::min<int>(launch_regs, static_cast<int>(std::get<int64_t>(cap->second)) / 8 * 8);
   // setmaxnreg.inc waits until the pool the block was launched with has the registers:
   // what the producer released is all there is.
   const int pool = launch_regs * block;
@@ -193,6 +201,42 @@ void GpuLowering::emit_producer(const Block& body, Pipeline& p, llvm::Value* lb,
   smem_written_.clear();
   consumer_barriers_ = true;
   consumer_threads_ = consumers;
+}
+
+// Threads past the kernel's num_warps warps (the producer warpgroup a specialized loop
+// elsewhere in the kernel launched, warp_specialize_nvptx.cpp) leave here: the path
+// goes on with the kernel's warps, its barriers named 1 over them. (Where the launch
+// ends up with no extra threads, no thread leaves and the barrier counts them all.)
+void GpuLowering::count_specialize_asks(const Block& b) {
+  for (auto& o : b.ops) {
+    if (o->kind == OpKind::For && asks_warp_specialize(*o)) ++specialize_asks_;
+    for (auto& r : o->regions) count_specialize_asks(*r->block);
+  }
+}
+
+void GpuLowering::leave_extra_threads() {
+  if (consumer_barriers_) return;  // split already
+  llvm::BasicBlock* leave = llvm::BasicBlock::Create(ctx_, "ws.extra.leave", fn_);
+  llvm::BasicBlock* stay = llvm::BasicBlock::Create(ctx_, "ws.extra.stay", fn_);
+  b_.CreateCondBr(b_.CreateICmpUGE(tid_, b_.getInt32(static_cast<uint32_t>(num_threads_))), leave, stay);
+  b_.SetInsertPoint(leave);
+  b_.CreateRetVoid();
+  b_.SetInsertPoint(stay);
+  consumer_barriers_ = true;
+  consumer_threads_ = num_threads_;
+}
+
+void GpuLowering::restore_split_state(const SplitState& s) {
+  producer_threads_ = s.producer_threads;
+  consumer_threads_ = s.consumer_threads;
+  consumer_groups_ = s.consumer_groups;
+  consumer_barriers_ = s.consumer_barriers;
+  tid_ = s.tid;
+  group_ = s.group;
+  group_anchor_ = s.group_anchor;
+  // Values lowered past the split do not dominate the other branch.
+  memo_.clear();
+  smem_written_.clear();
 }
 
 }  // namespace tessera::codegen::nvptx
