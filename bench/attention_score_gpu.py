@@ -3,10 +3,13 @@ side in one run with the byte floors (a copy of the same bytes, a write-only fil
 the output) and torch (cuBLAS): what kernels/attention.py's and kernels/linear.py's
 choices are measured from.
 
-    python bench/attention_score_gpu.py [--dtype float16] [--shape 8,2048,2048,64] [--out DIR]
+    python bench/attention_score_gpu.py [--dtype float16] [--shape 8,2048,2048,64] [--only fwd|bwd]
+                                        [--shipped] [--cold N] [--out DIR]
 
 Times are torch.profiler's CUDA kernel time per call (no host launch cost), best of
 3 rounds of `--calls` calls; every variant's result is checked against torch first.
+The backward variants (and their copy) take N sets of ds in turn (--cold, 4 by default),
+so that each call meets its ds in memory, not in the L2.
 """
 from __future__ import annotations
 
@@ -71,6 +74,33 @@ def backward(q, k, ds, dq, dk, scale, tiles, rotate):
         num_stages=stages)
 
 
+def backward_flat(q, k, ds, dq, dk, scale, tiles):
+    """_score_backward_flat_kernel: the operands as 2-D arrays of all batches' rows (TMA
+    rings on sm_90a), each branch's loop warp-specialized where WS."""
+    bt, m, d = q.shape
+    n = k.shape[1]
+    bm, bk, warps, stages, ws, maxnreg = tiles[:6]
+    extra = {"maxnreg": maxnreg} if maxnreg else {}
+    if len(tiles) > 6:
+        extra["LAG"] = tiles[6]
+    AT._score_backward_flat_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+        ds, q, k, dq, dk, m, n, d, ds.stride(1), q.stride(1), k.stride(1), scale, bt * m, bt * n, ACC=tl.float32,
+        BLOCK_M=bm, BLOCK_D=max(16, tessera.next_power_of_2(d)), BLOCK_K=bk, WS=ws, num_warps=warps,
+        num_stages=stages, **extra)
+
+
+# name -> (BLOCK_M, BLOCK_K, num_warps, num_stages, WS, maxnreg[, LAG]) of _score_backward_flat_kernel
+FLAT_BACKWARD = {
+    "flat 256x64 w16 s4 ws, dq on the anti-diagonal (shipped on sm_90)": (256, 64, 16, 4, True, None, 0),
+    "flat 256x64 w16 s4 ws, dq lags 4 (dk reads first)": (256, 64, 16, 4, True, None, 4),
+    "flat 256x64 w16 s4 ws, dq lags 6": (256, 64, 16, 4, True, None, 6),
+    "flat 256x64 w16 s4 ws, dq leads 6 (dq reads first)": (256, 64, 16, 4, True, None, -6),
+    "flat 256x64 w16 s4 ws, dq lags 8": (256, 64, 16, 4, True, None, 8),
+    "flat 256x64 w16 s4 (not specialized)": (256, 64, 16, 4, False, None, 0),
+    "flat 128x64 w8 s4 ws, maxnreg 80 (two CTAs an SM)": (128, 64, 8, 4, True, 80, 0),
+}
+
+
 # name -> ((BLOCK_M, BLOCK_N, BLOCK_K, launch options), evict-first stores)
 FORWARD = {
     "64x128x64 w4 s2 persistent 3, .cs (shipped)": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}),
@@ -89,7 +119,7 @@ FORWARD = {
 # form whose rings took TMA copies, commit 86d0ccb: no faster; bench/results/
 # attention_score_gpu_bwd90_run3.md.)
 BACKWARD = {
-    "128x64 w8 s4 rotated (shipped)": ((128, 64, 8, 4), True),
+    "128x64 w8 s4 rotated (shipped: the batched kernel, other GPUs)": ((128, 64, 8, 4), True),
     "128x64 w8 s4": ((128, 64, 8, 4), False),
     "128x64 w8 s3 rotated": ((128, 64, 8, 3), True),
     "128x32 w8 s8 rotated": ((128, 32, 8, 8), True),
@@ -100,6 +130,9 @@ BACKWARD = {
     "256x64 w16 s4 rotated": ((256, 64, 16, 4), True),
     "256x64 w16 s3 rotated": ((256, 64, 16, 3), True),
     "256x32 w16 s8 rotated": ((256, 32, 16, 8), True),
+    "256x64 w16 s5 rotated": ((256, 64, 16, 5), True),
+    "256x32 w16 s10 rotated": ((256, 32, 16, 10), True),
+    "256x32 w16 s6 rotated": ((256, 32, 16, 6), True),
     "64x64 w4 s6 (before)": ((64, 64, 4, 6), False),
 }
 
@@ -113,6 +146,8 @@ def main():
     ap.add_argument("--shipped", action="store_true", help="only the shipped and the before configurations")
     ap.add_argument("--events", action="store_true", help="also CUDA-events time of each forward variant "
                     "(back-to-back calls; 'of copy' then against the copy's events time)")
+    ap.add_argument("--cold", type=int, default=4, help="backward: cycle through this many ds (and copy "
+                    "buffer) sets, so that no call finds its inputs in the L2 (1: the same ds every call)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     dt = getattr(torch, args.dtype)
@@ -130,10 +165,28 @@ def main():
              f"(torch.profiler, best of 3 x {args.calls} calls, unless marked); 'of copy' = copy of the same bytes / variant", "",
              "| direction | variant | us | of copy | GB/s | max error / reference max |", "|---|---|---|---|---|---|"]
 
-    def copy_fn(nbytes):
-        src = torch.empty(nbytes // 2 // 4, dtype=torch.float32, device="cuda")
-        dst = torch.empty_like(src)
-        return lambda: dst.copy_(src)
+    def cycled(fns):
+        """A call that runs the next of `fns` each time (--cold: each buffer set leaves the L2
+        before its next turn)."""
+        turn = [0]
+
+        def call():
+            fns[turn[0] % len(fns)]()
+            turn[0] += 1
+        return call
+
+    def copy_fn(nbytes, sets=1):
+        fns = []
+        for _ in range(sets):
+            src = torch.empty(nbytes // 2 // 4, dtype=torch.float32, device="cuda")
+            dst = torch.empty_like(src)
+            fns.append(lambda src=src, dst=dst: dst.copy_(src))
+        return cycled(fns)
+
+    # --cold N: N sets of ds (and outputs) taken in turn, as a training step meets a new ds
+    # each time (the default, 4); N = 1 calls on the same ds, part of which the previous
+    # call left in the L2 (session 9: that favoured orders whose second reads come late).
+    dss = [ds] + [torch.randn(bt, m, n, generator=gen).to("cuda", dt) for _ in range(args.cold - 1)]
 
     def row(direction, name, us, copy_us, nbytes, err):
         lines.append(f"| {direction} | {name} | {us:.1f} | {copy_us / us:.3f} | {nbytes / us / 1e3:.0f} | {err} |")
@@ -173,7 +226,7 @@ def main():
     if args.only != "fwd":
         dsf = ds.float()
         ref_q, ref_k = dsf @ k.float() * scale, dsf.transpose(1, 2) @ q.float() * scale
-        copy_us = kernel_us(copy_fn(bwd_bytes), args.calls)
+        copy_us = kernel_us(copy_fn(bwd_bytes, args.cold), args.calls)
         row("bwd", "copy (same bytes)", copy_us, copy_us, bwd_bytes, "")
         row("bwd", "torch (two bmm + scale)", kernel_us(lambda: (torch.bmm(ds, k) * scale,
                                                                   torch.bmm(ds.transpose(1, 2), q) * scale),
@@ -186,12 +239,26 @@ def main():
             backward(q, k, ds, dq, dk, scale, tiles, rotate)
             err = max(((dq.float() - ref_q).abs().max() / ref_q.abs().max()).item(),
                       ((dk.float() - ref_k).abs().max() / ref_k.abs().max()).item())
-            row("bwd", name, kernel_us(lambda: backward(q, k, ds, dq, dk, scale, tiles, rotate), args.calls),
+            outs = [(dq, dk)] + [(torch.empty_like(dq), torch.empty_like(dk)) for _ in dss[1:]]
+            call = cycled([lambda x=x, o=o: backward(q, k, x, o[0], o[1], scale, tiles, rotate) for x, o in zip(dss, outs)])
+            row("bwd", name, kernel_us(call, args.calls),
+                copy_us, bwd_bytes, f"{err:.1e}")
+        for name, tiles in FLAT_BACKWARD.items():
+            if args.shipped and "shipped" not in name:
+                continue
+            dq = torch.full((bt, m, d), float("nan"), dtype=dt, device="cuda")
+            dk = torch.full((bt, n, d), float("nan"), dtype=dt, device="cuda")
+            backward_flat(q, k, ds, dq, dk, scale, tiles)
+            err = max(((dq.float() - ref_q).abs().max() / ref_q.abs().max()).item(),
+                      ((dk.float() - ref_k).abs().max() / ref_k.abs().max()).item())
+            outs = [(dq, dk)] + [(torch.empty_like(dq), torch.empty_like(dk)) for _ in dss[1:]]
+            call = cycled([lambda x=x, o=o: backward_flat(q, k, x, o[0], o[1], scale, tiles) for x, o in zip(dss, outs)])
+            row("bwd", name, kernel_us(call, args.calls),
                 copy_us, bwd_bytes, f"{err:.1e}")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         tag = f"{args.dtype}_{bt}x{m}x{n}x{d}" + (f"_{args.only}" if args.only else "") + \
-            ("_shipped" if args.shipped else "")
+            ("_shipped" if args.shipped else "") + (f"_cold{args.cold}" if args.cold > 1 else "")
         with open(os.path.join(args.out, f"attention_score_gpu_{tag}.md"), "w") as f:
             f.write("\n".join(lines) + "\n")
 

@@ -1,15 +1,16 @@
 """attention_score: batched q @ k^T * scale over the last two dimensions, forward and
 backward. The forward is linear.py's strided matmul with B = k^T (a swap of k's two
 strides) and the scale in its epilogue, its scores stored evict-first; the backward
-computes dq = ds k * scale and dk = ds^T q * scale in one launch
-(_score_backward_kernel), reading ds from memory about once."""
+computes dq = ds k * scale and dk = ds^T q * scale in one launch, reading ds from
+memory about once: _score_backward_flat_kernel on sm_90 GPUs (TMA rings, a producer
+warpgroup per branch), _score_backward_kernel elsewhere."""
 from __future__ import annotations
 
 import tessera
 import tessera.language as tl
 
 from . import _host as H
-from .linear import _NOT_FAST, ACT_NONE, _epilogue, _gpu_launch, _gpu_tiles, _operand_tiles, matmul
+from .linear import _NOT_FAST, ACT_NONE, _epilogue, _gpu_launch, _gpu_tiles, _has_tma, _operand_tiles, matmul
 
 
 @tessera.kernel
@@ -78,6 +79,81 @@ def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, 
         first = (m_blocks - (j * BLOCK_M // BLOCK_K) % m_blocks) % m_blocks
         _score_product_tile(DS + batch * s_db, Q + batch * s_qb, DK, rn, rd, batch, N, D, M, 1, s_dm, s_qm, 1,
                             N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, ROTATE)
+
+
+@tessera.kernel
+def _score_flat_tile(A, B, C, a0, b0, o0, rd, batch, M, N, K, a_rows, b_rows, s_a, s_b, s_cb, scale, first_block,
+                     A_MMAJOR: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, WS: tl.constexpr):
+    """_score_product_tile with A and B read as 2-D arrays of every batch's rows (a_rows
+    and b_rows of them, row strides s_a and s_b) from their bare parameters, each tile
+    at a scalar row and column plus an arange, masked by those bounds: the form
+    compiler/codegen/nvptx/tma_nvptx.cpp fills a ring from with TMA copies on sm_90a,
+    so that WS (tl.range's warp_specialize) can give the copies to a producer warpgroup.
+    Output rows o0 .. o0 + BLOCK_M of C[batch] (M rows, N columns), K the reduced length
+    (a multiple of BLOCK_K: no K step reaches into the next batch); the K steps rotated
+    as in _score_product_tile.
+    Not A_MMAJOR (dq = ds @ k): A's rows a0 + i (a0 = batch * M + o0), columns k + j;
+    A_MMAJOR (dk = ds^T @ q): A^T, A's rows a0 + k + j (a0 = batch * K), columns o0 + i;
+    B's rows b0 + k + j (b0 = batch * K), columns rd."""
+    rk = tl.arange(0, BLOCK_K)
+    ri = tl.arange(0, BLOCK_M)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    for k in tl.range(0, K, BLOCK_K, warp_specialize=WS):
+        kr = k + first_block * BLOCK_K
+        kr = tl.multiple_of(tl.where(kr >= K, kr - K, kr), BLOCK_K)
+        if A_MMAJOR:
+            ar = (a0 + kr) + rk
+            ac = o0 + ri
+            a = tl.trans(tl.load(A + ar[:, None] * s_a + ac[None, :],
+                                 mask=(ar[:, None] < a_rows) & (ac[None, :] < M), other=0.0))
+        else:
+            ar = a0 + ri
+            ac = kr + rk
+            a = tl.load(A + ar[:, None] * s_a + ac[None, :], mask=(ar[:, None] < a_rows) & (ac[None, :] < K),
+                        other=0.0)
+        br = (b0 + kr) + rk
+        b = tl.load(B + br[:, None] * s_b + rd[None, :], mask=(br[:, None] < b_rows) & (rd[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    _epilogue(acc, o0 + ri, rd, batch, M, N, s_cb, A, C, C, scale, 0, False, False, True, ACC)
+
+
+@tessera.kernel
+def _score_backward_flat_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, scale, rows_q, rows_k,
+                                ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                                BLOCK_K: tl.constexpr, WS: tl.constexpr, LAG: tl.constexpr = 0):
+    """_score_backward_kernel's two products (same grid: a batch's dq row blocks, then its
+    dk row blocks; the same rotated K order) with ds, q and k read as 2-D arrays of all
+    batches' rows (rows_q = batch x M rows of ds and q, rows_k = batch x N of k; batches
+    contiguous, M and N multiples of BLOCK_K, offsets within int32: the host checks)
+    through _score_flat_tile, so that on sm_90a the rings take TMA copies and WS gives
+    them to a producer warpgroup (a specialized loop in each branch: a program runs one).
+    LAG: the dq programs start LAG K steps behind the anti-diagonal (0: on it, the
+    shipped choice), so that with LAG >= R = BLOCK_M / BLOCK_K every ds tile is read
+    first by its dk program (BLOCK_K rows of BLOCK_M columns: 512-byte row pieces at
+    256 x 64, against dq's 128-byte ones) and 1 .. 2R - 1 steps later by its dq program.
+    On an H100 at 8 x 2048 x 2048 x 64 (bench/results/attention_score_bwd_flat_h100.md)
+    that pays only while part of ds is still in the L2 from the previous call (the same
+    ds again: LAG 4 0.915 of a copy, LAG 0 0.90); with a new ds each call, as in training,
+    the second reads then miss the L2 more often (LAG 4 0.81-0.84, 8 0.64, LAG 0
+    0.88-0.91), and L2 eviction hints on the copies did not change that (evict_first on
+    every ds copy 0.905-0.912, on one side's only 0.77-0.80, evict_last 0.80)."""
+    batch = tl.program_id(2).to(tl.int64)
+    b32 = tl.program_id(2)
+    t = tl.program_id(0)
+    q_blocks = tl.cdiv(M, BLOCK_M)
+    rd = tl.arange(0, BLOCK_D)
+    if t < q_blocks:
+        n_blocks = tl.cdiv(N, BLOCK_K)
+        first = (2 * n_blocks - (t * BLOCK_M // BLOCK_K) % n_blocks - LAG % n_blocks) % n_blocks
+        _score_flat_tile(DS, KEY, DQ, b32 * M + t * BLOCK_M, b32 * N, t * BLOCK_M, rd, batch, M, D, N, rows_q,
+                         rows_k, s_dm, s_kn, M * D, scale, first, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS)
+    else:
+        j = t - q_blocks
+        m_blocks = tl.cdiv(M, BLOCK_K)
+        first = (m_blocks - (j * BLOCK_M // BLOCK_K) % m_blocks) % m_blocks
+        _score_flat_tile(DS, Q, DK, b32 * M, b32 * M, j * BLOCK_M, rd, batch, N, D, M, rows_q, rows_q, s_dm,
+                         s_qm, N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS)
 
 
 def _batched(x, name):
@@ -156,6 +232,33 @@ def _score_backward_tiles(dtype_name, d, qs, ks, dss):
 SCORE_BACKWARD_TILES = (128, 64, 8, 4)
 
 
+# (BLOCK_M, BLOCK_K, num_warps, num_stages, LAG) of _score_backward_flat_kernel, the form taken
+# on sm_90 GPUs where _score_backward_flat allows it (16-bit, D <= 128). H100, 8x2048x2048x64
+# fp16, of a copy of the same 75.5 MB with a new ds each call (bench/attention_score_gpu.py
+# --cold 4; bench/results/attention_score_bwd_flat_h100.md): 256x64 over 16 consumer warps and
+# a producer warpgroup (one CTA an SM: 160 KB of rings), 4 stages, LAG 0: 0.86-0.91 over six
+# runs, against 0.870-0.873 for the batched kernel's 128x64 (and the same ds again: 0.90 against
+# 0.86-0.89). 256-row programs read k and q half as often as 128-row ones (each program reads
+# all of its batch's k or q: 32 MB through the L2 instead of 64), which the batched kernel
+# could not use (its cp.async ring over 16 warps: 0.82). Not specialized, the same tiles
+# measure about the same; 128x64 specialized, two CTAs an SM (maxnreg 80), 0.83-0.85; 256x64
+# at 3 stages 0.81, 256x32 at 8 stages 0.82. D = 128: 0.84 of a copy (batched kernel 0.67).
+SCORE_BACKWARD_FLAT_TILES = (256, 64, 16, 4, 0)
+
+
+def _score_backward_flat(like, bt, m, n, bk, qs, ks, dss):
+    """Whether the backward takes _score_backward_flat_kernel: an sm_90 GPU (TMA rings,
+    warp specialization), each operand's batches one after another (batch stride = rows
+    x row stride), M and N multiples of BLOCK_K (no K step reaches into the next batch),
+    and every element offset of the 2-D views within int32 (the kernel's index
+    arithmetic). (The operands' dtype, head dim and row strides: _score_backward_tiles.)"""
+    if not _has_tma(like) or m % bk or n % bk:
+        return False
+    if bt > 1 and (dss[0] != m * dss[1] or qs[0] != m * qs[1] or ks[0] != n * ks[1]):
+        return False
+    return max(bt * m * dss[1], bt * m * qs[1], bt * n * ks[1]) < 2 ** 31
+
+
 def attention_score_backward(q, k, ds, scale):
     (qv, qs), (kv, ks), (dsv, dss) = _score_views((H.layout(q), H.layout(k), H.layout(ds)), (q, k, ds), None)
     bt, m, d = qv.shape
@@ -163,6 +266,14 @@ def attention_score_backward(q, k, ds, scale):
     name = H.dtype_name(q)
     tiles = _score_backward_tiles(name, d, qs, ks, dss) if H.on_gpu(q) and bt and m and n and \
         H.dtype_name(ds) == name else None
+    if tiles is not None and _score_backward_flat(q, bt, m, n, SCORE_BACKWARD_FLAT_TILES[1], qs, ks, dss):
+        bm, bk, warps, stages, lag = SCORE_BACKWARD_FLAT_TILES
+        dq, dk = H.empty(q, (bt, m, d)), H.empty(q, (bt, n, d))
+        _score_backward_flat_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+            dsv, qv, kv, dq, dk, m, n, d, dss[1], qs[1], ks[1], H.scalar(q, scale), bt * m, bt * n,
+            ACC=H.acc_dtype(q), BLOCK_M=bm, BLOCK_D=tiles[1], BLOCK_K=bk, WS=True, LAG=lag, num_warps=warps,
+            num_stages=stages)
+        return H.shaped(dq, tuple(q.shape)), H.shaped(dk, tuple(k.shape))
     if tiles is not None:
         bm, bd, bk, opts = tiles
         dq, dk = H.empty(q, (bt, m, d)), H.empty(q, (bt, n, d))

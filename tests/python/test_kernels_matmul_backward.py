@@ -86,6 +86,26 @@ def test_score_backward_tiles():
     assert AT._score_backward_tiles("float16", 64, qs, ks, (2048 * 2048, 1, 2048)) is None  # ds transposed
 
 
+def test_score_backward_flat_decision(monkeypatch):
+    # The flat kernel: an sm_90 GPU, batches one after another, M and N multiples of the K
+    # step (64), offsets within int32.
+    bk = AT.SCORE_BACKWARD_FLAT_TILES[1]
+    q = torch.empty(8, 2048, 64, dtype=torch.float16)
+    qs = ks = (2048 * 64, 64, 1)
+    dss = (2048 * 2048, 2048, 1)
+    assert not AT._score_backward_flat(q, 8, 2048, 2048, bk, qs, ks, dss)        # a CPU tensor: no TMA
+    monkeypatch.setattr(AT, "_has_tma", lambda like: True)
+    assert AT._score_backward_flat(q, 8, 2048, 2048, bk, qs, ks, dss)
+    assert AT._score_backward_flat(q, 3, 320, 192, bk, (320 * 64, 64, 1), (192 * 64, 64, 1), (320 * 192, 192, 1))
+    assert not AT._score_backward_flat(q, 8, 2000, 2048, bk, qs, ks, dss)        # M not a multiple of 64
+    assert not AT._score_backward_flat(q, 8, 2048, 2000, bk, qs, ks, dss)        # N
+    assert not AT._score_backward_flat(q, 8, 2048, 2048, bk, qs, ks, (2048 * 4096, 2048, 1))  # ds batches apart
+    assert not AT._score_backward_flat(q, 8, 2048, 2048, bk, (4096 * 64, 64, 1), ks, dss)     # q's
+    assert AT._score_backward_flat(q, 1, 2048, 2048, bk, (4096 * 64, 64, 1), ks, dss)         # one batch: any
+    assert not AT._score_backward_flat(q, 64, 8192, 8192, bk, (8192 * 64, 64, 1), (8192 * 64, 64, 1),
+                                       (8192 * 8192, 8192, 1))                  # 2^32 elements of ds
+
+
 # --------------------------------------------------------------------------- the kernels on the CPU
 
 @pytest.mark.parametrize("rows,n,k", [(200, 70, 90), (256, 64, 128), (131, 33, 17)])
@@ -117,6 +137,25 @@ def test_score_backward_kernel_on_the_cpu(bt, m, n, d, bm, rotate):
     AT._score_backward_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
         ds, q, k, dq, dk, m, n, d, ds.stride(0), ds.stride(1), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         0.25, ACC=tl.float32, BLOCK_M=bm, BLOCK_D=bd, BLOCK_K=32, ROTATE=rotate)
+    _close(dq, ds.double() @ k.double() * 0.25, 3e-5, "dq")
+    _close(dk, ds.double().transpose(1, 2) @ q.double() * 0.25, 3e-5, "dk")
+
+
+@pytest.mark.parametrize("ws", [True, False], ids=["ws", "plain"])
+@pytest.mark.parametrize("bt,m,n,d,bm,lag", [(2, 128, 64, 24, 64, 0), (3, 64, 192, 64, 64, 2), (1, 96, 160, 40, 64, 5),
+                                             (2, 256, 128, 16, 128, 7), (2, 64, 64, 32, 128, 4)])
+def test_score_backward_flat_kernel_on_the_cpu(bt, m, n, d, bm, lag, ws):
+    # The flat kernel (ds, q, k as 2-D arrays of all batches' rows; K steps of 32): M not
+    # a multiple of the row block (96 rows in 64: the last dq program reads the next
+    # batch's rows and stores none of them; 64 rows in 128), M != N, D below its block,
+    # the dq programs LAG K steps behind (a lag past the K blocks wraps).
+    gen = torch.Generator().manual_seed(bt * m + n + d + lag)
+    q, k, ds = (torch.randn(bt, m, d, generator=gen), torch.randn(bt, n, d, generator=gen),
+                torch.randn(bt, m, n, generator=gen))
+    dq, dk = torch.full((bt, m, d), float("nan")), torch.full((bt, n, d), float("nan"))
+    AT._score_backward_flat_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+        ds, q, k, dq, dk, m, n, d, ds.stride(1), q.stride(1), k.stride(1), 0.25, bt * m, bt * n, ACC=tl.float32,
+        BLOCK_M=bm, BLOCK_D=tessera.next_power_of_2(d), BLOCK_K=32, WS=ws, LAG=lag)
     _close(dq, ds.double() @ k.double() * 0.25, 3e-5, "dq")
     _close(dk, ds.double().transpose(1, 2) @ q.double() * 0.25, 3e-5, "dk")
 
@@ -185,6 +224,31 @@ def test_ptx_score_backward_runs_both_products_on_wgmma(dtype, tmp_path):
     assert int(ck.metadata["shared"]) == opts["num_stages"] * (bm + bd) * bk * 2
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_ptx_score_backward_flat_specializes_both_branches(dtype, tmp_path):
+    # The shipped flat form: each branch's loop warp-specialized (a producer warpgroup
+    # issues the ring's TMA copies: ds and k for dq, ds^T and q for dk, four tensor maps),
+    # 16 consumer warps (four warpgroups of 64 rows: m64n64k16, dq's ds K-major, dk's ds^T
+    # M-major), 640 threads, no cp.async, no spills; 4 stages of 256x64 + 64x64 tiles.
+    bm, bk, warps, stages, lag = AT.SCORE_BACKWARD_FLAT_TILES
+    ptr = f"*{dtype}:16"
+    sizes = (2048, 2048, 64, 2048, 64, 64, 0.125, 8 * 2048, 8 * 2048)
+    sig, ce, opts = launch_signature(AT._score_backward_flat_kernel, {p: ptr for p in ("DS", "Q", "KEY", "DQ", "DK")},
+                                     sizes, dict(ACC=tl.float32, BLOCK_M=bm, BLOCK_D=64, BLOCK_K=bk, WS=True, LAG=lag,
+                                                 num_warps=warps, num_stages=stages))
+    ck = tessera.compile(AT._score_backward_flat_kernel, sig, ce, target="cuda:90a", **opts)
+    ptx = _assembled(ck, tmp_path)
+    t = {"fp16": "f16", "bf16": "bf16"}[dtype]
+    steps = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.{t}\.{t} .*, p, 1, 1, (\d), (\d);", ptx)
+    assert steps == [("0", "1")] * 4 + [("1", "1")] * 4, steps
+    assert ck.metadata["threads"] == str(warps * 32 + 128) and len(ck.metadata["tensor_maps"].split("|")) == 5
+    assert ptx.count("setmaxnreg.dec.sync.aligned.u32 40;") == 2 and "cp.async.cg" not in ptx
+    # Copies a stage: dq's ds tile (256 rows of 64 columns: one box) and k's; dk's ds tile
+    # (64 rows of 256 columns: four 128-byte-swizzled boxes of 64 columns) and q's.
+    assert ptx.count("cp.async.bulk.tensor.2d") == 2 + 5 and "mma.sync" not in ptx
+    assert int(ck.metadata["shared"]) >= stages * (bm + 64) * bk * 2
+
+
 # --------------------------------------------------------------------------- the ops on a GPU
 
 def _skip_without_cuda():
@@ -224,11 +288,14 @@ def test_linear_backward_dw_on_gpu(rows, k, n, dtype, split, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", [(8, 2048, 2048, 64), (3, 200, 336, 48), (2, 130, 80, 128), (1, 1, 32, 16),
-                                   (2, 4, 64, 96, 32), (3, 200, 333, 40)], ids=lambda s: "x".join(map(str, s)))
+                                   (2, 4, 64, 96, 32), (3, 200, 333, 40), (3, 320, 192, 64), (2, 2, 128, 448, 128),
+                                   (1, 64, 64, 16), (4, 1024, 512, 48)], ids=lambda s: "x".join(map(str, s)))
 def test_attention_score_backward_on_gpu(shape, dtype):
     # dq and dk in one launch (16-bit; fp32 the two matmuls): 8 heads of 2048, partial row
     # blocks on both sides, D of 48 and 32 (below their 64 block) and 128, a single query
-    # row, two leading dimensions; rows of 333 and 40 elements take the two matmuls.
+    # row, two leading dimensions; rows of 333 and 40 elements take the two matmuls. On an
+    # H100/H200, M and N multiples of 64 take the flat kernel (2048 x 2048, 320 x 192: M not
+    # a multiple of its 256-row block, M != N; D 128 and 16; 1024 x 512).
     _skip_without_cuda()
     *lead, m, n, d = shape
     gen = torch.Generator().manual_seed(sum(shape))
@@ -240,6 +307,33 @@ def test_attention_score_backward_on_gpu(shape, dtype):
     qd, kd, dsd = q.detach().double(), k.detach().double(), ds.double()
     _close(dq, dsd @ kd * scale, GRAD_TOL[dtype], f"dq {shape}")
     _close(dk, dsd.transpose(-1, -2) @ qd * scale, GRAD_TOL[dtype], f"dk {shape}")
+
+
+@pytest.mark.parametrize("shape", [(2, 320, 192, 64), (1, 2, 3, 64, 128, 32)], ids=lambda s: "x".join(map(str, s)))
+def test_attention_score_backward_launches_the_flat_kernel(shape, monkeypatch):
+    # On an sm_90 GPU (TMA) with M and N multiples of 64: the flat kernel, its shipped
+    # tiles and LAG, run here on the CPU (float16 q, k, ds; leading dimensions collapsed).
+    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    monkeypatch.setattr(AT, "_has_tma", lambda like: True)
+    *lead, m, n, d = shape
+    gen = torch.Generator().manual_seed(m + n + d)
+    q, k, ds = (torch.randn(*lead, m, d, generator=gen).half(), torch.randn(*lead, n, d, generator=gen).half(),
+                torch.randn(*lead, m, n, generator=gen).half())
+    launched = []
+    real = AT._score_backward_flat_kernel.__class__.__getitem__
+
+    def spy(kernel, grid):
+        launched.append((kernel.__name__, grid))
+        return real(kernel, grid)
+    monkeypatch.setattr(AT._score_backward_flat_kernel.__class__, "__getitem__", spy)
+    dq, dk = AT.attention_score_backward(q, k, ds, 0.25)
+    bm = AT.SCORE_BACKWARD_FLAT_TILES[0]
+    batch = 1
+    for v in lead:
+        batch *= v
+    assert launched == [("_score_backward_flat_kernel", (-(-m // bm) + -(-n // bm), 1, batch))]
+    _close(dq, ds.double() @ k.double() * 0.25, 4e-3, "dq")
+    _close(dk, ds.double().transpose(-1, -2) @ q.double() * 0.25, 4e-3, "dk")
 
 
 @pytest.mark.parametrize("shape", [(2, 70, 96, 64), (1, 2, 3, 33, 48, 32)], ids=lambda s: "x".join(map(str, s)))
@@ -271,7 +365,8 @@ def test_attention_score_backward_launches_the_fused_kernel(shape, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("shape", [(8, 2048, 2048, 64), (3, 333, 208, 64), (2, 4, 100, 160, 32), (1, 1, 48, 16),
-                                   (2, 2048, 1024, 64)], ids=lambda s: "x".join(map(str, s)))
+                                   (2, 2048, 1024, 64), (3, 320, 192, 64), (2, 64, 1088, 32)],
+                         ids=lambda s: "x".join(map(str, s)))
 def test_attention_score_writes_every_element_on_gpu(shape, dtype, monkeypatch):
     # The scores (the persistent kernel's 64x128 tiles, evict-first stores) and dq, dk
     # (the fused backward, K order rotated) into NaN-filled outputs: edge tiles with M and
