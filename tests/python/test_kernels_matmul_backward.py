@@ -309,55 +309,36 @@ def test_attention_score_backward_on_gpu(shape, dtype):
     _close(dk, dsd.transpose(-1, -2) @ qd * scale, GRAD_TOL[dtype], f"dk {shape}")
 
 
-@pytest.mark.parametrize("shape", [(2, 320, 192, 64), (1, 2, 3, 64, 128, 32)], ids=lambda s: "x".join(map(str, s)))
-def test_attention_score_backward_launches_the_flat_kernel(shape, monkeypatch):
-    # On an sm_90 GPU (TMA) with M and N multiples of 64: the flat kernel, its shipped
-    # tiles and LAG, run here on the CPU (float16 q, k, ds; leading dimensions collapsed).
-    monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
-    monkeypatch.setattr(AT, "_has_tma", lambda like: True)
-    *lead, m, n, d = shape
-    gen = torch.Generator().manual_seed(m + n + d)
-    q, k, ds = (torch.randn(*lead, m, d, generator=gen).half(), torch.randn(*lead, n, d, generator=gen).half(),
-                torch.randn(*lead, m, n, generator=gen).half())
-    launched = []
-    real = AT._score_backward_flat_kernel.__class__.__getitem__
-
-    def spy(kernel, grid):
-        launched.append((kernel.__name__, grid))
-        return real(kernel, grid)
-    monkeypatch.setattr(AT._score_backward_flat_kernel.__class__, "__getitem__", spy)
-    dq, dk = AT.attention_score_backward(q, k, ds, 0.25)
-    bm = AT.SCORE_BACKWARD_FLAT_TILES[0]
-    batch = 1
-    for v in lead:
-        batch *= v
-    assert launched == [("_score_backward_flat_kernel", (-(-m // bm) + -(-n // bm), 1, batch))]
-    _close(dq, ds.double() @ k.double() * 0.25, 4e-3, "dq")
-    _close(dk, ds.double().transpose(-1, -2) @ q.double() * 0.25, 4e-3, "dk")
-
-
-@pytest.mark.parametrize("shape", [(2, 70, 96, 64), (1, 2, 3, 33, 48, 32)], ids=lambda s: "x".join(map(str, s)))
-def test_attention_score_backward_launches_the_fused_kernel(shape, monkeypatch):
+@pytest.mark.parametrize("tma,shape", [(False, (2, 70, 96, 64)), (False, (1, 2, 3, 33, 48, 32)),
+                                       (True, (2, 320, 192, 64)), (True, (1, 2, 3, 64, 128, 32)),
+                                       (True, (2, 70, 96, 64))],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else ("sm90" if v else "sm80"))
+def test_attention_score_backward_launches_the_fused_kernel(tma, shape, monkeypatch):
     # attention_score_backward's GPU plan run on the CPU (the launch's strides, grid and
     # tiles as on a GPU): float16 q, k, ds; leading dimensions collapsed into the batch.
+    # With TMA (an sm_90 GPU) and M, N multiples of 64: the flat kernel and its tiles;
+    # otherwise (70 x 96 on sm_90 too) the batched kernel.
     monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
+    monkeypatch.setattr(AT, "_has_tma", lambda like: tma)
     *lead, m, n, d = shape
     gen = torch.Generator().manual_seed(m + n + d)
     q, k, ds = (torch.randn(*lead, m, d, generator=gen).half(), torch.randn(*lead, n, d, generator=gen).half(),
                 torch.randn(*lead, m, n, generator=gen).half())
+    flat = tma and m % 64 == 0 and n % 64 == 0
+    kernel = AT._score_backward_flat_kernel if flat else AT._score_backward_kernel
     launched = []
-    real = AT._score_backward_kernel.__class__.__getitem__
+    real = kernel.__class__.__getitem__
 
     def spy(kernel, grid):
         launched.append((kernel.__name__, grid))
         return real(kernel, grid)
-    monkeypatch.setattr(AT._score_backward_kernel.__class__, "__getitem__", spy)
+    monkeypatch.setattr(kernel.__class__, "__getitem__", spy)
     dq, dk = AT.attention_score_backward(q, k, ds, 0.25)
-    bm = AT.SCORE_BACKWARD_TILES[0]
+    bm = (AT.SCORE_BACKWARD_FLAT_TILES if flat else AT.SCORE_BACKWARD_TILES)[0]
     batch = 1
     for v in lead:
         batch *= v
-    assert launched == [("_score_backward_kernel", (-(-m // bm) + -(-n // bm), 1, batch))]
+    assert launched == [(kernel.__name__, (-(-m // bm) + -(-n // bm), 1, batch))]
     _close(dq, ds.double() @ k.double() * 0.25, 4e-3, "dq")
     _close(dk, ds.double().transpose(-1, -2) @ q.double() * 0.25, 4e-3, "dk")
 
