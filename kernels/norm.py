@@ -310,13 +310,18 @@ _BWD_PLANS = H.Plans()
 #     (bwd_sweep_normbwd2_run2/run3.log) kept this order within ~1.5%; with the backward's
 #     kernels alone (bench/kernels.py, kernels_cuda_float16_normbwd2_run2/_run3.md):
 #     layer_norm 149 us (0.913), +relu 147 us (0.927), rms_norm 148-149 us (0.91-0.92).
+#   On an H200 (session 9, bench/results/bwd_sweep_h200.log; its copy runs at 4.06 TB/s,
+#   the H100's at 2.85): layer_norm 1 x 16 0.742, two rows 0.693 | 2 x 8 0.758, 2 x 16 0.788;
+#   layer_norm+relu 0.718, 0.709 | 0.842, 0.739; rms_norm 0.772, two rows 0.816 | 2 x 8
+#   0.904, 2 x 16 0.910; residual_add_layer_norm 0.850, 0.754 | 0.642, 0.647. RMS norm takes
+#   2 x 8, within 1% of its H100 best (0.921 against 0.930) and 0.82 -> 0.90 on the H200.
 # Per form: (programs per SM, warps at most, two rows a step), for rows of up to
 # BWD_PLAN_MAX_BLOCK columns; longer rows hold twice the registers a thread, so they
 # take one program per SM, one row a step.
 BWD_GPU_PLANS = {
     "layer_norm": (2, 16, False),
     "layer_norm+relu": (2, 8, False),
-    "rms_norm": (1, 16, True),
+    "rms_norm": (2, 8, False),
     "residual": (1, 16, False),  # with the residual's gradient dh (layer or RMS norm)
 }
 BWD_PLAN_MAX_BLOCK = 4096

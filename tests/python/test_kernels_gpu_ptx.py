@@ -106,22 +106,22 @@ def test_rms_norm_rope_positions_use_32_bit_division(tmp_path):
 
 
 
-@pytest.mark.parametrize("form", ["layer_norm", "layer_norm+relu"])
+@pytest.mark.parametrize("form", ["layer_norm", "layer_norm+relu", "rms_norm"])
 def test_norm_backward_two_programs_per_sm_fit_their_registers(form, tmp_path):
-    # The layer norm walks' GPU plans (kernels/norm.py BWD_GPU_PLANS) put two programs on
-    # each SM: the register cap (maxnreg) must be in the PTX and ptxas must keep to it.
+    # The norm walks' GPU plans (kernels/norm.py BWD_GPU_PLANS) put two programs on each
+    # SM: the register cap (maxnreg) must be in the PTX and ptxas must keep to it.
     from tessera.kernels import _host as H
     from tessera.kernels import norm as N
-    relu = form.endswith("relu")
+    relu, rms = form.endswith("relu"), form == "rms_norm"
     per_sm, warps, two_rows = N.BWD_GPU_PLANS[form]
     assert per_sm == 2
     cap = H.max_registers(per_sm, warps)
     ptx = tessera.compile(N._norm_bwd_kernel, "*fp16:16," * 6 + "*fp32:16," * 3 + "i32:16," * 6 + "i32",
-                          dict(IS_RMS=False, HAS_W=True, HAS_B=True, RELU=relu, HAS_DH=False, PREFETCH=True,
+                          dict(IS_RMS=rms, HAS_W=True, HAS_B=not rms, RELU=relu, HAS_DH=False, PREFETCH=True,
                                PAIR_SUM=True, TWO_ROWS=two_rows, ACC=tl.float32, BLOCK=4096),
                           target="cuda:90a", num_warps=warps, maxnreg=cap).asm["ptx"]
     assert f".maxnreg {cap}" in ptx
-    assert ptx.count("bar.sync") == 2  # one pair reduction a row: two barriers
+    assert ptx.count("bar.sync") == 2  # one (pair) reduction a row: two barriers
     err = assemble_if_available(ptx, "90a", tmp_path, verbose=True)
     if err is not None:
         assert int(re.search(r"Used (\d+) registers", err).group(1)) <= cap
