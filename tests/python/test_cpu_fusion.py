@@ -88,6 +88,41 @@ def test_mask_ranges_with_wraparound(base, n):
 
 
 @tessera.kernel
+def or_mask_value_kernel(out_ptr, base, n, k, BLOCK: tl.constexpr):
+    offs = base + tl.arange(0, BLOCK)
+    cols = tl.arange(0, BLOCK)
+    tl.store(out_ptr + cols, tl.where((offs < n) | (cols < k), offs, -1))
+
+
+@pytest.mark.parametrize("base,n,k", [
+    (0, 64, 0),                 # the first side all true
+    (0, 10, 64),                # the second side all true
+    (0, 10, 20),                # neither: lane by lane
+    (2**31 - 8, 2**31 - 1, 64),  # the first side's lanes wrap; the second side all true: the
+                                 # all-true copy, whose offsets must still wrap (not nsw)
+    (2**31 - 8, 2**31 - 1, 3),  # wrapped lanes, neither side all true
+    (2**31 - 65, 2**31 - 1, 0),  # no wrap, the first side all true
+])
+def test_or_of_masks_takes_the_all_true_copy(base, n, k):
+    # mask_versioning.cpp: an `or` of compares is all true where either side is.
+    block = 64
+    out = poisoned(block, np.int32)
+    or_mask_value_kernel[(1,)](out, base, n, k, BLOCK=block)
+    offs = (np.int64(base) + np.arange(block)).astype(np.int64)
+    offs = ((offs + 2**31) % 2**32 - 2**31).astype(np.int32)  # int32 wrap-around
+    want = np.where((offs < n) | (np.arange(block) < k), offs, -1).astype(np.int32)
+    np.testing.assert_array_equal(out, want)
+    ref = poisoned(block, np.int32)
+    run_interpreted(or_mask_value_kernel, (1,), ref, base, n, k, BLOCK=block)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_or_mask_is_versioned():
+    ir = tessera.compile(or_mask_value_kernel, "*i32,i32,i32,i32", constexprs={"BLOCK": 1024}).asm["llir"]
+    assert "mask.all_true" in ir and "mask.general" in ir
+
+
+@tessera.kernel
 def mask_value_i64_kernel(out_ptr, base, n, BLOCK: tl.constexpr):
     offs = base + tl.arange(0, BLOCK).to(tl.int64)
     cols = tl.arange(0, BLOCK)

@@ -4,7 +4,7 @@
 // with offs = pid*BLOCK + arange(0, BLOCK) is false only in the last block. For a
 // consumer's loop (a store, a reduce, a materialization), masks of the form
 // cmp(range, range) (ranges built from arange, splat, constants, +, -, * by a
-// constant, broadcast), and `and`s of those, get a whole-tile test computed once
+// constant, broadcast), and `and`s and `or`s of those, get a whole-tile test computed once
 // before the loop; the loop is then emitted twice:
 //
 //   if (pid*BLOCK + BLOCK-1 < n  [no lane wrapped])  { loop, the mask replaced by true }
@@ -98,6 +98,23 @@ llvm::Value* KernelLowering::all_true(const Value* m) {
       llvm::Value* a = all_true(op.operands[0]);
       llvm::Value* b = a ? all_true(op.operands[1]) : nullptr;
       return b ? b_.CreateAnd(a, b) : nullptr;
+    }
+    case OpKind::Or: {
+      // All true where either side is. The ops whose ranges a side's test proved free of
+      // wrapping (range_ops_, nsw in the all-true copy) stay proved only where that side's
+      // test alone decides: with both sides tested, either may be the true one, so
+      // neither side's ops are recorded; a side with no test records none.
+      const size_t mark = range_ops_.size();
+      llvm::Value* a = all_true(op.operands[0]);
+      if (!a) range_ops_.resize(mark);
+      const size_t mid = range_ops_.size();
+      llvm::Value* b = all_true(op.operands[1]);
+      if (!b) range_ops_.resize(mid);
+      if (a && b) {
+        range_ops_.resize(mark);
+        return b_.CreateOr(a, b);
+      }
+      return a ? a : b;
     }
     case OpKind::Cmp: {
       auto a = tile_range(op.operands[0]);
