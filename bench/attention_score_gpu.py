@@ -79,17 +79,15 @@ def backward_flat(q, k, ds, dq, dk, scale, tiles):
     rings on sm_90a), each branch's loop warp-specialized where WS."""
     bt, m, d = q.shape
     n = k.shape[1]
-    bm, bk, warps, stages, ws, maxnreg = tiles[:6]
+    bm, bk, warps, stages, ws, maxnreg, lag = tiles
     extra = {"maxnreg": maxnreg} if maxnreg else {}
-    if len(tiles) > 6:
-        extra["LAG"] = tiles[6]
     AT._score_backward_flat_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
         ds, q, k, dq, dk, m, n, d, ds.stride(1), q.stride(1), k.stride(1), scale, bt * m, bt * n, ACC=tl.float32,
-        BLOCK_M=bm, BLOCK_D=max(16, tessera.next_power_of_2(d)), BLOCK_K=bk, WS=ws, num_warps=warps,
+        BLOCK_M=bm, BLOCK_D=max(16, tessera.next_power_of_2(d)), BLOCK_K=bk, WS=ws, LAG=lag, num_warps=warps,
         num_stages=stages, **extra)
 
 
-# name -> (BLOCK_M, BLOCK_K, num_warps, num_stages, WS, maxnreg[, LAG]) of _score_backward_flat_kernel
+# name -> (BLOCK_M, BLOCK_K, num_warps, num_stages, WS, maxnreg, LAG) of _score_backward_flat_kernel
 FLAT_BACKWARD = {
     "flat 256x64 w16 s4 ws, dq on the anti-diagonal (shipped on sm_90)": (256, 64, 16, 4, True, None, 0),
     "flat 256x64 w16 s4 ws, dq lags 4 (dk reads first)": (256, 64, 16, 4, True, None, 4),

@@ -262,6 +262,21 @@ def _outer(a, b, c, M, N, K, s_am, s_bk, BM: tl.constexpr, BN: tl.constexpr, BK:
         tl.store(c + t * BM * N + rm[:, None] * N + rn[None, :], acc)
 
 
+def _two_in_a_row(a, b, c, M, N, K, s_am, s_bk, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    for t in tl.static_range(2):  # two specialized loops on one path: the second is refused
+        acc = tl.zeros([BM, BN], tl.float32)
+        for k in tl.range(0, K, BK, warp_specialize=True):
+            x = tl.load(a + rm[:, None] * s_am + (k + rk)[None, :], mask=(rm[:, None] < M) & ((k + rk)[None, :] < K),
+                        other=0.0)
+            y = tl.load(b + (k + rk)[:, None] * s_bk + rn[None, :], mask=((k + rk)[:, None] < K) & (rn[None, :] < N),
+                        other=0.0)
+            acc = tl.dot(x, y, acc)
+        tl.store(c + t * BM * N + rm[:, None] * N + rn[None, :], acc)
+
+
 MM_SIG = {"a": "*fp16:16", "b": "*fp16:16", "c": "*fp32:16", "M": "i32", "N": "i32", "K": "i32", "s_am": "i32:16",
           "s_bk": "i32:16"}
 
@@ -270,7 +285,8 @@ MM_SIG = {"a": "*fp16:16", "b": "*fp16:16", "c": "*fp32:16", "M": "i32", "N": "i
     (_no_ring, {"x": "*fp32:16", "out": "*fp32:16", "n": "i32"}, {"BLOCK": 128}, "loads no tl.dot operand"),
     (_nested, MM_SIG, {"BM": 64, "BN": 64, "BK": 64}, "inside another loop"),
     (_outer, MM_SIG, {"BM": 64, "BN": 64, "BK": 64}, "loaded in an inner loop"),
-], ids=["no_ring", "nested", "ring_in_inner_loop"])
+    (_two_in_a_row, MM_SIG, {"BM": 64, "BN": 64, "BK": 64}, "already has a warp-specialized loop on this path"),
+], ids=["no_ring", "nested", "ring_in_inner_loop", "two_in_a_row"])
 def test_where_it_cannot_apply(fn, sig, ce, message):
     with pytest.raises(tessera.CompilationError) as e:
         _gpu_compile(fn, sig, ce)

@@ -97,11 +97,9 @@ bool GpuLowering::warp_specialize_loop(const Op& loop, const std::optional<Pipel
     unsupported(loop, why + "the loop is inside another loop; only a loop of the kernel itself can be specialized "
                             "(its producer warp returns after it)");
   if (producer_threads_)
-    unsupported(loop, why + "the kernel already has a warp-specialized loop; only one is supported");
+    unsupported(loop, why + "the kernel already has a warp-specialized loop on this path; only one is supported "
+                            "(each branch of an if may specialize its own)");
   if (pipe && pipe->tma) return true;
-  // Not specialized, in a kernel with another loop that may be: its producer warpgroup
-  // (launched for the whole kernel) must not run this loop's layouts.
-  if (specialize_asks_ > 1) leave_extra_threads();
   const Block& body = *loop.regions[0]->block;
   if (!loads_dot_operand(body) && inner_loop_loads_dot_operand(body))
     unsupported(loop, why + "the tl.dot operands are loaded in an inner loop; write the loop flat (one loop over "
@@ -111,7 +109,10 @@ bool GpuLowering::warp_specialize_loop(const Op& loop, const std::optional<Pipel
                             "issue");
   // A ring this specialization cannot fill with the TMA (rows not 16-byte aligned, an
   // operand type or layout it does not take, num_stages 1): the loop runs unspecialized,
-  // as for other shapes of the same kernel it may not (docs/language.md).
+  // as for other shapes of the same kernel it may not (docs/language.md). In a kernel with
+  // another loop that may be specialized, the producer warpgroup that loop's launch has
+  // must not run this loop's layouts: it leaves here.
+  if (specialize_asks_ > 1) leave_extra_threads();
   return false;
 }
 
