@@ -84,8 +84,12 @@ def norm_plans(inputs):
 # bench/results/bwd_sweep_normbwd_run1.log and bwd_sweep_norm_h100.log).
 # Two programs per SM run with a register cap (kernels/_host.py max_registers: 128 at 8
 # warps, 64 at 16), so both are resident; each writes its own partial row.
-NORM_CONFIGS = [(1, 16, True, True, False), (1, 16, True, True, True), (2, 8, True, True, False),
-                (2, 16, True, True, False)]
+# The sixth element: the stream ring's stages (kernels/norm.py BWD_STAGES; > 1 loads the
+# steps ahead through shared memory instead of the register prefetch).
+NORM_CONFIGS = [(1, 16, True, True, False, 1), (2, 8, True, True, False, 1), (2, 16, True, True, False, 1),
+                (2, 8, False, True, False, 2), (2, 8, False, True, False, 3), (2, 8, False, True, False, 4),
+                (2, 8, False, True, True, 3), (3, 8, False, True, False, 3), (4, 4, False, True, False, 3),
+                (1, 16, False, True, True, 3), (1, 16, False, True, True, 4), (2, 16, False, True, False, 3)]
 # (rows per program, column block, warps, next row's loads ahead, two rows a step,
 # programs per SM under a register cap or None); the first is the default. Registers
 # (ptxas for sm_90a, erf / tanh-exp form, 2 warps): one row 63 / 47 (16 / 21 programs per
@@ -95,16 +99,18 @@ NORM_CONFIGS = [(1, 16, True, True, False), (1, 16, True, True, True), (2, 8, Tr
 # labels ran 2 warps: the plan then allowed a warp per 256 columns at most). Earlier
 # alternatives (rows 32/48 a row a step, 256 or 1024 columns, no prefetch, the unfused
 # plan, tl.tanh) are in bench/results/bwd_sweep_normbwd*_run*.log.
-BIAS_CONFIGS = [(128, 512, 2, True, True, None), (64, 512, 2, True, False, None), (96, 512, 2, True, True, None),
-                (64, 512, 2, True, False, 16), (96, 512, 4, True, True, None), (128, 512, 4, True, True, None),
-                (64, 512, 4, True, False, 16)]
+# The seventh element: the stream ring's stages (BIAS_BWD_STAGES; > 1 without the
+# register prefetch).
+BIAS_CONFIGS = [(128, 512, 2, True, True, None, 1), (128, 512, 2, False, False, None, 3),
+                (128, 512, 2, False, False, None, 4), (128, 1024, 4, False, False, None, 3),
+                (128, 2048, 8, False, False, None, 3), (64, 512, 2, False, False, None, 3)]
 BIAS_SWEEP_RESULTS = {}  # (form, config) -> ms, for bench/bias_bwd_ab.py
 
 
 def sweep_norm(all_cases, copy_ms_per_byte):
     """The norm backward alone per plan: (programs per SM, warps, prefetch, pair sum)."""
     from tessera.kernels import _host as H
-    saved = N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM
+    saved = N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_STAGES
     for name in ("layer_norm", "rms_norm", "residual_add_layer_norm", "layer_norm+relu"):
         inputs = all_cases[name][0]
         x, w = inputs[0], inputs[-2] if name.startswith("residual") else inputs[1]
@@ -125,10 +131,11 @@ def sweep_norm(all_cases, copy_ms_per_byte):
         ref = torch.autograd.grad(y, [t for t in (xr, wr, br) if t is not None], dy.float())
         ref_dx = ref[0] + (dh.float() if dh is not None else 0)
         n_bytes = (4 if dh is not None else 3) * x.numel() * x.element_size()
-        for per_sm, warps, prefetch, pair, two_rows in NORM_CONFIGS:
+        for per_sm, warps, prefetch, pair, two_rows, stages in NORM_CONFIGS:
             if is_rms and not pair:
                 continue  # one row sum: the pair reduction does not apply
             N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM = (per_sm, warps, two_rows), prefetch, pair
+            N.BWD_STAGES = stages
             N._BWD_PLANS.clear()
             run = lambda: N.norm_backward(xin, w, b, mean, rstd, dy, dh, is_rms, relu)  # noqa: E731
             dx, dw, db = run()
@@ -136,10 +143,10 @@ def sweep_norm(all_cases, copy_ms_per_byte):
                       (dw.float() - ref[1]).abs().max().item() / ref[1].abs().max().item())
             t = gpu_ms(run)
             print(f"  {name:24s} programs/SM {per_sm} ({H.num_programs_for_partials(x, 1 << 30, per_sm)}) "
-                  f"maxnreg {H.max_registers(per_sm, warps)} warps {warps:2d} prefetch {int(prefetch)} pair sum {int(pair)} rows a step {1 + two_rows}: "
+                  f"maxnreg {H.max_registers(per_sm, warps)} warps {warps:2d} prefetch {int(prefetch)} pair sum {int(pair)} rows a step {1 + two_rows} stages {stages}: "
                   f"{t:.4f} ms  {n_bytes * copy_ms_per_byte / t:.3f} of copy  "
                   f"err {err:.2g}", flush=True)
-    N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM = saved
+    N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_STAGES = saved
     N._BWD_PLANS.clear()
 
 
@@ -153,7 +160,7 @@ def sweep_bias(all_cases, copy_ms_per_byte):
 def _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp):
     from tessera.kernels import activation as A
     names = ("BIAS_BWD_ROWS", "BIAS_BWD_BLOCK", "BIAS_BWD_WARPS", "BIAS_BWD_PREFETCH", "BIAS_BWD_TWO_ROWS",
-             "BIAS_BWD_PER_SM", "BIAS_BWD_TANH_VIA_EXP")
+             "BIAS_BWD_PER_SM", "BIAS_BWD_STAGES", "BIAS_BWD_TANH_VIA_EXP")
     saved = [getattr(A, n) for n in names]
     A.BIAS_BWD_TANH_VIA_EXP = via_exp
     x, b = all_cases["bias_gelu"][0]
@@ -163,8 +170,8 @@ def _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp):
     n_bytes = 3 * x.numel() * x.element_size()
     form = ("bias_gelu_tanh" + (" (exp form)" if via_exp else "")) if tanh else "bias_gelu"
 
-    plans = [(f"fused rows {r} block {bl} warps {wp} prefetch {int(pf)} rows a step {1 + tw} per SM {ps}",
-               (r, bl, wp, pf, tw, ps)) for r, bl, wp, pf, tw, ps in BIAS_CONFIGS]
+    plans = [(f"fused rows {r} block {bl} warps {wp} prefetch {int(pf)} rows a step {1 + tw} per SM {ps} stages {st}",
+               (r, bl, wp, pf, tw, ps, st)) for r, bl, wp, pf, tw, ps, st in BIAS_CONFIGS]
     for label, cfg in plans:
         for n, v in zip(names, cfg):
             setattr(A, n, v)
@@ -184,21 +191,23 @@ def _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp):
 
 # (programs per SM, warps, next row group's loads ahead); the first is main's plan.
 # 3 and 4 per SM run with a register cap (168 and 128 at 4 warps).
-ROPE_CONFIGS = [(2, 4, False), (3, 4, False), (4, 4, False), (2, 8, False)]
+# The fourth element: the stream ring's stages (kernels/rope.py BWD_STAGES).
+ROPE_CONFIGS = [(3, 4, False, 1), (2, 4, False, 3), (3, 4, False, 3), (2, 8, False, 3), (1, 8, False, 4),
+                (2, 4, False, 4)]
 
 
 def sweep_rope(all_cases, copy_ms_per_byte):
     """rms_norm_rope's backward alone per plan (programs per SM, warps, prefetch)."""
     from tessera.kernels import rope as RP
-    saved = RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS, RP.BWD_PREFETCH
+    saved = RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS, RP.BWD_PREFETCH, RP.BWD_STAGES
     x, w = all_cases["rms_norm_rope"][0]
     ang = torch.randn(x.shape[0], x.shape[-1] // 2)
     cos, sin = ang.cos().to(x), ang.sin().to(x)
     _, rstd = RP.rms_norm_rope_forward(x, w, cos, sin, 1e-6)
     dy = torch.randn_like(x)
     n_bytes = 3 * x.numel() * x.element_size()
-    for i, (per_sm, warps, prefetch) in enumerate(ROPE_CONFIGS):
-        RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS, RP.BWD_PREFETCH = per_sm, warps, prefetch
+    for i, (per_sm, warps, prefetch, stages) in enumerate(ROPE_CONFIGS):
+        RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS, RP.BWD_PREFETCH, RP.BWD_STAGES = per_sm, warps, prefetch, stages
         RP._PLANS.clear()
         run = lambda: RP.rms_norm_rope_backward(x, w, cos, sin, rstd, dy)  # noqa: E731
         dx, dw = run()
@@ -207,9 +216,9 @@ def sweep_rope(all_cases, copy_ms_per_byte):
         err = max((dx.float() - first[0]).abs().max().item(), (dw.float() - first[1]).abs().max().item()
                   / first[1].abs().max().item())
         t = gpu_ms(run)
-        print(f"  rms_norm_rope backward programs/SM {per_sm} warps {warps:2d} prefetch {int(prefetch)}: {t:.4f} ms  "
+        print(f"  rms_norm_rope backward programs/SM {per_sm} warps {warps:2d} prefetch {int(prefetch)} stages {stages}: {t:.4f} ms  "
               f"{n_bytes * copy_ms_per_byte / t:.3f} of copy  diff from the first plan {err:.2g}", flush=True)
-    RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS, RP.BWD_PREFETCH = saved
+    RP.BWD_PROGRAMS_PER_SM, RP.BWD_NUM_WARPS, RP.BWD_PREFETCH, RP.BWD_STAGES = saved
     RP._PLANS.clear()
 
 

@@ -232,6 +232,37 @@ def gpu_multiprocessors(like) -> int:
     return count
 
 
+_MEMORY_GBPS = {}
+# Plans tuned for memory that streams this fast or faster (the H200's HBM3e: 4.8 TB/s
+# nominal, a copy at ~4 TB/s; the H100 SXM's HBM3: 3.35 TB/s, a copy at ~2.9) keep more
+# bytes in flight per SM: kernels/norm.py's BWD_GPU_PLANS_FAST_MEMORY.
+FAST_MEMORY_GBPS = 4000.0
+
+
+def gpu_memory_gbps(like) -> float:
+    """The nominal bandwidth of the GPU memory `like` lives in, GB/s: 2 transfers a clock
+    over the bus (asked once per device; 0 where the driver does not say)."""
+    if is_torch(like):
+        index = like.get_device()
+        key = ("torch", index)
+        if key not in _MEMORY_GBPS:
+            props = torch.cuda.get_device_properties(index)
+            khz, bits = getattr(props, "memory_clock_rate", 0), getattr(props, "memory_bus_width", 0)
+            _MEMORY_GBPS[key] = 2.0 * khz * 1e3 * bits / 8 / 1e9
+        return _MEMORY_GBPS[key]
+    index = like.device.id
+    key = ("cupy", index)
+    if key not in _MEMORY_GBPS:
+        attrs = _cupy().cuda.Device(index).attributes
+        _MEMORY_GBPS[key] = 2.0 * attrs.get("MemoryClockRate", 0) * 1e3 * attrs.get("GlobalMemoryBusWidth", 0) / 8 / 1e9
+    return _MEMORY_GBPS[key]
+
+
+def fast_memory(like) -> bool:
+    """Whether `like` is on a GPU whose memory streams at FAST_MEMORY_GBPS or more."""
+    return on_gpu(like) and gpu_memory_gbps(like) >= FAST_MEMORY_GBPS
+
+
 def tessera_threads() -> int:
     """The CPU thread pool's size (fixed when the pool starts; TESSERA_NUM_THREADS or
     the core count). Asked of the runtime once: os.cpu_count() costs ~15 us a call."""

@@ -194,7 +194,7 @@ def _bias_act_row_grad(DA, row, n_cols, cols, g, first, mask, a_raw, dy_raw, b, 
 def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols, p, seed, keep_from,
                          TANH: tl.constexpr, DROPOUT: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr,
                          ROWS: tl.constexpr, BLOCK: tl.constexpr, TANH_VIA_EXP: tl.constexpr = False,
-                         TWO_ROWS: tl.constexpr = False):
+                         TWO_ROWS: tl.constexpr = False, STAGES: tl.constexpr = 1):
     # gelu(a + bias) (optionally then dropout) backward with the bias gradient fused:
     # program (i, j) writes da for rows [i * ROWS, (i + 1) * ROWS) of column block j and
     # the sum of those rows of da as row i of DBP (fp32 partials, one column sum away
@@ -208,6 +208,8 @@ def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols,
     # TWO_ROWS (with PREFETCH; ROWS even) steps over rows i, i + 1 and issues the loads of
     # i + 2 and i + 3 first: two rows' loads in flight where PREFETCH alone has one
     # during the arithmetic, in separate registers (no copies waiting on a load).
+    # STAGES > 1 (neither of those): the compiler's stream ring keeps the next STAGES - 1
+    # rows' loads in flight through shared memory.
     first = tl.program_id(1) * BLOCK
     if DROPOUT:
         g = tl.arange(0, BLOCK // 8)
@@ -240,7 +242,7 @@ def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols,
         if PREFETCH:
             a_next, dy_next = _bias_act_row_loads(A, DY, r0.to(tl.int64), stride_a, stride_dy, cols,
                                                   cmask & (r0 < n_rows))
-        for i in range(0, ROWS):
+        for i in tl.range(0, ROWS, num_stages=STAGES):
             r = r0 + i
             row = r.to(tl.int64)
             mask = cmask & (r < n_rows)
@@ -306,6 +308,13 @@ def _grid(rows, n, cap=2048):
 DROPOUT_FWD_BLOCK = 4096
 # The backward's: 0.994 of copy with 2048, 1.013 with 4096 (H100, bench/bwd_profile.py --sweep).
 DROPOUT_BWD_BLOCK = 4096
+# The forward without dropout on a GPU: 4096-column blocks of 4 warps (32 elements a
+# thread). bias_gelu (erf) 16384x4096 fp16, of a copy, 2048 -> 4096 columns: H100 0.971 ->
+# 0.989, H200 0.864 -> 0.929 (there the erf's ~28 instructions an element near the issue
+# rate: the wider block spreads a thread's fixed work over more elements); tanh form 0.976
+# -> 0.993 and 0.972 -> 0.997; swiglu/geglu level (1.00-1.03) on both
+# (bench/results/memory_bound_configs_ew_h100.md, memory_bound_configs_h200.md).
+EW_FWD_GPU_BLOCK = 4096
 
 
 # The bias-gradient backward (_bias_act_bwd_kernel): rows per program (each program
@@ -344,6 +353,11 @@ BIAS_BWD_TANH_VIA_EXP = True
 # H.max_registers(n, warps); the sweep's capped plans were slower, 0.568-0.83).
 BIAS_BWD_TWO_ROWS = True
 BIAS_BWD_PER_SM = None
+# The stream ring (STAGES > 1, without PREFETCH / TWO_ROWS) on an H200: bias_gelu 0.775 of
+# copy with two rows a step, 0.705-0.745 with rings of 3-4 stages (512-2048 columns);
+# tanh form 0.876 against 0.800-0.850 (bench/results/bwd_sweep_stream_ring_h200_run1.log):
+# off. These are bound by their arithmetic there more than by bytes in flight.
+BIAS_BWD_STAGES = 1
 
 
 def _bias_bwd_rows(a) -> int:
@@ -383,8 +397,12 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
     plan.new_db = H.allocator(a, tuple(b.shape)) if bias_mode == SAME_SHAPE else None
     plan.sums_direct = False
     if rows and H.numel(a):
-        dropout_block = DROPOUT_FWD_BLOCK if dy is None else DROPOUT_BWD_BLOCK
-        plan.grid, block = _grid(rows, n, dropout_block if p > 0 and H.on_gpu(a) else 2048)
+        if H.on_gpu(a):
+            cap = (DROPOUT_FWD_BLOCK if dy is None else DROPOUT_BWD_BLOCK) if p > 0 else \
+                EW_FWD_GPU_BLOCK if dy is None else 2048
+        else:
+            cap = 2048
+        plan.grid, block = _grid(rows, n, cap)
         plan.kw = dict(OP=op, TANH=tanh, HAS_B=bias_mode != NO_B, DROPOUT=p > 0, ACC=H.acc_dtype(a), BLOCK=block)
         if dy is not None and bias_mode == BIAS:
             # Row groups of BIAS_BWD_ROWS, column blocks of BIAS_BWD_BLOCK (8 elements a
@@ -398,10 +416,12 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             plan.sums_direct = plan.bias_groups == 1 and plan.bias_dtype in ("float32", "float64")
             plan.new_parts = H.allocator(a, (n,) if plan.sums_direct else (plan.bias_groups, n), "acc")
             plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
-            plan.kw = dict(TANH=tanh, DROPOUT=p > 0, PREFETCH=_bias_bwd_prefetch(a), ACC=H.acc_dtype(a),
-                           ROWS=group_rows, BLOCK=block,
+            stages = BIAS_BWD_STAGES if H.on_gpu(a) else 1
+            plan.kw = dict(TANH=tanh, DROPOUT=p > 0, PREFETCH=_bias_bwd_prefetch(a) and stages == 1,
+                           ACC=H.acc_dtype(a), ROWS=group_rows, BLOCK=block,
                            TANH_VIA_EXP=tanh and BIAS_BWD_TANH_VIA_EXP and H.on_gpu(a),
-                           TWO_ROWS=_bias_bwd_two_rows(a) and group_rows % 2 == 0 and _bias_bwd_prefetch(a))
+                           TWO_ROWS=_bias_bwd_two_rows(a) and group_rows % 2 == 0 and _bias_bwd_prefetch(a)
+                           and stages == 1, STAGES=stages)
             if H.on_gpu(a):
                 plan.kw["num_warps"] = max(1, BIAS_BWD_WARPS * block // BIAS_BWD_BLOCK)
                 maxnreg = H.max_registers(BIAS_BWD_PER_SM, plan.kw["num_warps"]) if BIAS_BWD_PER_SM else None

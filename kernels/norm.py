@@ -156,7 +156,7 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
                      n_rows, n_cols, n_progs,
                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
                      HAS_DH: tl.constexpr, PREFETCH: tl.constexpr, PAIR_SUM: tl.constexpr, TWO_ROWS: tl.constexpr,
-                     ACC: tl.constexpr, BLOCK: tl.constexpr):
+                     ACC: tl.constexpr, BLOCK: tl.constexpr, STAGES: tl.constexpr = 1):
     # Program pid walks rows pid, pid + n_progs, ... and writes their dweight sum, then
     # their dbias sum, as row pid of DWB (row stride stride_p).
     #
@@ -170,6 +170,11 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
     # step ahead in rotating variables (next = after-next) did not help: the copy of a
     # register waits for its load, so the loop stalls there anyway (0.74 of copy where
     # one step ahead gives 0.83 on an H100, bench/results/bwd_sweep_normbwd_run1.log).
+    #
+    # STAGES > 1 (a GPU plan, without PREFETCH): the compiler's stream ring keeps the
+    # loads of the next STAGES - 1 steps in flight through shared memory (cp.async into
+    # each thread's own slots; tl.range's num_stages on a loop without tl.dot), so no
+    # register carries them.
     #
     # PAIR_SUM: layer norm's two row sums (of g * xhat and of g) as one reduction of a
     # pair, so a row crosses the warps once: 2 barriers a row instead of 4.
@@ -189,7 +194,7 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
         if TWO_ROWS:
             xb, dyb, dhb, meanb, rstdb = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, pid + n_progs, n_rows, stride_x,
                                                              stride_dy, stride_dh, cols, mask, IS_RMS, HAS_DH)
-    for r in range(pid, n_rows, step):
+    for r in tl.range(pid, n_rows, step, num_stages=STAGES):
         if PREFETCH:
             x_raw, dy_raw, dh_raw, mean, rstd = xa, dya, dha, meana, rstda
             xa, dya, dha, meana, rstda = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + step, n_rows, stride_x,
@@ -314,20 +319,37 @@ _BWD_PLANS = H.Plans()
 #   the H100's at 2.85): layer_norm 1 x 16 0.742, two rows 0.693 | 2 x 8 0.758, 2 x 16 0.788;
 #   layer_norm+relu 0.718, 0.709 | 0.842, 0.739; rms_norm 0.772, two rows 0.816 | 2 x 8
 #   0.904, 2 x 16 0.910; residual_add_layer_norm 0.850, 0.754 | 0.642, 0.647. RMS norm takes
-#   2 x 8, within 1% of its H100 best (0.921 against 0.930) and 0.82 -> 0.90 on the H200.
-# Per form: (programs per SM, warps at most, two rows a step), for rows of up to
-# BWD_PLAN_MAX_BLOCK columns; longer rows hold twice the registers a thread, so they
-# take one program per SM, one row a step.
+#   2 x 8, within 1% of its H100 best (0.921 against 0.930) and 0.82 -> 0.90 on the H200;
+#   session 10's H100 sweep: 2 x 8 0.912, 2 x 16 0.894 (bwd_sweep_stream_ring_h100_run1.log).
+# The stream ring (STAGES > 1: the compiler loads the next steps through shared memory,
+# no register prefetch) on an H200 (session 10, bwd_sweep_stream_ring_h200_run1/run2.log,
+# best register-prefetch plan -> best ring plan): layer_norm 0.790 -> 0.889 (2 x 8, 2 or 3
+# stages), rms_norm 0.919 -> 0.953 (1 x 16, two rows, 3 stages), residual_add_layer_norm
+# 0.853 -> 0.935 (2 x 8, 2 stages; 3: 0.895-0.916), layer_norm+relu 0.845 -> 0.857 (2 x 8,
+# 2 stages). On an H100 it gains nothing (bwd_sweep_stream_ring_h100_run1.log: layer_norm
+# 0.900 -> 0.859 at best, rms_norm 0.912 -> 0.876, +relu 0.920 -> 0.829, residual 0.935 ->
+# 0.944): there the register prefetch already keeps enough in flight for 2.9 TB/s. So
+# the plans are per memory speed (_host.fast_memory).
+# Per form: (programs per SM, warps at most, two rows a step, ring stages), for rows of
+# up to BWD_PLAN_MAX_BLOCK columns; longer rows hold twice the registers a thread, so
+# they take one program per SM, one row a step.
 BWD_GPU_PLANS = {
-    "layer_norm": (2, 16, False),
-    "layer_norm+relu": (2, 8, False),
-    "rms_norm": (2, 8, False),
-    "residual": (1, 16, False),  # with the residual's gradient dh (layer or RMS norm)
+    "layer_norm": (2, 16, False, 1),
+    "layer_norm+relu": (2, 8, False, 1),
+    "rms_norm": (2, 8, False, 1),
+    "residual": (1, 16, False, 1),  # with the residual's gradient dh (layer or RMS norm)
+}
+BWD_GPU_PLANS_FAST_MEMORY = {
+    "layer_norm": (2, 8, False, 2),
+    "layer_norm+relu": (2, 8, False, 2),
+    "rms_norm": (1, 16, True, 3),
+    "residual": (2, 8, False, 2),
 }
 BWD_PLAN_MAX_BLOCK = 4096
 BWD_PLAN_OVERRIDE = None  # (programs per SM, warps, two rows) for every form: the sweep's
 BWD_PREFETCH = True
 BWD_PAIR_SUM = True
+BWD_STAGES = None  # with BWD_PLAN_OVERRIDE: the stream ring's stages (None: 1; the sweep's)
 
 # On the CPU a small backward runs as one program: its one partial row is dweight and
 # dbias themselves (when they are kept in the accumulation type, fp32 or fp64), so the
@@ -361,20 +383,21 @@ def _bwd_pair_sum(x) -> bool:
     return BWD_PAIR_SUM and H.on_gpu(x)
 
 
-def _bwd_gpu_plan(is_rms, relu, has_dh, block):
-    """(programs per SM, warps at most, two rows a step) of the GPU walk (BWD_GPU_PLANS)."""
+def _bwd_gpu_plan(x, is_rms, relu, has_dh, block):
+    """(programs per SM, warps at most, two rows a step, stream ring stages) of the GPU
+    walk on x's GPU (BWD_GPU_PLANS, or BWD_GPU_PLANS_FAST_MEMORY)."""
     if BWD_PLAN_OVERRIDE is not None:
-        return BWD_PLAN_OVERRIDE
+        return (*BWD_PLAN_OVERRIDE, BWD_STAGES or 1)
     if block > BWD_PLAN_MAX_BLOCK:
-        return 1, 16, False
+        return 1, 16, False, 1
     form = "residual" if has_dh else "rms_norm" if is_rms else "layer_norm+relu" if relu else "layer_norm"
-    return BWD_GPU_PLANS[form]
+    return (BWD_GPU_PLANS_FAST_MEMORY if H.fast_memory(x) else BWD_GPU_PLANS)[form]
 
 
 def _bwd_two_rows(x, is_rms=False, has_dh=False, relu=False, block=0) -> bool:
-    """Two rows a step on a GPU where the form's plan says so (RMS norm without a
-    residual gradient); one row otherwise and on the CPU. Tests patch it."""
-    return H.on_gpu(x) and _bwd_gpu_plan(is_rms, relu, has_dh, block)[2]
+    """Two rows a step on a GPU where the form's plan says so; one row otherwise and on
+    the CPU. Tests patch it."""
+    return H.on_gpu(x) and _bwd_gpu_plan(x, is_rms, relu, has_dh, block)[2]
 
 
 def norm_forward(op, x, residual, weight, bias, eps, is_rms, relu, keep_stats=True):
@@ -426,7 +449,8 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     # One program's partial row is the sums when they need no cast to the gradients' type.
     plan.sums_direct = _one_program_backward(xin, plan.rows * n)
     block = H.block_for(n)
-    per_sm, max_warps, _ = _bwd_gpu_plan(is_rms, relu, dh is not None, block) if H.on_gpu(xin) else (1, 16, False)
+    per_sm, max_warps, _, stages = (_bwd_gpu_plan(xin, is_rms, relu, dh is not None, block) if H.on_gpu(xin)
+                                    else (1, 16, False, 1))  # (tl.range's num_stages means nothing on the CPU)
     plan.progs = 1 if plan.sums_direct else H.num_programs_for_partials(xin, plan.rows, per_sm)
     # The partials' column sum: its launches kept here (xin has the partials' device
     # and precision class), so a call does no column_sum plan lookup.
@@ -434,7 +458,8 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     plan.new_dx = H.allocator(xin, plan.shape)  # contiguous: the (rows, n) rows the kernel writes
     plan.new_partials = H.allocator(xin, (plan.width,) if plan.sums_direct else (plan.progs, plan.width), "acc")
     plan.kw = None if not (plan.rows and n) else dict(
-        IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None, PREFETCH=_bwd_prefetch(xin),
+        IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None,
+        PREFETCH=_bwd_prefetch(xin) and stages == 1, STAGES=stages,
         PAIR_SUM=_bwd_pair_sum(xin), TWO_ROWS=_bwd_two_rows(xin, is_rms, dh is not None, relu, block),
         ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, max_warps))
     if plan.kw is not None and "num_warps" in plan.kw:

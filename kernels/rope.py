@@ -62,10 +62,12 @@ def _rms_rope_bwd_group_loads(X, DY, RSTD, g, n_rows, stride_x, stride_dy, half,
 @tessera.kernel
 def _rms_rope_bwd_kernel(X, W, COS, SIN, RSTD, DY, DX, DWp, stride_x, stride_dy, n_rows, n_heads, seq_len, half,
                          n_progs, HAS_W: tl.constexpr, PREFETCH: tl.constexpr, ACC: tl.constexpr, ROWS: tl.constexpr,
-                         BLOCK: tl.constexpr):
+                         BLOCK: tl.constexpr, STAGES: tl.constexpr = 1):
     # Program p: row groups p, p + n_progs, ... of ROWS head vectors each. PREFETCH (the
     # GPU plan) issues the next group's loads of x, dy and rstd before this group's
     # arithmetic and stores, so they wait out one memory latency under this group's work.
+    # STAGES > 1 (without PREFETCH): the compiler's stream ring keeps the next STAGES - 1
+    # groups' loads in flight through shared memory (kernels/norm.py's walk has the same).
     pid = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     cm = c < half
@@ -81,7 +83,7 @@ def _rms_rope_bwd_kernel(X, W, COS, SIN, RSTD, DY, DX, DWp, stride_x, stride_dy,
     if PREFETCH:
         nx1, nx2, ndy1, ndy2, nrstd = _rms_rope_bwd_group_loads(X, DY, RSTD, pid, n_rows, stride_x, stride_dy, half,
                                                                 c, cm, ROWS)
-    for g in range(pid, n_groups, n_progs):
+    for g in tl.range(pid, n_groups, n_progs, num_stages=STAGES):
         if PREFETCH:
             x1r, x2r, dy1r, dy2r, rstd_row = nx1, nx2, ndy1, ndy2, nrstd
             # Past the last group the row index is >= n_rows: the loads are masked off.
@@ -121,8 +123,22 @@ def _rms_rope_bwd_kernel(X, W, COS, SIN, RSTD, DY, DX, DWp, stride_x, stride_dy,
 def _rows_per_program(half_block):
     """Head vectors per program: a [ROWS, BLOCK] tile of ~2048 elements per half, so a
     GPU block moves a few KB instead of one 256-byte head (one program per head left
-    the H100 at a fifth of its bandwidth)."""
+    the H100 at a fifth of its bandwidth). The backward walk's step, and the CPU's
+    forward."""
     return max(1, min(32, 2048 // half_block))
+
+
+# The GPU forward's head vectors per program: ~1024 elements per half (16 heads of 128),
+# 4 warps. 65536x8x128 fp16, of a copy, 32 -> 16 heads: H100 0.929 -> 0.934-0.936, H200
+# 0.875 -> 0.910 (more, smaller programs: the last wave's tail is shorter; 64 heads:
+# 0.908 / 0.820; bench/results/memory_bound_configs_h100.md, memory_bound_configs_h200.md).
+FWD_GPU_ELEMS_PER_HALF = 1024
+
+
+def _fwd_rows_per_program(x, half_block):
+    if not H.on_gpu(x):
+        return _rows_per_program(half_block)
+    return max(1, min(32, FWD_GPU_ELEMS_PER_HALF // half_block))
 
 
 def _check(x, weight, cos, sin):
@@ -159,6 +175,10 @@ BWD_NUM_WARPS = 4
 # warps per SM; 8 warps 0.801; bench/results/bwd_sweep_normbwd_run1.log): off. 228
 # registers a thread with it, 168 without (ptxas), so it only trades registers.
 BWD_PREFETCH = False
+# The stream ring (STAGES > 1) instead, on an H200: 0.822 of copy without (3 per SM), 0.726
+# -0.831 with 2-4 stages at 1-3 per SM (bench/results/bwd_sweep_stream_ring_h200_run1.log):
+# off. (A group's 26 KB a stage leaves room for fewer programs per SM.)
+BWD_STAGES = 1
 
 
 def _bwd_prefetch(x) -> bool:
@@ -210,7 +230,8 @@ def _tables(plan, weight, cos, sin, xv):
 
 def rms_norm_rope_forward(x, weight, cos, sin, eps):
     plan = _plan_for(x, weight, cos, sin)
-    heads, seq, half, rows, per, block, _, sx, _, _, x_direct, _ = plan
+    heads, seq, half, rows, _, block, _, sx, _, _, x_direct, _ = plan
+    per = _fwd_rows_per_program(x, block)
     xv = x if x_direct else H.rows_view(x, 2 * half)
     y = H.empty(x, tuple(x.shape))  # contiguous: the (rows, head_dim) the kernel writes
     rstd = H.empty(x, (rows,), "acc")
@@ -234,7 +255,8 @@ def rms_norm_rope_backward(x, weight, cos, sin, rstd, dy):
         w, c, s = _tables(plan, weight, cos, sin, xv)
         _rms_rope_bwd_kernel[(progs,)](xv, w, c, s, rstd, dyv, dx, dwp, sx, sdy, rows, heads, seq, half, progs,
                                        HAS_W=weight is not None, PREFETCH=_bwd_prefetch(x), ACC=H.acc_dtype(x),
-                                       ROWS=per, BLOCK=block, **_bwd_launch_options(x))
+                                       ROWS=per, BLOCK=block, STAGES=BWD_STAGES if H.on_gpu(x) else 1,
+                                       **_bwd_launch_options(x))
     dw = column_sum_run(sum_steps, dwp, H.dtype_name(weight)) if weight is not None else None
     return dx, dw
 

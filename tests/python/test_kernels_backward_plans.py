@@ -294,16 +294,19 @@ def test_gpu_norm_backward_default_plans_on_odd_shapes(shape, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("plan", [(2, 16, False), (2, 8, False), (1, 16, True), (2, 8, True)],
-                         ids=["2x16", "2x8", "1x16-two-rows", "2x8-two-rows"])
+@pytest.mark.parametrize("plan", [(2, 16, False, 1), (2, 8, False, 1), (1, 16, True, 1), (2, 8, True, 1),
+                                  (2, 8, False, 2), (1, 16, True, 3), (2, 8, True, 4)],
+                         ids=["2x16", "2x8", "1x16-two-rows", "2x8-two-rows", "2x8-ring2", "1x16-two-rows-ring3",
+                              "2x8-two-rows-ring4"])
 def test_gpu_norm_backward_every_plan_on_every_form(monkeypatch, plan):
     # Each plan on each form, including those the defaults do not pick (spilling under
     # the register cap: the ReLU and the residual's gradient at 2 x 16 warps, two rows
-    # at 2 x 8).
+    # at 2 x 8), and with stream rings (the H200's plans).
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     from test_kernels_ops import ALL_CASES, check_case
-    monkeypatch.setattr(N, "BWD_PLAN_OVERRIDE", plan)
+    monkeypatch.setattr(N, "BWD_PLAN_OVERRIDE", plan[:3])
+    monkeypatch.setattr(N, "BWD_STAGES", plan[3])
     N._BWD_PLANS.clear()
     try:
         for shape in ((301, 4096), (7, 1000)):
@@ -337,12 +340,35 @@ def test_max_registers_for_programs_per_sm():
     assert H.max_registers(3, 8) == 80  # 85 rounded down to ptxas's unit of 8
 
 
-def test_norm_backward_gpu_plan_per_form(monkeypatch):
+@pytest.mark.parametrize("fast", [False, True], ids=["hbm3", "hbm3e"])
+def test_norm_backward_gpu_plan_per_form(monkeypatch, fast):
+    # Per form, and per memory speed (the H200's plans keep more in flight: stream rings).
     monkeypatch.setattr(N, "BWD_PLAN_OVERRIDE", None)
-    assert N._bwd_gpu_plan(False, False, False, 4096) == N.BWD_GPU_PLANS["layer_norm"]
-    assert N._bwd_gpu_plan(False, True, False, 4096) == N.BWD_GPU_PLANS["layer_norm+relu"]
-    assert N._bwd_gpu_plan(True, False, False, 4096) == N.BWD_GPU_PLANS["rms_norm"]
-    assert N._bwd_gpu_plan(True, False, True, 4096) == N.BWD_GPU_PLANS["residual"]
-    assert N._bwd_gpu_plan(False, False, False, 8192) == (1, 16, False)  # long rows: one program per SM
-    cpu_x = torch.zeros(2, 4096)
-    assert N._bwd_two_rows(cpu_x, True, False, False, 4096) is False  # the CPU walks one row a step
+    monkeypatch.setattr(N.H, "fast_memory", lambda x: fast)
+    plans = N.BWD_GPU_PLANS_FAST_MEMORY if fast else N.BWD_GPU_PLANS
+    x = torch.zeros(2, 4096)
+    assert N._bwd_gpu_plan(x, False, False, False, 4096) == plans["layer_norm"]
+    assert N._bwd_gpu_plan(x, False, True, False, 4096) == plans["layer_norm+relu"]
+    assert N._bwd_gpu_plan(x, True, False, False, 4096) == plans["rms_norm"]
+    assert N._bwd_gpu_plan(x, True, False, True, 4096) == plans["residual"]
+    assert N._bwd_gpu_plan(x, False, False, False, 8192) == (1, 16, False, 1)  # long rows: one program per SM
+    assert N._bwd_two_rows(x, True, False, False, 4096) is False  # the CPU walks one row a step
+    monkeypatch.setattr(N, "BWD_PLAN_OVERRIDE", (2, 8, True))
+    assert N._bwd_gpu_plan(x, True, False, False, 4096) == (2, 8, True, 1)
+    monkeypatch.setattr(N, "BWD_STAGES", 3)
+    assert N._bwd_gpu_plan(x, True, False, False, 4096) == (2, 8, True, 3)
+
+
+def test_fast_memory_from_the_device_properties(monkeypatch):
+    # Nominal bandwidth = 2 transfers a clock over the bus: the H100 SXM (2619 MHz, 5120
+    # bits) 3352 GB/s, the H200 (3201 MHz, 6144 bits) 4917 GB/s. Never on the CPU.
+    assert not H.fast_memory(torch.zeros(1))
+    for khz, bits, fast in ((2619000, 5120, False), (3201000, 6144, True)):
+        H._MEMORY_GBPS.clear()
+        props = type("P", (), {"memory_clock_rate": khz, "memory_bus_width": bits})()
+        monkeypatch.setattr(H.torch.cuda, "get_device_properties", lambda i, p=props: p)
+        monkeypatch.setattr(H, "on_gpu", lambda x: True)
+        t = torch.zeros(1)
+        monkeypatch.setattr(type(t), "get_device", lambda self: 0)
+        assert H.fast_memory(t) is fast
+        H._MEMORY_GBPS.clear()

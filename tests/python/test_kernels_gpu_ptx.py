@@ -113,7 +113,7 @@ def test_norm_backward_two_programs_per_sm_fit_their_registers(form, tmp_path):
     from tessera.kernels import _host as H
     from tessera.kernels import norm as N
     relu, rms = form.endswith("relu"), form == "rms_norm"
-    per_sm, warps, two_rows = N.BWD_GPU_PLANS[form]
+    per_sm, warps, two_rows, _ = N.BWD_GPU_PLANS[form]
     assert per_sm == 2
     cap = H.max_registers(per_sm, warps)
     ptx = tessera.compile(N._norm_bwd_kernel, "*fp16:16," * 6 + "*fp32:16," * 3 + "i32:16," * 6 + "i32",

@@ -95,6 +95,7 @@ void GpuLowering::lower_for(const Op& op) {
     pipe->warp_specialized = true;
     if (asks_ping_pong(op)) plan_ping_pong(op, *pipe);
   }
+  if (!pipe) pipe = plan_stream_ring(body);
   std::vector<Prefetch> pf = pipe ? std::vector<Prefetch>{} : plan_prefetch(body);
   if (pipe) {
     std::vector<BlockedLayout> layouts;
@@ -188,6 +189,7 @@ void GpuLowering::lower_for(const Op& op) {
     pipeline_epilogue(*pipe);
     // Past the loop its ring is scratch memory (store_through_smem_nvptx.cpp).
     for (auto& pl : pipe->loads) dead_smem_.emplace_back(smem_offset_.at(pl.ring), pipe->stages * pl.stage_bytes);
+    for (auto& sl : pipe->stream_loads) dead_smem_.emplace_back(smem_offset_.at(sl.ring), pipe->stages * sl.stage_bytes);
   }
 }
 

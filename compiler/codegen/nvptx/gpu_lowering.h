@@ -40,6 +40,10 @@ struct TileVal {
 // The most dynamic shared memory a CTA may opt into on compute capability cc.
 int max_dynamic_shared_bytes(int cc);
 
+// A constant zero (+0.0, 0, false), seen through splats and broadcasts
+// (pipeline_nvptx.cpp): a load's `other` that a zero-filled copy already gives.
+bool is_zero_const(const ir::Value* v);
+
 // Whether the kernel's float a * b + c may contract to FMAs: its fp_fusion attribute
 // (the frontend writes it from TESSERA_GPU_FP_FUSION), else the default.
 bool kernel_fp_fusion(const ir::Kernel& k);
@@ -238,8 +242,22 @@ class GpuLowering {
     llvm::Value* ring = nullptr;  // stages * stage_bytes of shared memory
     bool needs_tma = false;       // no cp.async can copy it (e.g. a block pointer's mask): TMA or nothing
   };
+  // A load a stream ring keeps (stream_ring_nvptx.cpp): each thread copies its own
+  // elements, in runs of `width`, to its own slots of a stage.
+  struct StreamLoad {
+    const ir::Op* load = nullptr;
+    BlockedLayout layout;     // the load's own layout (a tile); unused for a scalar
+    int width = 1;            // elements per cp.async (4, 8 or 16 bytes)
+    int64_t thread_bytes = 0;  // one thread's slots in a stage
+    int64_t stage_bytes = 0;   // thread_bytes for every thread
+    llvm::Value* ring = nullptr;
+  };
   struct Pipeline {
     int stages = 0;
+    // A stream ring (stream_ring_nvptx.cpp): the loop's plain loads, not dot operands,
+    // in per-thread slots; `loads` is empty then.
+    bool stream = false;
+    std::vector<StreamLoad> stream_loads;
     bool async_proxy = false;  // a wgmma reads the ring: fence.proxy.async before the barrier
     // Every wgmma of the body keeps one group in flight across iterations (its result
     // only feeds the next iteration's wgmma; num_stages >= 4): the ring then runs
@@ -304,6 +322,19 @@ class GpuLowering {
   SavedBindings forget_bindings(std::vector<const ir::Value*> values);
   void restore_bindings(const SavedBindings& saved);
   std::optional<Pipeline> plan_pipeline(const ir::Block& body);
+  // The carried values the copies' addresses read (`slice`: the body ops they need),
+  // closed under their yields, into p.ahead_args and p.ops; false if a yield cannot be
+  // evaluated ahead.
+  bool plan_ahead_values(const ir::Block& body, const std::set<const ir::Op*>& slice,
+                         const std::vector<const ir::Op*>& loads, Pipeline& p);
+  // --- stream_ring_nvptx.cpp: a num_stages ring of a dot-free loop's loads ---------
+  std::optional<Pipeline> plan_stream_ring(const ir::Block& body);
+  void stream_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active);
+  void stream_iteration(const ir::Block& body, Pipeline& p, llvm::Value* step,
+                        const std::function<llvm::Value*(llvm::Value*)>& in_range);
+  // The registers of `load` read back from this iteration's stage, or {} when the load
+  // is not in a stream ring.
+  std::vector<llvm::Value*> streamed_load(const ir::Op& load);
   void issue_stage(const ir::Block& body, Pipeline& p, llvm::Value* iv, llvm::Value* stage, llvm::Value* active);
   void pipeline_prologue(const ir::Block& body, Pipeline& p, llvm::Value* lb, llvm::Value* step,
                          const std::vector<BlockedLayout>& layouts, const std::vector<std::vector<llvm::Value*>>& slots,
@@ -422,6 +453,8 @@ class GpuLowering {
   // Dot operands read from a pipeline's ring stage this iteration (pipeline_nvptx.cpp).
   std::unordered_map<const ir::Value*, StagedOperand> pipelined_;
   std::set<const ir::Op*> dot_rows_only_;  // from plan_dots
+  // Loads of the stream ring of the loop being lowered -> (their plan, this iteration's stage).
+  std::unordered_map<const ir::Op*, std::pair<const StreamLoad*, llvm::Value*>> streamed_;
   std::set<const ir::Value*> prefetched_;  // loads whose value a loop carries in (prefetch)
   llvm::Value* extra_load_pred_ = nullptr; // ANDed into tile loads' masks (prefetch)
   llvm::GlobalVariable* dyn_smem_ = nullptr;

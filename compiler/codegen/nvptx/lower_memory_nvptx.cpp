@@ -206,6 +206,11 @@ int GpuLowering::access_width(const Op& op, const BlockedLayout& l) {
 void GpuLowering::lower_load(const Op& op) {
   const Value* res = op.result();
   const ElemType& e = res->type.elem;
+  if (streamed_.count(&op)) {  // read back from a stream ring's stage (stream_ring_nvptx.cpp)
+    const StreamLoad& sl = *streamed_.at(&op).first;
+    tiles_[res] = TileVal{TileVal::Regs, sl.layout, streamed_load(op)};
+    return;
+  }
   auto planned = load_layout_.find(res);
   BlockedLayout l = planned != load_layout_.end() ? planned->second : canonical_layout(res->type.shape);
   int g = access_width(op, l);
@@ -247,6 +252,7 @@ void GpuLowering::lower_store(const Op& op) {
 
 // A scalar load: every thread reads the same element (uniform value).
 llvm::Value* GpuLowering::lower_scalar_load(const Op& op) {
+  if (streamed_.count(&op)) return streamed_load(op)[0];
   const ElemType& e = op.result()->type.elem;
   llvm::Value* pred = op.operands.size() >= 2 ? scalar(op.operands[1]) : nullptr;
   llvm::Value* other = op.operands.size() >= 3 ? scalar(op.operands[2]) : llvm::Constant::getNullValue(llvm_elem_type(ctx_, e));

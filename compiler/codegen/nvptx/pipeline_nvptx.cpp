@@ -57,17 +57,6 @@ int count_uses(const Block& b, const Value* v) {
   return n;
 }
 
-bool is_zero_const(const Value* v) {
-  const Op* op = v->def();
-  if (!op) return false;
-  if (op->kind == OpKind::Splat || op->kind == OpKind::Broadcast) return is_zero_const(op->operands[0]);
-  if (op->kind != OpKind::Const) return false;
-  const Attr& a = op->attrs.at("value");
-  if (auto* d = std::get_if<double>(&a)) return *d == 0.0 && !std::signbit(*d);
-  if (auto* i = std::get_if<int64_t>(&a)) return *i == 0;
-  if (auto* b = std::get_if<bool>(&a)) return !*b;
-  return false;
-}
 
 // Carried-value indices (block argument k >= 1 -> k-1) that `v` or `ops` read.
 void carried_args_read(const Block& body, const std::set<const Op*>& ops, const Value* v, std::set<size_t>& out) {
@@ -93,6 +82,18 @@ void emit_asm(llvm::IRBuilderBase& b, const std::string& text) {
 }
 
 }  // namespace
+
+bool is_zero_const(const Value* v) {
+  const Op* op = v->def();
+  if (!op) return false;
+  if (op->kind == OpKind::Splat || op->kind == OpKind::Broadcast) return is_zero_const(op->operands[0]);
+  if (op->kind != OpKind::Const) return false;
+  const Attr& a = op->attrs.at("value");
+  if (auto* d = std::get_if<double>(&a)) return *d == 0.0 && !std::signbit(*d);
+  if (auto* i = std::get_if<int64_t>(&a)) return *i == 0;
+  if (auto* b = std::get_if<bool>(&a)) return !*b;
+  return false;
+}
 
 std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& body) {
   // The loop's own num_stages (tl.range(..., num_stages=n)) before the kernel's.
@@ -170,27 +171,9 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
           pl.geom.block_bytes = pl.load->result()->type.shape[0] * 128;
       }
 
-  // The carried values the addresses read, closed under their yields.
-  std::set<size_t> args;
-  for (auto& pl : p.loads)
-    for (const Value* a : pl.load->operands) carried_args_read(body, slice, a, args);
-  std::set<size_t> done;
-  std::set<const Op*> ahead;
-  const Op* yield = body.terminator();
-  while (done.size() < args.size()) {
-    for (size_t i : std::set<size_t>(args)) {
-      if (!done.insert(i).second) continue;
-      if (!yield || yield->kind != OpKind::Yield || i >= yield->operands.size()) return std::nullopt;
-      const Value* y = yield->operands[i];
-      std::set<const Op*> s;
-      if (!collect_slice(body, y, s)) return std::nullopt;
-      carried_args_read(body, s, y, args);
-      ahead.insert(s.begin(), s.end());
-    }
-  }
-  p.ahead_args.assign(args.begin(), args.end());
-  for (auto& op : body.ops)
-    if (slice.count(op.get()) || ahead.count(op.get())) p.ops.push_back(op.get());
+  std::vector<const Op*> ring_loads;
+  for (auto& pl : p.loads) ring_loads.push_back(pl.load);
+  if (!plan_ahead_values(body, slice, ring_loads, p)) return std::nullopt;
 
   // Fewer stages where the ring would not fit next to what is already allocated, the
   // register-staging buffers (unless every dot of the kernel reads only ring stages)
@@ -287,6 +270,31 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   return p;
 }
 
+bool GpuLowering::plan_ahead_values(const Block& body, const std::set<const Op*>& slice,
+                                    const std::vector<const Op*>& loads, Pipeline& p) {
+  std::set<size_t> args;
+  for (const Op* load : loads)
+    for (const Value* a : load->operands) carried_args_read(body, slice, a, args);
+  std::set<size_t> done;
+  std::set<const Op*> ahead;
+  const Op* yield = body.terminator();
+  while (done.size() < args.size()) {
+    for (size_t i : std::set<size_t>(args)) {
+      if (!done.insert(i).second) continue;
+      if (!yield || yield->kind != OpKind::Yield || i >= yield->operands.size()) return false;
+      const Value* y = yield->operands[i];
+      std::set<const Op*> s;
+      if (!collect_slice(body, y, s)) return false;
+      carried_args_read(body, s, y, args);
+      ahead.insert(s.begin(), s.end());
+    }
+  }
+  p.ahead_args.assign(args.begin(), args.end());
+  for (auto& op : body.ops)
+    if (slice.count(op.get()) || ahead.count(op.get())) p.ops.push_back(op.get());
+  return true;
+}
+
 // Issues the copies of the iteration whose induction variable is `iv` (carried
 // values: the ahead copies) into ring stage `stage`, commits them as one group and
 // advances the ahead values by one iteration. `active`: the iteration exists.
@@ -308,6 +316,7 @@ void GpuLowering::issue_stage(const Block& body, Pipeline& p, llvm::Value* iv, l
   for (const Op* o : p.ops) lower_op(*o);
 
   auto* i32 = b_.getInt32Ty();
+  if (p.stream) stream_issue(p, stage, active);
   if (p.tma) tma_issue(p, stage, active);
   for (auto& pl : p.loads) {
     if (p.tma) break;
@@ -358,6 +367,7 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
                                     const std::vector<std::vector<llvm::Value*>>& slots,
                                     const std::function<llvm::Value*(llvm::Value*)>& in_range) {
   for (auto& pl : p.loads) pl.ring = new_smem(b_.getInt8Ty(), p.stages * pl.stage_bytes, "ring", p.async_proxy ? 1024 : 16);
+  for (auto& sl : p.stream_loads) sl.ring = new_smem(b_.getInt8Ty(), p.stages * sl.stage_bytes, "stream", 16);
   for (size_t i : p.ahead_args) {
     const Type& t = body.args[1 + i]->type;
     p.ahead_layouts.push_back(layouts[i]);
@@ -389,6 +399,7 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
 
 void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value* step,
                                      const std::function<llvm::Value*(llvm::Value*)>& in_range) {
+  if (p.stream) return stream_iteration(body, p, step, in_range);
   const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
   if (!p.tma) {
     emit_asm(b_, "cp.async.wait_group " + std::to_string(ahead - 1) + ";");
@@ -430,6 +441,7 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
 
 void GpuLowering::pipeline_end_iteration(Pipeline& p) {
   if (p.tma && p.empty_bars) tma_release_stage(p);
+  for (auto& sl : p.stream_loads) streamed_.erase(sl.load);
   for (auto& pl : p.loads) {
     pipelined_.erase(pl.operand);
     prefetched_.erase(pl.load->result());
