@@ -111,6 +111,9 @@ FORWARD = {
                                                False),
     "64x256x64 w4 s2 persistent 2, .cs": ((64, 256, 64, {"num_warps": 4, "num_stages": 2, "persistent": 2}), True),
     "64x64x64 w4 s2 persistent 4, .cs": ((64, 64, 64, {"num_warps": 4, "num_stages": 2, "persistent": 4}), True),
+    "64x128x64 w4 s2 persistent 4, .cs": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 4}), True),
+    "64x128x64 w4 s3 persistent 3, .cs": ((64, 128, 64, {"num_warps": 4, "num_stages": 3, "persistent": 3}), True),
+    "128x128x64 w8 s2 persistent 3, .cs": ((128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 3}), True),
 }
 
 # name -> ((BLOCK_M, BLOCK_K, num_warps, num_stages), ROTATE). (Session 8 also timed a FLAT

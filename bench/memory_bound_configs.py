@@ -187,7 +187,7 @@ def candidates(rows, cols, dev="cuda", baseline=None):
     ycol = torch.empty(cols, device=dev, dtype=f16)
     col_counters = torch.zeros(cols, device=dev, dtype=torch.int32)
 
-    def mean_abs_dim0(block_r, block_i, w, programs, unroll):
+    def mean_abs_dim0(block_r, block_i, w, programs, unroll, stages=1):
         # block_r rows per step: `unroll` tiles of block_r / unroll rows.
         cols_progs = tessera.cdiv(cols, block_i)
         split = max(1, min(tessera.cdiv(programs, cols_progs), rows // (block_r * 4)))
@@ -199,14 +199,34 @@ def candidates(rows, cols, dev="cuda", baseline=None):
             RD._reduce_dim_kernel[(1, cols_progs, split)](
                 x, ycol, part, col_counters, rows, cols, 0, cols, 1, 1.0 / rows, rps, OP=RD.OP_MEAN_ABS, MEAN=True,
                 ACC=tl.float32, BLOCK_R=block_r // unroll, BLOCK_I=block_i, UNROLL=unroll, SPLIT_FINISH=split > 1,
-                BLOCK_S=min(tessera.next_power_of_2(split), 4096 // block_i), num_warps=w)
+                BLOCK_S=min(tessera.next_power_of_2(split), 4096 // block_i), STAGES=stages, num_warps=w)
         return run
     for block_r, block_i, w, programs, unroll in (
             (64, 64, 2, 1024, 4), (64, 64, 2, 2048, 4), (128, 64, 2, 1024, 4), (32, 64, 2, 1024, 4),
             (64, 64, 4, 512, 4), (64, 64, 2, 512, 4)):
         out[f"reduce_mean_abs(dim=0), {block_r}x{block_i} rows x cols per step as {unroll} loads, "
             f"num_warps={w}, ~{programs} programs"] = (mean_abs_dim0(block_r, block_i, w, programs, unroll), mat)
+    # Through the compiler's stream ring (reduce.py's STAGES): the next steps' tiles in flight.
+    for block_r, block_i, w, programs, unroll, stages in (
+            (64, 64, 2, 1024, 4, 2), (64, 64, 2, 1024, 4, 3), (64, 64, 2, 1024, 1, 3), (64, 64, 2, 1024, 1, 4),
+            (64, 64, 4, 512, 1, 4), (128, 64, 4, 512, 1, 3), (64, 128, 4, 512, 1, 3)):
+        out[f"reduce_mean_abs(dim=0), {block_r}x{block_i} rows x cols per step as {unroll} loads, "
+            f"num_warps={w}, ~{programs} programs, {stages} stages"] = (
+            mean_abs_dim0(block_r, block_i, w, programs, unroll, stages), mat)
     out["tk.reduce_mean_abs(dim=0) (library default)"] = (lambda: tk.reduce_mean_abs(x, 0), mat)
+
+    # softmax with dropout, forward and backward: warps per row (one program a row;
+    # kernels/softmax_ce.py SOFTMAX_DROPOUT_MAX_WARPS).
+    ysm, dysm = torch.empty_like(x), torch.randn(rows, cols, generator=g).to(dev, f16)
+    for w in (4, 8, 16):
+        out[f"softmax+dropout fwd, num_warps={w}"] = (
+            lambda w=w: S._softmax_fwd_kernel[(rows,)](x, ysm, cols, cols, 0.1, 1, A._keep_from(0.1), LOG=False,
+                                                       DROPOUT=True, ACC=tl.float32, BLOCK=cols, num_warps=w),
+            2 * mat)
+        out[f"softmax+dropout bwd, num_warps={w}"] = (
+            lambda w=w: S._softmax_bwd_kernel[(rows,)](x, dysm, ysm, cols, cols, cols, 0.1, 1, A._keep_from(0.1),
+                                                       LOG=False, DROPOUT=True, ACC=tl.float32, BLOCK=cols,
+                                                       num_warps=w), 3 * mat)
 
     # rms_norm_rope forward: head vectors per program and warps.
     hd, heads = 128, 8

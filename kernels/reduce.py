@@ -45,7 +45,7 @@ def _reduce_tile(base, rows, end, stride_r, i, inner, OP: tl.constexpr, ACC: tl.
 def _reduce_dim_kernel(X, Y, PART, ARRIVED, n, inner, stride_o, stride_r, stride_i, inv_n, rows_per_split,
                        OP: tl.constexpr, MEAN: tl.constexpr, ACC: tl.constexpr, BLOCK_R: tl.constexpr,
                        BLOCK_I: tl.constexpr, UNROLL: tl.constexpr, SPLIT_FINISH: tl.constexpr,
-                       BLOCK_S: tl.constexpr):
+                       BLOCK_S: tl.constexpr, STAGES: tl.constexpr = 1):
     # Program (o, i-block, s) reduces rows [s * rows_per_split, (s + 1) * rows_per_split):
     # with one slice (grid axis 2 of size 1) into Y[o, i-block]; with SPLIT_FINISH into
     # PART[s, o, i-block] (PART is (SPLIT, outer, inner)), the last slice of a column
@@ -54,6 +54,8 @@ def _reduce_dim_kernel(X, Y, PART, ARRIVED, n, inner, stride_o, stride_r, stride
     # summed together: ptxas then issues the four before waiting on any. One [4 * BLOCK_R,
     # BLOCK_I] tile accumulated as is needs 4x the accumulator registers, and ptxas
     # waits for each load before issuing the next (one load in flight per thread).
+    # STAGES > 1: the compiler's stream ring keeps the next STAGES - 1 steps' loads in
+    # flight through shared memory.
     o = tl.program_id(0).to(tl.int64)
     i = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
     first = tl.program_id(2) * rows_per_split
@@ -61,7 +63,7 @@ def _reduce_dim_kernel(X, Y, PART, ARRIVED, n, inner, stride_o, stride_r, stride
     r = tl.arange(0, BLOCK_R)
     base = X + o * stride_o + i[None, :] * stride_i
     acc = tl.zeros([BLOCK_R, BLOCK_I], ACC)
-    for start in range(0, rows_per_split, BLOCK_R * UNROLL):
+    for start in tl.range(0, rows_per_split, BLOCK_R * UNROLL, num_stages=STAGES):
         rows = first + start + r
         x = _reduce_tile(base, rows, end, stride_r, i, inner, OP, ACC)
         if UNROLL == 4:
@@ -224,6 +226,11 @@ _MIN_TILES_PER_SLICE = 4
 # tile, 8 in flight per step (16384x4096 fp16 column mean on an H100: 0.0514 ms with 2
 # warps, 0.0544 with 4, 0.0657 with 8; bench/results/memory_bound_configs_h100.md).
 _GPU_DIM_WARPS = 2
+# The column kernel's steps through the compiler's stream ring on a GPU (the next step's
+# tiles in flight through shared memory). Column mean of 16384x4096 fp16, of a copy: H200
+# 0.870 -> 0.954 with 2 stages (3: 0.948), H100 0.950 -> 0.949 (3: 0.913)
+# (bench/results/memory_bound_configs_ring_softmax_h200.md, _h100.md).
+_GPU_DIM_STAGES = 2
 
 
 def _gpu_plan(x) -> bool:
@@ -263,6 +270,7 @@ def _reduce_steps(x, outer, n, inner, s_o, s_r, s_i, op, mean_over=None):
     tiles = dict(ACC=acc, BLOCK_R=block_r // unroll, BLOCK_I=block_i, UNROLL=unroll)
     if H.on_gpu(x):
         tiles["num_warps"] = _GPU_DIM_WARPS
+        tiles["STAGES"] = _GPU_DIM_STAGES
     # With slices, the last slice of each column block to finish adds the partials (in
     # the accumulation type, which keeps x's precision class) in the same launch.
     grid = (outer, tessera.cdiv(inner, block_i), split)

@@ -192,7 +192,9 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
     # stream ring over this walk, on an H200: 0.793 of copy without, 0.764 / 0.734 / 0.666
     # with 2 / 3 / 4 stages: memory_bound_configs_ce_ring_h200.md; cp.async fills shared
     # memory through the L2 alone, so the target logit's load, which follows the row's,
-    # no longer hits the L1.)
+    # no longer hits the L1; the target's logit picked from the row inside the max's
+    # reduction (a pair reduction) instead of loaded: 0.546-0.616 with or without a ring,
+    # memory_bound_configs_ce_from_row_h200.md.)
     first = tl.program_id(0) * rows_per_program
     end = tl.minimum(first + rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK)
@@ -587,6 +589,14 @@ def _unrows(plan, y):
     return _moveaxis(y, -1, plan.d) if plan.move else y
 
 
+# Warps of a softmax row with dropout on a GPU, both directions (the Philox draws and the
+# exp make these rows heavier than a plain softmax's: fewer threads a row issue fewer
+# instructions in all, and more rows stay in flight). 16384x4096 fp16, of a copy, 4 / 8 /
+# 16 warps: H200 forward 0.901 / 0.846 / 0.661, backward 0.952 / 0.903 / 0.751; H100
+# forward 1.001 / 0.992 / 0.864, backward 1.007 / 1.008 / 0.985
+# (bench/results/memory_bound_configs_ring_softmax_h200.md, _h100.md).
+SOFTMAX_DROPOUT_MAX_WARPS = 4
+
 _SOFTMAX_FWD_PLANS = H.Plans()
 _SOFTMAX_BWD_PLANS = H.Plans()
 
@@ -598,7 +608,7 @@ def softmax_forward(x, dim, log, p, seed):
         H.check_float("log_softmax" if log else "softmax", x)
         plan = _SOFTMAX_FWD_PLANS.remember(key, _row_plan(x, dim, p, lambda n: dict(
             LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(x), BLOCK=_softmax_block(n, p),
-            **H.row_launch_options(x, H.block_for(n), max_warps=8))))
+            **H.row_launch_options(x, H.block_for(n), max_warps=SOFTMAX_DROPOUT_MAX_WARPS if p > 0 else 8))))
     xv = _rows_of(plan, x, plan.direct)
     y = plan.new_out()
     if plan.kw is not None:
@@ -612,7 +622,7 @@ def softmax_backward(saved, dy, dim, log, p, seed):
     if plan is None:
         plan = _row_plan(saved, dim, p, lambda n: dict(
             LOG=log, DROPOUT=p > 0, ACC=H.acc_dtype(saved), BLOCK=_softmax_block(n, p),
-            **H.row_launch_options(saved, H.block_for(n))))
+            **H.row_launch_options(saved, H.block_for(n), max_warps=SOFTMAX_DROPOUT_MAX_WARPS if p > 0 else 16)))
         dym = _moveaxis(dy, plan.d, -1) if plan.move else dy
         dyv = H.rows_view(dym, plan.n)
         plan = _SOFTMAX_BWD_PLANS.remember(key, (plan, dyv is dym, H.row_stride(dyv) if plan.kw is not None else 0))

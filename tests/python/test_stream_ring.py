@@ -173,3 +173,29 @@ def test_row_walk_on_gpu(stages):
             assert not torch.isnan(out).any() and not torch.isnan(sums).any()
             np.testing.assert_allclose(out.cpu().numpy(), want_out, rtol=1e-4, atol=2e-3)
             np.testing.assert_allclose(sums.cpu().numpy(), want_sums, rtol=1e-4, atol=2e-3)
+
+
+def test_ptx_library_walks_take_the_ring(tmp_path):
+    # The column reduction (reduce.py _GPU_DIM_STAGES) and the H200's norm backward plans
+    # (norm.py BWD_GPU_PLANS_FAST_MEMORY) compile to rings: cp.async, the wait for the
+    # stage, no global load of the walked rows in the loop.
+    from tessera.kernels import norm as N
+    from tessera.kernels import reduce as RD
+    sig = "*fp16:16,*fp16:16,*fp32:16,*i32:16," + "i32:16," * 4 + "fp32,i32:16"  # stride_i == 1, as launched
+    ck = tessera.compile(RD._reduce_dim_kernel, sig,
+                         dict(stride_i=1, OP=RD.OP_MEAN_ABS, MEAN=True, ACC=tl.float32, BLOCK_R=16, BLOCK_I=64, UNROLL=4,
+                              SPLIT_FINISH=True, BLOCK_S=64, STAGES=RD._GPU_DIM_STAGES), target="cuda:90a",
+                         num_warps=RD._GPU_DIM_WARPS)
+    ptx = ck.asm["ptx"]
+    assert RD._GPU_DIM_STAGES == 2 and "cp.async.wait_group 1;" in ptx
+    assert "ld.global" not in _loop(ptx)
+    assemble_if_available(ptx, "90a", tmp_path)
+    for form, (per_sm, warps, two_rows, stages) in N.BWD_GPU_PLANS_FAST_MEMORY.items():
+        relu, rms = form.endswith("relu"), form == "rms_norm"
+        ptx = tessera.compile(N._norm_bwd_kernel, "*fp16:16," * 6 + "*fp32:16," * 3 + "i32:16," * 6 + "i32",
+                              dict(IS_RMS=rms, HAS_W=True, HAS_B=not rms, RELU=relu, HAS_DH=form == "residual",
+                                   PREFETCH=False, PAIR_SUM=True, TWO_ROWS=two_rows, ACC=tl.float32, BLOCK=4096,
+                                   STAGES=stages),
+                              target="cuda:90a", num_warps=warps).asm["ptx"]
+        assert stages >= 2 and f"cp.async.wait_group {stages - 1};" in ptx, form
+        assert "ld.global" not in _loop(ptx), form
