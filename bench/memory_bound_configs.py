@@ -75,8 +75,8 @@ def candidates(rows, cols, dev="cuda", baseline=None):
             n_groups, SMOOTH=False, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=block,
             FINAL=min(S.CE_LOSS_GROUP, 256 * w), num_warps=w)
 
-    def sliced(logits, tgt, block, w, merge, realign=None):
-        plan = S._ce_plan(logits, tgt, 0.0, "mean", slice_block=block, slice_warps=w, realign=realign)
+    def sliced(logits, tgt, block, w, merge, realign=None, force=False):
+        plan = S._ce_plan(logits, tgt, 0.0, "mean", slice_block=block, slice_warps=w, realign=realign, sliced=force)
         if merge:
             return lambda: S._ce_forward_with(plan, logits, tgt, -100)
         work = plan.new_work()
@@ -88,6 +88,11 @@ def candidates(rows, cols, dev="cuda", baseline=None):
     out[f"cross_entropy {shape} fwd kernel, num_warps=4"] = (xent(x, tgt, 4), nbytes)
     out[f"cross_entropy {shape} fwd kernel + fused mean, num_warps=4, 8 programs per SM"] = (
         xent(x, tgt, 4, 8), nbytes)
+    # The rows as slices of their whole length, then the merge with the mean (the long
+    # rows' two launches) instead of the reducing walk.
+    for w in (4, 8):
+        out[f"cross_entropy {shape} slices + merge (mean), 4096 classes a slice, num_warps={w}"] = (
+            sliced(x, tgt, 4096, w, True, force=True), nbytes)
     out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), nbytes)
     for logits, tgt_v in ((x_vocab, t_vocab), (x_gpt2, t_gpt2)):
         shape, nbytes = "x".join(map(str, logits.shape)), logits.numel() * 2

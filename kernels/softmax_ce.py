@@ -12,7 +12,8 @@ exp, sum: one exp per logit), then the target's logit is subtracted. Longer rows
 language model's vocabulary) are split into CE_SLICE-wide slices, a program per
 (row, slice) holding its slice as one tile (so a row's slices are all in flight at
 once, as short rows are), each storing its slice's max m_k and sum s_k of exp(x - m_k);
-a second small launch merges a row's slices in slice order:
+a second small launch merges a row's slices in slice order (on GPUs with fast memory
+the reducing forward of short rows runs this way too: CE_SLICED_REDUCE_FAST_MEMORY):
 
     M = max_k m_k,   lse = M + log(sum_k s_k * exp(m_k - M)),   loss = lse - x[target]
 
@@ -76,6 +77,14 @@ CE_MAX_GROUPS = 2048
 # an H100 (46.5 us for 16384x4096 fp16), 2 a little slower (47.3 us):
 # bench/results/memory_bound_configs_h100.md.
 CE_FWD_MAX_WARPS = 4
+# A reducing forward ('mean', 'sum') of rows held whole, on a GPU whose memory streams at
+# _host.FAST_MEMORY_GBPS or more: as the long rows' slices (one a row) and the merge, two
+# launches, instead of programs walking runs of rows. H200, 16384x4096 fp16, of a copy:
+# the walk 0.797, slices + merge 0.900 (8 warps 0.819); the rows alone (reduction 'none')
+# 1.026 (bench/results/memory_bound_configs_ce_sliced_h200.md). The walk's rows wait on
+# each other's reductions; a program per row lets the SM overlap them. (The H100 keeps
+# the walk: 0.93 of a copy there.)
+CE_SLICED_REDUCE_FAST_MEMORY = True
 # Warps of a backward row on a GPU (bench/bwd_profile.py --sweep, H100, 16384x4096
 # fp16: 4 warps 0.978 of copy, 8 warps 0.989, 16 warps 0.928).
 CE_BWD_MAX_WARPS = 8
@@ -809,14 +818,15 @@ class _CePlan:
 
 
 def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps=None, realign=None,
-             bwd_slice=None):
+             bwd_slice=None, sliced=None):
     """slice_block, slice_warps: the slices' tile and warps for rows longer than
     CE_ONE_CHUNK (CE_SLICE, CE_SLICE_WARPS; bench/memory_bound_configs.py tries others);
     bwd_slice: the backward's (positions per program, tile, warps, evict-first stores)
     for those rows (CE_BWD_SLICE on a GPU, a program per row on the CPU; see _bwd_kws);
     realign: whether rows not provably 16-byte aligned are read from their 16-byte
     boundaries (None: on a GPU; the CPU's code for its [BLOCK / VEC, VEC] tiles is 7x
-    slower than for the plain row, 128x50257 fp32: 18 ms against 2.4)."""
+    slower than for the plain row, 128x50257 fp32: 18 ms against 2.4). sliced: a reducing
+    forward of rows held whole also runs as slices and the merge (the benchmark's)."""
     H.check_float("cross_entropy", logits)
     if logits.ndim != 2:
         raise ValueError(f"tessera.kernels.cross_entropy: logits must be (rows, classes), got {tuple(logits.shape)}")
@@ -843,7 +853,9 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
     plan.fwd_kw = plan.bwd_kw = plan.bwd_realigned_kw = plan.slice_kw = plan.merge_kw = None
     realign_any = H.on_gpu(logits) if realign is None else realign
     plan.slices = plan.units = 0
-    if rows and n > CE_ONE_CHUNK:
+    if sliced is None:
+        sliced = CE_SLICED_REDUCE_FAST_MEMORY and H.fast_memory(logits)
+    if rows and (n > CE_ONE_CHUNK or (sliced and plan.reduce)):
         # Long rows: a program per (row, slice), then the merge (_xent_merge_kernel),
         # whose groups of rows carry the loss reduction.
         block = _ce_block(n)

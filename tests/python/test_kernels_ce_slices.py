@@ -69,6 +69,25 @@ def test_sliced_forward_matches_torch(rows, n):
     assert _counters_are_zero()
 
 
+@pytest.mark.parametrize("rows,n", [(1, 17), (33, 4096), (7, 1000), (300, 8192)])
+def test_reducing_forward_of_short_rows_as_slices(monkeypatch, rows, n):
+    # On fast-memory GPUs (CE_SLICED_REDUCE_FAST_MEMORY) a 'mean' or 'sum' of rows held
+    # whole runs as CE_SLICE-wide slices and the merge; 'none' keeps the row kernel. The same
+    # plan on the CPU, against torch.
+    monkeypatch.setattr(S.H, "fast_memory", lambda x: True)
+    S._CE_PLANS.clear()
+    try:
+        x, t = _case(rows, n, "cpu")
+        assert S._ce_plan(x, t, 0.0, "mean").slices == -(-n // S.CE_SLICE) and S._ce_plan(x, t, 0.0, "none").slices == 0
+        _check_against_torch(x, t, rtol=1e-5, atol=1e-6)
+        _check_bits_repeat(x, t)
+        assert _counters_are_zero()
+        monkeypatch.setattr(S, "CE_SLICED_REDUCE_FAST_MEMORY", False)
+        assert S._ce_plan(x, t, 0.0, "mean").slices == 0
+    finally:
+        S._CE_PLANS.clear()
+
+
 def test_sliced_forward_backward_and_far_logits():
     # Logits far from 0 (the slices' maxima keep exp in range) and their gradient.
     x, t = _case(6, 20000, "cpu")
@@ -301,6 +320,24 @@ def test_cross_entropy_vocabularies_on_the_gpu(rows, n):
         _check_bits_repeat(xh, t)
     torch.cuda.synchronize()
     assert _counters_are_zero()
+
+
+@pytest.mark.gpu
+def test_reducing_forward_of_short_rows_as_slices_on_the_gpu(monkeypatch):
+    # The H200's plan for short rows on whichever GPU runs the tests.
+    _gpu()
+    monkeypatch.setattr(S.H, "fast_memory", lambda x: True)
+    S._CE_PLANS.clear()
+    try:
+        for rows, n in ((1, 17), (1025, 4096), (4096, 4097)):
+            x, t = _case(rows, n, "cuda")
+            for xx, tol in ((x, 2e-5), (x.half(), 2e-3)):
+                _check_against_torch(xx, t, rtol=tol, atol=tol)
+                _check_bits_repeat(xx, t)
+        torch.cuda.synchronize()
+        assert _counters_are_zero()
+    finally:
+        S._CE_PLANS.clear()
 
 
 @pytest.mark.gpu
