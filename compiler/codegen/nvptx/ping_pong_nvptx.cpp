@@ -47,28 +47,11 @@
 // Else a CompilationError says which rule the loop breaks.
 #include <llvm/IR/InlineAsm.h>
 
-#include <cmath>
-
 #include "codegen/nvptx/gpu_lowering.h"
 
 namespace tessera::codegen::nvptx {
 
 using namespace ir;
-
-namespace {
-
-bool is_zero(const Value* v) {
-  const Op* op = v->def();
-  if (!op) return false;
-  if (op->kind == OpKind::Splat || op->kind == OpKind::Broadcast) return is_zero(op->operands[0]);
-  if (op->kind != OpKind::Const) return false;
-  const Attr& a = op->attrs.at("value");
-  if (auto* d = std::get_if<double>(&a)) return *d == 0.0 && !std::signbit(*d);
-  if (auto* i = std::get_if<int64_t>(&a)) return *i == 0;
-  return false;
-}
-
-}  // namespace
 
 bool asks_ping_pong(const Op& loop) {
   auto attr = loop.attrs.find("ping_pong");
@@ -89,7 +72,7 @@ void GpuLowering::plan_ping_pong(const Op& loop, Pipeline& p) {
     const Value* y = yield->operands[i];
     const Op* f = y->def();
     const std::string which = "the loop's carried tile #" + std::to_string(i + 1);
-    if (!is_zero(loop.operands[3 + i]))
+    if (!is_zero_const(loop.operands[3 + i]))
       unsupported(loop, why + which + " does not start from zeros; each warpgroup's tiles start from zeros, as the "
                               "tile a run-ending branch resets it to");
     if (has_uses(loop.results[i].get()))
@@ -101,7 +84,7 @@ void GpuLowering::plan_ping_pong(const Op& loop, Pipeline& p) {
       while (j < f->results.size() && f->result(j) != y) ++j;
       for (int r = 0; r < 2 && branch < 0; ++r) {
         const Op* ry = f->regions[r]->block->terminator();
-        if (ry && ry->kind == OpKind::Yield && j < ry->operands.size() && is_zero(ry->operands[j])) branch = r;
+        if (ry && ry->kind == OpKind::Yield && j < ry->operands.size() && is_zero_const(ry->operands[j])) branch = r;
       }
     }
     if (branch < 0 || (p.reset_if && (p.reset_if != f || p.reset_branch != branch)))
