@@ -101,6 +101,9 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed, keep_from,
             y = x / (1.0 + tl.exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)))
         else:
             hx = 0.5 * x  # 0.5 x (1 + erf) as one FMA: hx * erf + hx
+            if DROPOUT and OP == 2:  # dropout's factor folded into hx: a multiply fewer
+                hx = x * tl.where(_dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from),
+                                  0.5 / (1.0 - p), 0.0)
             y = tl.fma(hx, tl.erf(x * 0.7071067811865476), hx)
         if OP == 4:
             y = y * b
@@ -108,7 +111,7 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed, keep_from,
         y = a * tl.sigmoid(a) * b
     if OP == 5:
         y = tl.maximum(a, 0.0)
-    if DROPOUT:
+    if DROPOUT and not (OP == 2 and not TANH):
         keep = _dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from)
         # y times a selected factor, not a selected y: LLVM moves a select of y past the
         # fp16 rounding (a 16-bit select between the roundings), so the GPU could not
