@@ -126,18 +126,3 @@ def test_norm_backward_two_programs_per_sm_fit_their_registers(form, tmp_path):
     if err is not None:
         assert int(re.search(r"Used (\d+) registers", err).group(1)) <= cap
 
-
-def test_dropout_philox_rounds_take_one_wide_multiply_each(tmp_path):
-    # Philox's umulhi(B, c) and B * c (stdlib_random.py) become one mul.wide.u32 on a GPU
-    # (gpu_lowering.cpp: the u32 product as the low half of the 64-bit one, which CSE
-    # shares): no mul.hi.u32 left; a thread's 4 Philox calls x 10 rounds x 2 products, less
-    # the first round's product of the counter's zero word (folded).
-    from tessera.kernels import activation as A
-    sig = dict(A="*fp16:16", B="*fp16:16", Y="*fp16:16", stride_a="i32:16", stride_b="i32:16", n_cols="i32:16",
-               p="fp32", seed="i32", keep_from="i32")
-    ptx = tessera.compile(A._ew_fwd_kernel, sig, dict(OP=A.GELU, TANH=False, HAS_B=False, DROPOUT=True,
-                                                      ACC=tl.float32, BLOCK=4096), target="cuda:90a",
-                          num_warps=4).asm["ptx"]
-    assert "mul.hi.u32" not in ptx
-    assert len(re.findall(r"mul\.wide\.u32", ptx)) == 4 * (10 * 2 - 1)
-    assemble_if_available(ptx, "90a", tmp_path)

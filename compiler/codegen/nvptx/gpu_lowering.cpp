@@ -87,16 +87,6 @@ llvm::Value* emit_gpu_elementwise(llvm::IRBuilderBase& b, const ir::Op& op, llvm
     llvm::Value* r = emit_exact_fmod(b, emit_cast(b, args[0], e, wide), emit_cast(b, args[1], e, wide));
     return emit_cast(b, r, wide, e);
   }
-  // A u32 product as the low half of the 64-bit product of the zero-extended words: the
-  // same bits, and where tl.umulhi of the same words is taken too (Philox's rounds:
-  // umulhi(B, c) and B * c) LLVM's CSE makes both one 64-bit product, which the NVPTX
-  // back end emits as one mul.wide.u32 (IMAD.WIDE.U32) instead of mul.hi and mul.lo: two
-  // instructions a Philox round fewer. Alone, InstCombine narrows it back to mul.lo.
-  if (op.kind == OpKind::Mul && op.result()->type.elem.kind == ScalarKind::U32 && !args[0]->getType()->isVectorTy() &&
-      !args[1]->getType()->isVectorTy()) {
-    llvm::Type* i64 = b.getInt64Ty();
-    return b.CreateTrunc(b.CreateMul(b.CreateZExt(args[0], i64), b.CreateZExt(args[1], i64)), b.getInt32Ty());
-  }
   if (fp_fusion && (op.kind == OpKind::Add || op.kind == OpKind::Sub || op.kind == OpKind::Mul) &&
       (op.result()->type.elem.kind == ScalarKind::F32 || op.result()->type.elem.kind == ScalarKind::F64)) {
     llvm::IRBuilderBase::FastMathFlagGuard keep_callers_flags(b);
