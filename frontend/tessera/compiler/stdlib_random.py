@@ -10,8 +10,8 @@ as tensors (a Python int seed becomes an i32 constant first, as tl.to_tensor wou
 (Tried in session 10: each round's umulhi(B, c) and B * c as the halves of one 64-bit
 product, one mul.wide.u32 on a GPU instead of mul.hi and mul.lo: 2 SASS instructions a
 round fewer, but on an H200 softmax with dropout ran 0.868 / 0.848 of a copy (forward /
-backward) against 0.91 / 0.92 with the two multiplies (IMAD.WIDE holds the integer pipe
-as long as the pair): bench/results/kernels_cuda_float16_h200_widemul.md.)
+backward) against 0.91 / 0.92 with the two multiplies in the same session (not
+investigated further): bench/results/kernels_cuda_float16_h200_widemul.md.)
 """
 import tessera.language as tl
 
