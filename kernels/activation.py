@@ -32,10 +32,6 @@ from .reduce import column_sum_run, column_sum_steps
 ADD_RELU, MUL_TANH, GELU, SWIGLU, GEGLU, RELU_OP = 0, 1, 2, 3, 4, 5
 _NAMES = {ADD_RELU: "add_relu", MUL_TANH: "mul_tanh", GELU: "bias_gelu", SWIGLU: "swiglu", GEGLU: "geglu",
           RELU_OP: "relu"}
-SQRT_HALF = 0.7071067811865476
-INV_SQRT_2PI = 0.3989422804014327
-K0 = 0.7978845608028654  # sqrt(2 / pi)
-K1 = 0.044715
 
 # bias_mode: how the second input b relates to a.
 NO_B, SAME_SHAPE, BIAS = 0, 1, 2
@@ -57,18 +53,56 @@ def _dropout_keep(seed, counter, keep_from):
 
 
 @tessera.kernel
+def _normal_tail(x):
+    """Phi(-|x|) of f32 x (Phi the standard normal CDF): one polynomial q(a) = log2 Phi(-a)
+    of a = min(|x|, 6) and one exp2 (an SFU instruction on a GPU). The erf form of GELU
+    and its gradient take Phi from it: Phi(x) = 1 - Phi(-|x|) for x >= 0, Phi(-|x|)
+    below, and erf(x / sqrt 2) = sign(x) (1 - 2 Phi(-|x|)). About 11 instructions where
+    tl.erf takes ~20: it needs only the absolute accuracy 1 + erf has in f32, where tl.erf
+    keeps a few ulp of erf near 0 (two polynomials and a select). Past |x| = 6, Phi(-6) =
+    1e-9 is below what 1 - Phi resolves, and x Phi(x) below 6e-9 |x|.
+    The fit: degree 7, near-minimax weighted by Phi(-a) (Lawson-iterated least squares on
+    Chebyshev nodes in double, coefficients rounded to f32, Horner in f32 FMAs): within
+    2^-23.6 of Phi(-a) (absolute) on [0, 6]; a GPU's ex2 adds 2 ulp (2^-23 at Phi = 1/2).
+    (Degree 6: 2^-22.7, 8: 2^-24.3.)"""
+    a = tl.minimum(tl.abs(x), 6.0)
+    q = tl.fma(8.470112334180158e-06, a, -5.390323349274695e-05)
+    q = tl.fma(q, a, -0.0004212376952636987)
+    q = tl.fma(q, a, 0.00738927535712719)
+    q = tl.fma(q, a, -0.05269111320376396)
+    q = tl.fma(q, a, -0.4591531455516815)
+    q = tl.fma(q, a, -1.1511108875274658)
+    q = tl.fma(q, a, -0.9999998807907104)
+    return tl.exp2(tl.maximum(q, -126.0))  # (q >= -31 here; the clamp picks the GPU's ex2.ftz)
+
+
+@tessera.kernel
+def _gelu(x):
+    """GELU(x) = x Phi(x), erf form, of f32 (the matmul epilogue's, linear.py): x (1 -
+    Phi(-x)) for x >= 0, x Phi(x) below, so the negative side keeps its relative accuracy.
+    On an H100 the tl.erf form cost ~3 us per 128x256 tile beyond relu's epilogue, all
+    while the tensor cores idle (bench/results/kernels_cuda_float16_pingpong.md)."""
+    t = _normal_tail(x)
+    return x * tl.where(x >= 0, 1.0 - t, t)
+
+
+@tessera.kernel
 def _gelu_erf_cdf_and_grad(x):
-    """Phi(x) and gelu'(x) = Phi(x) + x phi(x) of the erf form, as FMAs: Phi = erf(x / sqrt 2)
-    / 2 + 1/2 (one FMA where 0.5 (1 + erf) took an add and a multiply), phi(x) one exp2 of an
-    FMA (the constant 1 / sqrt(2 pi) folded into its exponent, which is clamped at -126 so
-    the GPU's ex2 needs no denormal handling: phi < 2^-126 only for |x| > 13.2, where x phi
-    vanishes next to Phi anyway), and Phi + x phi one FMA. On an H200 the backward of
-    bias_gelu is bound by instruction issue: its loop took 44.6 sm_90a SASS instructions an
-    element with 0.5 (1 + erf) and exp(-x^2 / 2) / sqrt(2 pi), 39.8 with this, and ran 0.775
-    -> 0.86 of a copy (bench/results/kernels_cuda_float16_h200_final_subset.md)."""
+    """Phi(x) and gelu'(x) = Phi(x) + x phi(x) of the erf form: Phi from _normal_tail (f32;
+    f64 through tl.erf), phi(x) one exp2 of an FMA with 1/sqrt(2 pi) folded into the
+    exponent (clamped at -126, so the GPU's ex2 needs no denormal handling: phi < 2^-126
+    only for |x| > 13.2, where x phi vanishes next to Phi anyway), and Phi + x phi one FMA.
+    On an H200 the backward of bias_gelu is bound by instruction issue: its loop took 44.6
+    sm_90a SASS instructions an element with 0.5 (1 + tl.erf) and exp(-x^2 / 2) / sqrt(2 pi),
+    39.8 with the FMA forms (0.775 -> 0.86 of a copy,
+    bench/results/kernels_cuda_float16_h200_final_subset.md), 30.9 with _normal_tail."""
     # (Literals, not module constants: the benchmark's Triton build of these sources takes
     # only constexpr globals.) -log2(e) / 2 and log2(1 / sqrt(2 pi)):
-    cdf = tl.fma(tl.erf(x * 0.7071067811865476), 0.5, 0.5)
+    if x.dtype == tl.float64:
+        cdf = tl.fma(tl.erf(x * 0.7071067811865476), 0.5, 0.5)
+    else:
+        t = _normal_tail(x)
+        cdf = tl.where(x >= 0, 1.0 - t, t)
     pdf = tl.exp2(tl.maximum(tl.fma(x * x, -0.7213475204444817, -1.3257480647361593), -126.0))
     return cdf, tl.fma(x, pdf, cdf)
 
@@ -105,7 +139,10 @@ def _ew_fwd_kernel(A, B, Y, stride_a, stride_b, n_cols, p, seed, keep_from,
             if DROPOUT and OP == 2:  # dropout's factor folded into hx: a multiply fewer
                 hx = x * tl.where(_dropout_keep(seed, row * ((n_cols + 7) // 8) + first // 8 + g, keep_from),
                                   0.5 / (1.0 - p), 0.0)
-            y = tl.fma(hx, tl.erf(x * 0.7071067811865476), hx)
+            if ACC == tl.float64:
+                y = tl.fma(hx, tl.erf(x * 0.7071067811865476), hx)
+            else:  # hx erf + hx = |hx| erf(|x| / sqrt 2) + hx, erf(|x| / sqrt 2) = 1 - 2 Phi(-|x|)
+                y = tl.fma(tl.abs(hx), tl.fma(_normal_tail(x), -2.0, 1.0), hx)
         if OP == 4:
             y = y * b
     if OP == 3:
@@ -194,10 +231,14 @@ def _bias_act_row_grad(DA, row, n_cols, cols, g, first, mask, a_raw, dy_raw, b, 
         dy = tl.where(keep, dy * (1.0 / (1.0 - p)), 0.0)
     if TANH and TANH_VIA_EXP:
         # With s = (1 + tanh(u)) / 2 = 1 / (1 + e^-2u): 1 - tanh(u)^2 = 4 s (1 - s), so
-        # dgelu = s + 2 x s (1 - s) u'. One exp and one division (x -> -inf: e^-2u = inf, s = 0).
-        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        s = 1.0 / (1.0 + tl.exp(-2.0 * u))
-        dgelu = s + 2.0 * x * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+        # dgelu = s + 2 x s (1 - s) u'. One exp2 and one division (x -> -inf: e^-2u = inf,
+        # s = 0), the constants folded: e^-2u = 2^(x (C1 x^2 + C0)) and 2 u' = C2 + C3 x^2
+        # (C0 = -2 k log2 e, C1 = 0.044715 C0, C2 = 2 k, C3 = 3 * 0.044715 C2, k = sqrt(2 /
+        # pi)); the exponent is clamped at -126 (s = 1 there), so the GPU's ex2 needs no
+        # denormal handling.
+        x2 = x * x
+        s = 1.0 / (1.0 + tl.exp2(tl.maximum(x * tl.fma(x2, -0.1029432395800235, -2.302208198144325), -126.0)))
+        dgelu = tl.fma(tl.fma(-s, s, s), x * tl.fma(x2, 0.21406444881780076, 1.5957691216057308), s)
     elif TANH:
         t = tl.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
         dgelu = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)

@@ -17,7 +17,7 @@ import tessera
 import tessera.language as tl
 
 from . import _host as H
-from .activation import GELU, NO_B, RELU_OP, elementwise_backward
+from .activation import GELU, NO_B, RELU_OP, _gelu, elementwise_backward
 from .reduce import column_sum_run, column_sum_steps
 
 ACT_NONE, ACT_RELU, ACT_GELU, ACT_GELU_TANH = 0, 1, 2, 3
@@ -59,29 +59,6 @@ def _epilogue(acc, rm, rn, batch, M, N, s_cb, BIAS, C, Z, scale, ACT: tl.constex
         tl.store(C + offs, acc, mask=out_mask, cache_modifier=".cs")
     else:
         tl.store(C + offs, acc, mask=out_mask)
-
-
-@tessera.kernel
-def _gelu(x):
-    """GELU(x) = x Phi(x) (Phi the normal CDF, i.e. 0.5 (1 + erf(x / sqrt 2))) of f32 for the
-    epilogue, in about half the instructions of 0.5 x (1 + tl.erf(x / sqrt 2)): one
-    polynomial q(a) = log2 Phi(-a) for a = min(|x|, 6) (Phi(-6) = 1e-9: past it the tail
-    changes nothing), p = 2^q (one ex2 on a GPU), Phi(x) = 1 - p for x >= 0, else p.
-    On an H100 the erf form cost ~3 us per 128x256 tile beyond relu's epilogue, all while
-    the tensor cores idle (bench/results/kernels_cuda_float16_pingpong.md). The fit
-    (degree 6, near-minimax weighted by Phi: Lawson-iterated least squares on Chebyshev
-    nodes in double, coefficients rounded to f32) is within 1.5e-7 = 2^-22.7 of Phi on
-    all of [0, 6] (absolute), what the GPU's ex2 (2^-22 relative) and erf give; so
-    |GELU error| <= 1.5e-7 |x| + the f32 rounding of x Phi."""
-    a = tl.minimum(tl.abs(x), 6.0)
-    q = 1.9177055946784094e-05 * a - 0.0006586206727661192
-    q = q * a + 0.007754447869956493
-    q = q * a - 0.0529654361307621
-    q = q * a - 0.4590602219104767
-    q = q * a - 1.1511220932006836
-    q = q * a - 0.9999997019767761
-    p = tl.exp2(tl.maximum(q, -126.0))  # (q >= -30 here; the clamp picks ex2's short form)
-    return x * tl.where(x >= 0, 1.0 - p, p)
 
 
 @tessera.kernel
