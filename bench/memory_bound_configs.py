@@ -49,8 +49,7 @@ def candidates(rows, cols, dev="cuda", baseline=None):
     # summing the row groups' partials (at most max_groups groups). Language-model
     # vocabularies (4096x32000, 2048x50257: rows split in slices): the slice kernel alone
     # (a program per row slice of `block` classes held as one tile), the slices + the
-    # merge with the mean (two launches, or one: each row group merged by its last slice
-    # program, the library's since session 11) for each tile and warps, and the
+    # merge with the mean (the library's two launches) for each tile and warps, and the
     # library op in fp16 and bf16. History of the candidates: kernels_cuda_float16_cefwd.md,
     # kernels_cuda_float16_ce32k.md.
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev == "cuda" else 2
@@ -76,9 +75,8 @@ def candidates(rows, cols, dev="cuda", baseline=None):
             n_groups, SMOOTH=False, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=block,
             FINAL=min(S.CE_LOSS_GROUP, 256 * w), num_warps=w)
 
-    def sliced(logits, tgt, block, w, merge, realign=None, force=False, one_launch=False):
-        plan = S._ce_plan(logits, tgt, 0.0, "mean", slice_block=block, slice_warps=w, realign=realign, sliced=force,
-                          merge_in_slices=one_launch)
+    def sliced(logits, tgt, block, w, merge, realign=None, force=False):
+        plan = S._ce_plan(logits, tgt, 0.0, "mean", slice_block=block, slice_warps=w, realign=realign, sliced=force)
         if merge:
             return lambda: S._ce_forward_with(plan, logits, tgt, -100)
         work = plan.new_work()
@@ -95,8 +93,6 @@ def candidates(rows, cols, dev="cuda", baseline=None):
     for w in (4, 8):
         out[f"cross_entropy {shape} slices + merge (mean), 4096 classes a slice, num_warps={w}"] = (
             sliced(x, tgt, 4096, w, True, force=True), nbytes)
-    out[f"cross_entropy {shape} slices merged by each group's last (mean, one launch), 4096 classes a slice, "
-        f"num_warps=4"] = (sliced(x, tgt, 4096, 4, True, force=True, one_launch=True), nbytes)
     out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), nbytes)
     for logits, tgt_v in ((x_vocab, t_vocab), (x_gpt2, t_gpt2)):
         shape, nbytes = "x".join(map(str, logits.shape)), logits.numel() * 2
@@ -106,8 +102,6 @@ def candidates(rows, cols, dev="cuda", baseline=None):
                     sliced(logits, tgt_v, block, w, False), nbytes)
             out[f"cross_entropy {shape} slices + merge (mean), {block} classes a slice, num_warps={w}"] = (
                 sliced(logits, tgt_v, block, w, True), nbytes)
-            out[f"cross_entropy {shape} slices merged by each group's last (mean, one launch), {block} classes a "
-                f"slice, num_warps={w}"] = (sliced(logits, tgt_v, block, w, True, one_launch=True), nbytes)
         if logits.shape[1] % 16:  # rows not 16-byte aligned: read element by element instead of realigned
             out[f"cross_entropy {shape} slices + merge (mean), 4096 classes a slice, num_warps=4, not realigned"] = (
                 sliced(logits, tgt_v, 4096, 4, True, realign=False), nbytes)
