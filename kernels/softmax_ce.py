@@ -85,9 +85,6 @@ CE_FWD_MAX_WARPS = 4
 # each other's reductions; a program per row lets the SM overlap them. (The H100 keeps
 # the walk: 0.93 of a copy there.)
 CE_SLICED_REDUCE_FAST_MEMORY = True
-# The slices and their merge in one launch (_xent_slice_merge_kernel: each row group's
-# last slice program to finish merges the group) instead of two.
-CE_MERGE_IN_SLICES = True
 # Warps of a backward row on a GPU (bench/bwd_profile.py --sweep, H100, 16384x4096
 # fp16: 4 warps 0.978 of copy, 8 warps 0.989, 16 warps 0.928).
 CE_BWD_MAX_WARPS = 8
@@ -242,48 +239,14 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
         else:
             tl.store(LOSS + row, loss)
     if REDUCE:
-        _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, tl.num_programs(0), MEAN, ACC, FINAL)
+        _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN, ACC, FINAL)
 
 
 @tessera.kernel
 def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign, SMOOTH: tl.constexpr,
                        ACC: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, REALIGN: tl.constexpr,
                        VEC: tl.constexpr):
-    """Program u: slice unit u (_xent_slice); _xent_merge_kernel merges the rows after it."""
-    _xent_slice(X, T, WORK, tl.program_id(0), stride_x, n_cols, n_slices, n_units, misalign, SMOOTH, ACC, BLOCK,
-                CHUNKS, REALIGN, VEC)
-
-
-@tessera.kernel
-def _xent_slice_merge_kernel(X, T, WORK, LOSS, LSE, PART, OUT, SCALE, ARRIVED, GROUP_ARRIVED, stride_x, n_rows,
-                             n_cols, n_slices, n_units, misalign, ignore_index, smoothing, group_rows, n_groups,
-                             SMOOTH: tl.constexpr, REDUCE: tl.constexpr, MEAN: tl.constexpr, ACC: tl.constexpr,
-                             BLOCK: tl.constexpr, CHUNKS: tl.constexpr, REALIGN: tl.constexpr, VEC: tl.constexpr,
-                             ROWS: tl.constexpr, SLICES: tl.constexpr, FINAL: tl.constexpr):
-    """The slices and the merge in one launch: program u computes slice unit u
-    (_xent_slice), then arrives at its row group's counter GROUP_ARRIVED[g] (int32, zero
-    before the launch), and the group's last program to arrive merges the group's rows
-    (_xent_merge_rows, the bits of _xent_merge_kernel's program g) and resets the counter
-    for the next launch in stream order. The atomic is acq_rel (on a GPU after a
-    barrier: every thread's stores of the slice come first), so the merging program
-    reads every slice of its group after it."""
-    unit = tl.program_id(0)
-    _xent_slice(X, T, WORK, unit, stride_x, n_cols, n_slices, n_units, misalign, SMOOTH, ACC, BLOCK, CHUNKS,
-                REALIGN, VEC)
-    g = unit // n_slices // group_rows
-    arrivals = (tl.minimum((g + 1) * group_rows, n_rows) - g * group_rows) * n_slices
-    if tl.atomic_add(GROUP_ARRIVED + g, 1, sem="acq_rel") == arrivals - 1:
-        tl.store(GROUP_ARRIVED + g, 0)
-        _xent_merge_rows(T, WORK, LOSS, LSE, PART, OUT, SCALE, ARRIVED, g, n_rows, n_cols, n_slices, n_units,
-                         ignore_index, smoothing, group_rows, n_groups, n_groups, SMOOTH, REDUCE, MEAN, ACC, ROWS,
-                         SLICES, FINAL)
-
-
-@tessera.kernel
-def _xent_slice(X, T, WORK, unit, stride_x, n_cols, n_slices, n_units, misalign, SMOOTH: tl.constexpr,
-                ACC: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, REALIGN: tl.constexpr,
-                VEC: tl.constexpr):
-    """Unit u = row * n_slices + k: slice k of the row (CHUNKS * BLOCK classes from
+    """Program u = row * n_slices + k: slice k of the row (CHUNKS * BLOCK classes from
     column k * CHUNKS * BLOCK, with REALIGN from that position counted from the 16-byte
     boundary at or before the row's start, see _from_boundary). Stores the slice's max
     at WORK[u], its sum of exp(x - max) at WORK[n_units + u], with SMOOTH its sum of
@@ -291,6 +254,7 @@ def _xent_slice(X, T, WORK, unit, stride_x, n_cols, n_slices, n_units, misalign,
     logit at WORK[(2 or 3) * n_units + row] (no slice does for ignored or out-of-range
     targets: the merge does not read it then). misalign: X's address past a 16-byte
     boundary, in elements (REALIGN)."""
+    unit = tl.program_id(0)
     row = unit // n_slices
     k = unit - row * n_slices
     first = k * (CHUNKS * BLOCK)
@@ -399,22 +363,12 @@ def _xent_merge_kernel(T, WORK, LOSS, LSE, PART, OUT, SCALE, ARRIVED, n_rows, n_
                        ignore_index, smoothing, group_rows, n_groups, SMOOTH: tl.constexpr, REDUCE: tl.constexpr,
                        MEAN: tl.constexpr, ACC: tl.constexpr, ROWS: tl.constexpr, SLICES: tl.constexpr,
                        FINAL: tl.constexpr):
-    """Program g merges row group g (_xent_merge_rows) after _xent_slice_kernel."""
-    _xent_merge_rows(T, WORK, LOSS, LSE, PART, OUT, SCALE, ARRIVED, tl.program_id(0), n_rows, n_cols, n_slices,
-                     n_units, ignore_index, smoothing, group_rows, n_groups, tl.num_programs(0), SMOOTH, REDUCE,
-                     MEAN, ACC, ROWS, SLICES, FINAL)
-
-
-@tessera.kernel
-def _xent_merge_rows(T, WORK, LOSS, LSE, PART, OUT, SCALE, ARRIVED, g, n_rows, n_cols, n_slices, n_units,
-                     ignore_index, smoothing, group_rows, n_groups, n_arriving, SMOOTH: tl.constexpr,
-                     REDUCE: tl.constexpr, MEAN: tl.constexpr, ACC: tl.constexpr, ROWS: tl.constexpr,
-                     SLICES: tl.constexpr, FINAL: tl.constexpr):
-    """Merges rows g * group_rows onward (group_rows of them, ROWS a step) from the
-    slices' partials in WORK: each row's log-sum-exp into LSE and its loss into LOSS,
-    or with REDUCE the group's loss sum into PART[g], the last of the n_arriving
-    mergers adding those (_sum_partials_when_last). The groups and the order of every
-    sum depend on the shape alone: the same bits every run, in one launch or two."""
+    """Program g merges rows g * group_rows onward (group_rows of them, ROWS a step)
+    from _xent_slice_kernel's partials in WORK: each row's log-sum-exp into LSE and its
+    loss into LOSS, or with REDUCE the group's loss sum into PART[g], the last program
+    adding those (_sum_partials_when_last). The groups and the order of every sum depend
+    on the shape alone: the same bits every run."""
+    g = tl.program_id(0)
     first = g * group_rows
     end = tl.minimum(first + group_rows, n_rows)
     rr = tl.arange(0, ROWS)
@@ -452,14 +406,13 @@ def _xent_merge_rows(T, WORK, LOSS, LSE, PART, OUT, SCALE, ARRIVED, g, n_rows, n
             tl.store(LOSS + r, loss, mask=live)
     if REDUCE:
         tl.store(PART + g, tl.sum(total, axis=0))
-        _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, tl.sum(counted, axis=0), n_groups, n_arriving, MEAN, ACC,
-                                FINAL)
+        _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, tl.sum(counted, axis=0), n_groups, MEAN, ACC, FINAL)
 
 
 @tessera.kernel
-def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, n_arriving, MEAN: tl.constexpr,
-                            ACC: tl.constexpr, FINAL: tl.constexpr):
-    """The last of the n_arriving programs to finish adds the groups' loss sums PART[0:n_groups] in index
+def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, MEAN: tl.constexpr, ACC: tl.constexpr,
+                            FINAL: tl.constexpr):
+    """The last program to finish adds the groups' loss sums PART[0:n_groups] in index
     order (two FINAL-wide tiles a step) into OUT[0]: the sum, for MEAN over the count
     of non-ignored rows (0 counted gives 0/0 = nan, as torch), and stores SCALE[0], the
     factor each row's loss carries in OUT (1/count or 1; SCALE may be PART itself:
@@ -473,8 +426,9 @@ def _sum_partials_when_last(PART, OUT, SCALE, ARRIVED, counted, n_groups, n_arri
     program resets it, so the next launch in stream order needs no memset. The atomic
     is acq_rel (on a GPU after a barrier: every thread's stores come first), and the
     last program reads the partials after it."""
+    n = tl.num_programs(0)
     ticket = tl.atomic_add(ARRIVED, (counted.to(tl.int64) << 32) + 1, sem="acq_rel")
-    if (ticket & 0xFFFFFFFF) == n_arriving - 1:
+    if (ticket & 0xFFFFFFFF) == n - 1:
         g = tl.arange(0, FINAL)
         sums = tl.zeros([FINAL], ACC)
         for start in range(0, n_groups, 2 * FINAL):
@@ -860,11 +814,11 @@ class _CePlan:
     __slots__ = ("rows", "n", "x_direct", "t_direct", "stride", "block", "one", "smoothing", "reduce", "mean",
                  "programs", "rows_per_program", "group_rows", "n_groups", "fwd_kw", "bwd_kw", "bwd_realigned_kw",
                  "new_dx", "new_lse", "new_out", "new_part", "new_scale", "slices", "units", "slice_kw", "merge_kw",
-                 "new_work", "fused_kw")
+                 "new_work")
 
 
 def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps=None, realign=None,
-             bwd_slice=None, sliced=None, merge_in_slices=None):
+             bwd_slice=None, sliced=None):
     """slice_block, slice_warps: the slices' tile and warps for rows longer than
     CE_ONE_CHUNK (CE_SLICE, CE_SLICE_WARPS; bench/memory_bound_configs.py tries others);
     bwd_slice: the backward's (positions per program, tile, warps, evict-first stores)
@@ -872,8 +826,7 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
     realign: whether rows not provably 16-byte aligned are read from their 16-byte
     boundaries (None: on a GPU; the CPU's code for its [BLOCK / VEC, VEC] tiles is 7x
     slower than for the plain row, 128x50257 fp32: 18 ms against 2.4). sliced: a reducing
-    forward of rows held whole also runs as slices and the merge (the benchmark's);
-    merge_in_slices: the slices and the merge in one launch (None: CE_MERGE_IN_SLICES)."""
+    forward of rows held whole also runs as slices and the merge (the benchmark's)."""
     H.check_float("cross_entropy", logits)
     if logits.ndim != 2:
         raise ValueError(f"tessera.kernels.cross_entropy: logits must be (rows, classes), got {tuple(logits.shape)}")
@@ -897,7 +850,7 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
     plan.new_out = H.allocator(logits, ()) if plan.reduce else H.allocator(logits, (rows,), "acc")
     plan.new_scale = H.allocator(logits, (1,), "acc")
     plan.new_part = H.allocator(logits, (0,), "acc")  # (no rows)
-    plan.fwd_kw = plan.bwd_kw = plan.bwd_realigned_kw = plan.slice_kw = plan.merge_kw = plan.fused_kw = None
+    plan.fwd_kw = plan.bwd_kw = plan.bwd_realigned_kw = plan.slice_kw = plan.merge_kw = None
     realign_any = H.on_gpu(logits) if realign is None else realign
     plan.slices = plan.units = 0
     if sliced is None:
@@ -922,12 +875,9 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         plan.slice_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=width, CHUNKS=chunks,
                              REALIGN=realign, VEC=vec,
                              **H.row_launch_options(logits, width, max_warps=slice_warps or CE_SLICE_WARPS))
-        merge = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits), ROWS=step,
-                     SLICES=H.block_for(plan.slices, 1 << 30), FINAL=_final_block(logits, 1024))
-        if CE_MERGE_IN_SLICES if merge_in_slices is None else merge_in_slices:
-            plan.fused_kw = {**plan.slice_kw, **merge}
-        else:
-            plan.merge_kw = {**merge, **H.row_launch_options(logits, 1024, max_warps=4)}
+        plan.merge_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits),
+                             ROWS=step, SLICES=H.block_for(plan.slices, 1 << 30), FINAL=_final_block(logits, 1024),
+                             **H.row_launch_options(logits, 1024, max_warps=4))
         plan.bwd_kw, plan.bwd_realigned_kw = _bwd_kws(logits, plan.stride, n, block, smoothing, realign_any,
                                                       bwd_slice)
         # The slices' (max, sum[, logit sum]) and the targets' logits.
@@ -994,14 +944,7 @@ def _ce_forward_with(plan, logits, target, ignore_index, deferred=False):
         out = loss = part = plan.new_out()
         scale, arrived = lse, t  # not touched without REDUCE
     if plan.fwd_kw is not None or plan.slice_kw is not None:
-        if plan.fused_kw is not None:
-            _xent_slice_merge_kernel[(plan.units,)](xv, t, plan.new_work(), loss, lse, part, out, scale, arrived,
-                                                    H.arrival_counters(logits, plan.n_groups), plan.stride,
-                                                    plan.rows, plan.n, plan.slices, plan.units,
-                                                    _misalignment(xv) if plan.fused_kw["REALIGN"] else 0,
-                                                    int(ignore_index), plan.smoothing, plan.group_rows,
-                                                    plan.n_groups, **plan.fused_kw)
-        elif plan.slice_kw is not None:
+        if plan.slice_kw is not None:
             work = plan.new_work()
             _xent_slice_kernel[(plan.units,)](xv, t, work, plan.stride, plan.n, plan.slices, plan.units,
                                               _misalignment(xv) if plan.slice_kw["REALIGN"] else 0, **plan.slice_kw)

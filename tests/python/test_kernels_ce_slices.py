@@ -1,7 +1,6 @@
 """cross_entropy's sliced forward (kernels/softmax_ce.py: rows longer than CE_ONE_CHUNK
 classes): a program per (row, slice) storing the slice's max and sum of exponentials,
-then the merge (log-sum-exp, the target's logit, the loss reduction), by each row
-group's last slice program to finish or in a second launch. Against
+then the merge launch (log-sum-exp, the target's logit, the loss reduction). Against
 torch in fp64, bit-identical runs, every output and partial written (poisoned arrays),
 the arrival counter back at zero; the same on a GPU (the `gpu` marker)."""
 import importlib
@@ -237,37 +236,6 @@ def test_sliced_forward_writes_every_output_and_partial(monkeypatch):
     _check_poisoned(monkeypatch, "cpu")
 
 
-def _check_one_launch_and_two(monkeypatch, device, rows, n, max_groups, groups):
-    # The merge in the slices' launch (each row group's last program merges it) gives
-    # the bits of the merge's own launch: the same groups, the same order of every sum.
-    # Few groups allowed (max_groups) so that groups hold several merge steps, the last
-    # one short; the counters are back at zero after every call.
-    monkeypatch.setattr(S, "CE_MAX_GROUPS", max_groups)
-    x, t = _case(rows, n, device, seed=7)
-    for reduction in ("mean", "sum", "none"):
-        for smoothing in (0.0, 0.1):
-            one = S._ce_plan(x, t, smoothing, reduction, merge_in_slices=True)
-            two = S._ce_plan(x, t, smoothing, reduction, merge_in_slices=False)
-            assert one.fused_kw is not None and one.merge_kw is None and two.fused_kw is None
-            assert one.n_groups == two.n_groups == groups
-            for _ in range(3):
-                got = S._ce_forward_with(one, x, t, -100)
-                want = S._ce_forward_with(two, x, t, -100)
-                assert torch.equal(got[0], want[0]) and torch.equal(got[2], want[2]), (reduction, smoothing)
-                if reduction != "none":
-                    assert torch.equal(got[1][:1], want[1][:1])
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                assert _counters_are_zero()
-
-
-# (300 rows: 4 groups of 3 merge steps, the last group of 12 rows; 41: one group of a
-# whole step and a short one)
-@pytest.mark.parametrize("rows,n,max_groups,groups", [(300, 9000, 4, 4), (41, 50257, 1, 1), (2, 8193, 1, 1)])
-def test_merge_in_the_slices_launch_matches_its_own_launch(monkeypatch, rows, n, max_groups, groups):
-    _check_one_launch_and_two(monkeypatch, "cpu", rows, n, max_groups, groups)
-
-
 # The backward's launches of rows longer than CE_ONE_CHUNK: a program per row walking it
 # (the CPU's default), or a program per (row, slice) (the GPU's, CE_BWD_SLICE):
 # (positions per program, tile, warps, evict-first stores).
@@ -386,14 +354,7 @@ def test_sliced_forward_writes_every_output_and_partial_on_the_gpu(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows,n,max_groups,groups", [(3000, 9000, 7, 7), (41, 50257, 1, 1), (4096, 32000, 2048, 128)])
-def test_merge_in_the_slices_launch_matches_its_own_launch_on_the_gpu(monkeypatch, rows, n, max_groups, groups):
-    _gpu()
-    _check_one_launch_and_two(monkeypatch, "cuda", rows, n, max_groups, groups)
-
-
-@pytest.mark.gpu
-def test_sliced_forward_is_one_gpu_kernel_and_its_gradient_matches():
+def test_sliced_forward_is_two_gpu_kernels_and_its_gradient_matches():
     _gpu()
     from torch.profiler import ProfilerActivity, profile
     x, t = _case(2048, 50257, "cuda", dtype=torch.float16)
@@ -403,7 +364,7 @@ def test_sliced_forward_is_one_gpu_kernel_and_its_gradient_matches():
         tk.cross_entropy(x, t)
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    assert len(names) == 1, names  # the slices, each row group merged by its last (with the mean)
+    assert len(names) == 2, names  # the slices, the merge (with the mean)
     # The backward of rows not 16-byte aligned walks them from their boundaries too.
     for dtype, atol in ((torch.float32, 1e-9), (torch.float16, 1e-6)):
         # Detached copies: x.to(float16) is x itself, and a grad-requiring x would make
