@@ -85,6 +85,12 @@ CE_FWD_MAX_WARPS = 4
 # each other's reductions; a program per row lets the SM overlap them. (The H100 keeps
 # the walk: 0.93 of a copy there.)
 CE_SLICED_REDUCE_FAST_MEMORY = True
+# (Tried in session 11: the merge in the slices' launch, each row group's last slice
+# program to arrive at an atomic counter merging the group: the same bits, but every
+# slice program then waits for its atomic's round trip, holding its SM slot with no
+# loads in flight. H200, mean, of a copy, two launches -> one: 16384x4096 0.890 ->
+# 0.699, 4096x32000 0.848 -> 0.676, 2048x50257 0.777 -> 0.634;
+# bench/results/memory_bound_configs_ce_one_launch_h200.md.)
 # Warps of a backward row on a GPU (bench/bwd_profile.py --sweep, H100, 16384x4096
 # fp16: 4 warps 0.978 of copy, 8 warps 0.989, 16 warps 0.928).
 CE_BWD_MAX_WARPS = 8
