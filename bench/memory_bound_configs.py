@@ -90,14 +90,14 @@ def candidates(rows, cols, dev="cuda", baseline=None):
         xent(x, tgt, 4, 8), nbytes)
     # The rows as slices of their whole length, then the merge with the mean (the long
     # rows' two launches) instead of the reducing walk.
-    for w in (4, 8):
+    for w in (2, 4, 8):
         out[f"cross_entropy {shape} slices + merge (mean), 4096 classes a slice, num_warps={w}"] = (
             sliced(x, tgt, 4096, w, True, force=True), nbytes)
     out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), nbytes)
     for logits, tgt_v in ((x_vocab, t_vocab), (x_gpt2, t_gpt2)):
         shape, nbytes = "x".join(map(str, logits.shape)), logits.numel() * 2
-        for block, w in ((2048, 4), (4096, 4), (4096, 8), (8192, 8)):
-            if w == 4:
+        for block, w in ((2048, 4), (4096, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8)):
+            if w <= 4:
                 out[f"cross_entropy {shape} slices alone, {block} classes a slice, num_warps={w}"] = (
                     sliced(logits, tgt_v, block, w, False), nbytes)
             out[f"cross_entropy {shape} slices + merge (mean), {block} classes a slice, num_warps={w}"] = (
@@ -150,8 +150,8 @@ def candidates(rows, cols, dev="cuda", baseline=None):
     # gelu_dropout forward: column block and warps.
     y = torch.empty_like(x)
     for block in (1024, 2048, 4096):
-        for w in (4, 8):
-            if block // (32 * w) < 8:
+        for w in (2, 4, 8):
+            if block // (32 * w) < 8 or block // (32 * w) > 64:
                 continue
             out[f"gelu_dropout fwd, BLOCK={block}, num_warps={w}"] = (
                 lambda block=block, w=w: A._ew_fwd_kernel[(rows, tessera.cdiv(cols, block))](
@@ -159,11 +159,11 @@ def candidates(rows, cols, dev="cuda", baseline=None):
                     DROPOUT=True, ACC=tl.float32, BLOCK=block, num_warps=w), 2 * mat)
     out["tk.gelu_dropout (library default)"] = (lambda: tk.gelu_dropout(x, 0.1, seed=1), 2 * mat)
     dx = torch.empty_like(x)
-    for block in (2048, 4096):
-        out[f"gelu_dropout bwd, BLOCK={block}, num_warps=4"] = (
-            lambda block=block: A._ew_bwd_kernel[(rows, tessera.cdiv(cols, block))](
+    for block, w in ((2048, 4), (4096, 2), (4096, 4)):
+        out[f"gelu_dropout bwd, BLOCK={block}, num_warps={w}"] = (
+            lambda block=block, w=w: A._ew_bwd_kernel[(rows, tessera.cdiv(cols, block))](
                 x, x, x, dx, dx, cols, 0, cols, cols, 0.1, 1, A._keep_from(0.1), OP=A.GELU, TANH=False, HAS_B=False,
-                WRITE_DB=False, DROPOUT=True, ACC=tl.float32, BLOCK=block, num_warps=4), 3 * mat)
+                WRITE_DB=False, DROPOUT=True, ACC=tl.float32, BLOCK=block, num_warps=w), 3 * mat)
 
     # Elementwise forwards without dropout: column block and warps. Bound by instruction
     # issue as much as by bytes on an H200 (bias_gelu erf ~30 SASS instructions per
@@ -175,7 +175,7 @@ def candidates(rows, cols, dev="cuda", baseline=None):
     for op, name, tanh, same in ((A.GELU, "bias_gelu", False, False), (A.GELU, "bias_gelu_tanh", True, False),
                                  (A.SWIGLU, "swiglu", False, True), (A.GEGLU, "geglu", False, True)):
         for block in (2048, 4096):
-            for w in (4, 8):
+            for w in (2, 4, 8):
                 if same:  # two same-shape inputs: one long row
                     fn = (lambda op=op, tanh=tanh, block=block, w=w: A._ew_fwd_kernel[(1, tessera.cdiv(N, block))](
                         x, x2, y, N, N, N, 0.0, 0, 0, OP=op, TANH=tanh, HAS_B=True, DROPOUT=False, ACC=tl.float32,

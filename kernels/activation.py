@@ -41,15 +41,19 @@ NO_B, SAME_SHAPE, BIAS = 0, 1, 2
 def _dropout_keep(seed, counter, keep_from):
     """The keep mask of a [G, 8] tile whose row i holds eight consecutive columns from a
     multiple of 8 and draws Philox call `counter[i]`: column j of a row takes 16-bit half
-    j % 2 of word j // 2 and is kept when that half is >= keep_from. Shared by the
-    forward and backward kernels here and in softmax_ce.py (inlined). The half is
-    shifted down by (j & 1) * 16: a `j % 2 == 0` select on the [1, 8] arange was
-    lowered through shared memory behind a barrier on the GPU (48 instructions more per
-    16 elements), and `cols & 7` instead of the arange cost the CPU ~5%."""
+    j % 2 of word j // 2 and is kept when that half is >= keep_from (<= 65535). Shared
+    by the forward and backward kernels here and in softmax_ce.py (inlined). The half is
+    compared in the word's top 16 bits, against keep_from << 16: the high half (odd j)
+    as the word itself (its low bits cannot lift it past a multiple of 2^16), the low
+    half shifted up by 16, so a pair of columns costs one shift where extracting both
+    halves cost two (a shift and a mask). The shift is (1 - (j & 1)) * 16: a `j % 2 ==
+    0` select on the [1, 8] arange was lowered through shared memory behind a barrier on
+    the GPU (48 instructions more per 16 elements), and `cols & 7` instead of the
+    arange cost the CPU ~5%."""
     r0, r1, r2, r3 = tl.randint4x(seed, counter)
     j = tl.arange(0, 8)[None, :]
     w = tl.where(j < 2, r0[:, None], tl.where(j < 4, r1[:, None], tl.where(j < 6, r2[:, None], r3[:, None])))
-    return ((w >> ((j & 1) * 16)) & 0xFFFF) >= keep_from
+    return (w << ((1 - (j & 1)) * 16)) >= (tl.cast(keep_from, tl.uint32) << 16)
 
 
 @tessera.kernel

@@ -1,10 +1,14 @@
 """tessera.kernels behaviour beyond the numbers: dropout masks reproducible from a seed
 and shared by forward and backward, non-contiguous inputs, a large vocabulary in
 cross_entropy, numpy-only use, and clear errors for bad input."""
+import math
+
 import numpy as np
 import pytest
 
+import tessera
 import tessera.kernels as tk
+import tessera.language as tl
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
@@ -22,6 +26,33 @@ def test_dropout_is_reproducible_from_the_seed(op):
     assert not torch.equal(a, c)
     dropped = (a == 0).double().mean().item()
     assert 0.26 < dropped < 0.34, dropped  # 6208 draws: p = 0.3 within a few sigma
+
+
+@tessera.kernel
+def _philox_words(out, seed, n):
+    c = tl.program_id(0) * 64 + tl.arange(0, 64)
+    r0, r1, r2, r3 = tl.randint4x(seed, c)
+    for k, r in ((0, r0), (1, r1), (2, r2), (3, r3)):
+        tl.store(out + 4 * c + k, r, mask=c < n)
+
+
+@pytest.mark.parametrize("p", [1e-6, 0.3, 0.99999])
+def test_dropout_mask_is_the_documented_draw(p):
+    # kernels/activation.py's docstring: column col of row r is kept when 16-bit half
+    # col % 2 of word (col % 8) // 2 of Philox call r * ceil(n / 8) + col // 8 is >=
+    # ceil(p * 2^16) (at most 65535), for both ops (an all-ones input keeps gelu(1) and
+    # softmax 1/n nonzero exactly where the mask keeps).
+    rows, n, seed = 5, 37, 1234
+    groups = -(-n // 8)
+    words = np.zeros((rows * groups, 4), np.uint32)
+    _philox_words[(tessera.cdiv(rows * groups, 64),)](words, seed, rows * groups)
+    col = np.arange(n)
+    word = words[(np.arange(rows)[:, None] * groups + col // 8), (col % 8) // 2]
+    half = (word >> (16 * (col % 2)).astype(np.uint32)) & 0xFFFF
+    want = half >= min(math.ceil(p * 65536), 65535)
+    x = torch.ones(rows, n)
+    assert np.array_equal((tk.gelu_dropout(x, p, seed=seed) != 0).numpy(), want)
+    assert np.array_equal((tk.softmax(x, dropout_p=p, seed=seed) != 0).numpy(), want)
 
 
 def test_softmax_dropout_values_and_backward_mask():

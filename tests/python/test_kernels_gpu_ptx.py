@@ -22,8 +22,8 @@ def _ptx(kernel, signature, constexprs, num_warps, tmp_path):
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd"])
 def test_gelu_dropout_draws_its_mask_without_shared_memory(direction, tmp_path):
-    # _dropout_keep shifts each column's 16-bit half down by (j & 1) * 16; the
-    # `j % 2 == 0` select it replaced went through shared memory behind a barrier.
+    # _dropout_keep shifts each even column's 16-bit half up by (1 - (j & 1)) * 16; a
+    # `j % 2 == 0` select went through shared memory behind a barrier.
     if direction == "fwd":
         ptx = _ptx(A._ew_fwd_kernel, "*fp16:16,*fp16:16,*fp16:16,i32:16,i32,i32:16,fp32,i32,i32",
                    dict(OP=A.GELU, TANH=False, HAS_B=False, DROPOUT=True, ACC=tl.float32, BLOCK=2048), 4, tmp_path)
