@@ -101,7 +101,8 @@ NORM_CONFIGS = [(1, 16, True, True, False, 1), (2, 8, True, True, False, 1), (2,
 # plan, tl.tanh) are in bench/results/bwd_sweep_normbwd*_run*.log.
 # The seventh element: the stream ring's stages (BIAS_BWD_STAGES; > 1 without the
 # register prefetch).
-BIAS_CONFIGS = [(128, 512, 2, True, True, None, 1), (128, 512, 2, False, False, None, 3),
+BIAS_CONFIGS = [(128, 512, 2, True, True, None, 1), (128, 512, 2, False, False, None, 2),
+                (128, 512, 2, False, False, None, 3),
                 (128, 512, 2, False, False, None, 4), (128, 1024, 4, False, False, None, 3),
                 (128, 2048, 8, False, False, None, 3), (64, 512, 2, False, False, None, 3)]
 BIAS_SWEEP_RESULTS = {}  # (form, config) -> ms, for bench/bias_bwd_ab.py
