@@ -162,7 +162,7 @@ def _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp):
     from tessera.kernels import activation as A
     names = ("BIAS_BWD_ROWS", "BIAS_BWD_BLOCK", "BIAS_BWD_WARPS", "BIAS_BWD_PREFETCH", "BIAS_BWD_TWO_ROWS",
              "BIAS_BWD_PER_SM", "BIAS_BWD_STAGES", "BIAS_BWD_TANH_VIA_EXP")
-    saved = [getattr(A, n) for n in names]
+    saved = [getattr(A, n) for n in names] + [A.BIAS_BWD_STAGES_FAST_MEMORY]
     A.BIAS_BWD_TANH_VIA_EXP = via_exp
     x, b = all_cases["bias_gelu"][0]
     dy = torch.randn_like(x)
@@ -176,6 +176,7 @@ def _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp):
     for label, cfg in plans:
         for n, v in zip(names, cfg):
             setattr(A, n, v)
+        A.BIAS_BWD_STAGES_FAST_MEMORY = A.BIAS_BWD_STAGES  # (the plan's stages on either GPU)
         A._BWD_PLANS.clear()
         run = lambda: A.elementwise_backward(A.GELU, x, b, dy, 0.0, 0, A.BIAS, tanh)  # noqa: E731
         da, db = run()
@@ -187,6 +188,7 @@ def _sweep_bias_form(all_cases, copy_ms_per_byte, tanh, via_exp):
               f"err {err:.2g}", flush=True)
     for n, v in zip(names, saved):
         setattr(A, n, v)
+    A.BIAS_BWD_STAGES_FAST_MEMORY = saved[-1]
     A._BWD_PLANS.clear()
 
 

@@ -418,9 +418,15 @@ BIAS_BWD_TWO_ROWS = True
 BIAS_BWD_PER_SM = None
 # The stream ring (STAGES > 1, without PREFETCH / TWO_ROWS) on an H200: bias_gelu 0.775 of
 # copy with two rows a step, 0.705-0.745 with rings of 3-4 stages (512-2048 columns);
-# tanh form 0.876 against 0.800-0.850 (bench/results/bwd_sweep_stream_ring_h200_run1.log):
-# off. These are bound by their arithmetic there more than by bytes in flight.
+# tanh form 0.876 against 0.800-0.850 (bench/results/bwd_sweep_stream_ring_h200_run1.log),
+# when they were bound by their arithmetic (~39 instructions an element). With
+# _normal_tail (~31) and the tanh form's folded constants (~28), session 11, H200: two rows
+# a step 0.832 / 0.923, a 3-stage ring over 512 columns 0.930 / 0.931 (2 stages 0.865 /
+# 0.861, 4 stages 0.856 / 0.851; 1024 and 2048 columns at 3 stages 0.928-0.935;
+# bench/results/bwd_sweep_bias_ring_h200_s11.log). On GPUs with fast memory
+# (_host.fast_memory) the ring; elsewhere two rows a step.
 BIAS_BWD_STAGES = 1
+BIAS_BWD_STAGES_FAST_MEMORY = 3
 
 
 def _bias_bwd_rows(a) -> int:
@@ -479,7 +485,7 @@ def _ew_plan(op, a, b, p, bias_mode, tanh, dy=None):
             plan.sums_direct = plan.bias_groups == 1 and plan.bias_dtype in ("float32", "float64")
             plan.new_parts = H.allocator(a, (n,) if plan.sums_direct else (plan.bias_groups, n), "acc")
             plan.grid = (plan.bias_groups, tessera.cdiv(n, block))
-            stages = BIAS_BWD_STAGES if H.on_gpu(a) else 1
+            stages = (BIAS_BWD_STAGES_FAST_MEMORY if H.fast_memory(a) else BIAS_BWD_STAGES) if H.on_gpu(a) else 1
             plan.kw = dict(TANH=tanh, DROPOUT=p > 0, PREFETCH=_bias_bwd_prefetch(a) and stages == 1,
                            ACC=H.acc_dtype(a), ROWS=group_rows, BLOCK=block,
                            TANH_VIA_EXP=tanh and BIAS_BWD_TANH_VIA_EXP and H.on_gpu(a),

@@ -52,6 +52,13 @@ CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one til
 # 8 warps 0.93 (bench/results/kernels_cuda_float16_ce32k.md).
 CE_SLICE = 4096
 CE_SLICE_WARPS = 4
+# On a GPU with fast memory (_host.fast_memory), rows provably 16-byte aligned take 2
+# warps a slice (64 logits a thread: each thread's share of the two block reductions
+# spread over twice the logits). H200, 4096x32000 fp16, of a copy: slices alone 0.908
+# -> 0.939, with the merge 0.860 -> 0.880; realigned rows (2048x50257) lose (0.846 ->
+# 0.785), 16384x4096 as slices is level (0.900 / 0.887):
+# bench/results/memory_bound_configs_s11_warps_h200.md.
+CE_SLICE_WARPS_ALIGNED_FAST_MEMORY = 2
 # At most this many slices per row (the merge holds a row's slices in one tile); longer
 # rows give each slice several CE_SLICE-wide chunks, walked with an online log-sum-exp.
 CE_MAX_SLICES = 256
@@ -394,7 +401,9 @@ def _xent_merge_kernel(T, WORK, LOSS, LSE, PART, OUT, SCALE, ARRIVED, n_rows, n_
         t = tl.load(T + r, mask=live, other=ignore_index)
         valid = t != ignore_index
         in_range = (t >= 0) & (t < n_cols)
-        x_t = tl.load(WORK + target_at + r, mask=live & valid & in_range, other=0.0)
+        # Loaded alongside t, not after it: a row whose target no slice held (ignored, out
+        # of range) reads its never-written slot, and the where below drops that value.
+        x_t = tl.load(WORK + target_at + r, mask=live, other=0.0)
         # Slices past the row's end (m = -inf) add 0; a NaN slice (a NaN logit) makes the
         # row NaN. Rows past `end` are never stored or added (M is -inf there).
         big = tl.max(m, axis=1)
@@ -779,6 +788,14 @@ def _slicing(rows, n, slice_block=None):
     return chunks, slices, step, group_rows, -(-rows // group_rows)
 
 
+def _slice_warps(logits, n, realign):
+    """Warps of a forward slice (CE_SLICE_WARPS; CE_SLICE_WARPS_ALIGNED_FAST_MEMORY for
+    rows longer than CE_ONE_CHUNK read without realignment on a GPU with fast memory)."""
+    if n > CE_ONE_CHUNK and not realign and H.fast_memory(logits):
+        return CE_SLICE_WARPS_ALIGNED_FAST_MEMORY
+    return CE_SLICE_WARPS
+
+
 def _bwd_kws(logits, stride, n, block, smoothing, realign, bwd_slice=None):
     """The backward's launches: (plain, realigned or None), each (constexprs and launch
     options, slices per row, positions per slice) of _xent_bwd_kernel. The realigned
@@ -880,7 +897,8 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         plan.programs = plan.n_groups
         plan.slice_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=width, CHUNKS=chunks,
                              REALIGN=realign, VEC=vec,
-                             **H.row_launch_options(logits, width, max_warps=slice_warps or CE_SLICE_WARPS))
+                             **H.row_launch_options(logits, width, max_warps=slice_warps or _slice_warps(
+                                 logits, n, realign)))
         plan.merge_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits),
                              ROWS=step, SLICES=H.block_for(plan.slices, 1 << 30), FINAL=_final_block(logits, 1024),
                              **H.row_launch_options(logits, 1024, max_warps=4))
