@@ -84,6 +84,19 @@ def candidates(rows, cols, dev="cuda", baseline=None):
         return lambda: S._xent_slice_kernel[(plan.units,)](logits, tgt, work, plan.stride, plan.n, plan.slices,
                                                            plan.units, misalign, **plan.slice_kw)
 
+    def merge_alone(logits, tgt):
+        # The library plan's merge launch by itself, over partials the slices stored once:
+        # what the second launch costs (its time here against slices + merge - slices alone).
+        plan = S._ce_plan(logits, tgt, 0.0, "mean", sliced=True)
+        work = plan.new_work()
+        misalign = S._misalignment(logits) if plan.slice_kw["REALIGN"] else 0
+        S._xent_slice_kernel[(plan.units,)](logits, tgt, work, plan.stride, plan.n, plan.slices, plan.units,
+                                            misalign, **plan.slice_kw)
+        lse, part, out_ = plan.new_lse(), plan.new_part(), plan.new_out()
+        return lambda: S._xent_merge_kernel[(plan.programs,)](
+            tgt, work, part, lse, part, out_, part, arrived, plan.rows, plan.n, plan.slices, plan.units, -100, 0.0,
+            plan.group_rows, plan.n_groups, **plan.merge_kw)
+
     shape, nbytes = "x".join(map(str, x.shape)), x.numel() * 2
     out[f"cross_entropy {shape} fwd kernel, num_warps=4"] = (xent(x, tgt, 4), nbytes)
     out[f"cross_entropy {shape} fwd kernel + fused mean, num_warps=4, 8 programs per SM"] = (
@@ -94,8 +107,11 @@ def candidates(rows, cols, dev="cuda", baseline=None):
         out[f"cross_entropy {shape} slices + merge (mean), 4096 classes a slice, num_warps={w}"] = (
             sliced(x, tgt, 4096, w, True, force=True), nbytes)
     out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (lambda: tk.cross_entropy(x, tgt), nbytes)
+    out[f"cross_entropy {shape} merge alone (mean; the slices' launch not timed)"] = (merge_alone(x, tgt), nbytes)
     for logits, tgt_v in ((x_vocab, t_vocab), (x_gpt2, t_gpt2)):
         shape, nbytes = "x".join(map(str, logits.shape)), logits.numel() * 2
+        out[f"cross_entropy {shape} merge alone (mean; the slices' launch not timed)"] = (
+            merge_alone(logits, tgt_v), nbytes)
         for block, w in ((2048, 4), (4096, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8)):
             if w <= 4:
                 out[f"cross_entropy {shape} slices alone, {block} classes a slice, num_warps={w}"] = (

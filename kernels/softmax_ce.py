@@ -279,10 +279,12 @@ def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign
         lead = _lead(row, stride_x, misalign, VEC)
         at, col, whole, partial, edge = _from_boundary(lead, first, n_cols, BLOCK, VEC)
         src = tl.multiple_of(X + (row.to(tl.int64) * stride_x - lead), 16)
-        x = tl.load(src + at, mask=whole, other=-float("inf"))
+        x = tl.load(src + at, mask=whole, other=-float("inf")).to(ACC)
         if edge:  # the row's partial first or last group of VEC
-            x = tl.where(whole, x, tl.load(src + at, mask=partial, other=-float("inf")))
-        x = x.to(ACC)
+            # Merged in ACC (the + 0.0 keeps LLVM from moving the select before the
+            # conversion): a merge of the 16-bit loads made every thread unpack its halves
+            # into registers of their own before the branch, a PRMT a logit on every slice.
+            x = tl.where(whole, x, tl.load(src + at, mask=partial, other=-float("inf")).to(ACC) + 0.0)
         in_row = (col >= 0) & (col < n_cols)
         m = tl.max(tl.max(x, axis=1), axis=0)
         s = tl.sum(tl.sum(_exp_of_difference(x, _max_or_zero(m)), axis=1), axis=0)

@@ -69,6 +69,12 @@ def test_cross_entropy_slices_load_16_bytes_at_a_time(realign, tmp_path):
     assert ptx.count("ex2.approx.ftz.f32") == 32 and "ex2.approx.f32" not in ptx
     if realign:
         assert "bra" in ptx
+        # The edge branch merges converted (f32) logits: its whole and partial loads
+        # converted apart from the common path's 32 (+ the target's), so the common
+        # path keeps its halves packed until their conversion (no per-logit unpacking).
+        assert ptx.count("cvt.f32.f16") == 1 + 3 * 32 and "selp.b16" not in ptx
+    else:
+        assert ptx.count("cvt.f32.f16") == 1 + 32
 
 
 @pytest.mark.parametrize("realign", [False, True])
