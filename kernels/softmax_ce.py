@@ -59,6 +59,8 @@ CE_SLICE_WARPS = 4
 # 0.785), 16384x4096 as slices is level (0.900 / 0.887):
 # bench/results/memory_bound_configs_s11_warps_h200.md.
 CE_SLICE_WARPS_ALIGNED_FAST_MEMORY = 2
+# The slices' exponentials as 2^(x log2 e - m log2 e) on a GPU (_exp_of_difference_fma).
+CE_SLICE_FMA_EXP = True
 # At most this many slices per row (the merge holds a row's slices in one tile); longer
 # rows give each slice several CE_SLICE-wide chunks, walked with an online log-sum-exp.
 CE_MAX_SLICES = 256
@@ -182,6 +184,28 @@ def _exp_of_difference(x, m):
 
 
 @tessera.kernel
+def _exp_of_difference_fma(x, m):
+    """_exp_of_difference's terms as 2^(x log2 e - m log2 e), the GPU's form for the long
+    rows' slices: one FMA where x - m and its product with log2 e took two (cross_entropy's
+    slices are bound by instruction issue on an H200: a read-only kernel there has ~16
+    instructions a logit to spend at a copy's speed). The rounding of m log2 e is common to
+    the slice's terms: the slice's sum carries a factor 2^d, |d| <= |m| log2 e 2^-24 (the
+    log-sum-exp off by |m| 2^-24, an ulp of it), where x - m rounded each term apart. Not
+    the CPU's: there the exp2 of an FMA ran ~20% slower than the clamped exp."""
+    return tl.exp2(tl.maximum(tl.fma(x, 1.4426950408889634, -(m * 1.4426950408889634)), -126.0,
+                              propagate_nan=tl.PropagateNan.ALL))
+
+
+@tessera.kernel
+def _slice_terms(x, m, FMA_EXP: tl.constexpr):
+    """exp(x - m) of a slice's logits (m: the slice's max, or 0 for a slice of -inf
+    only), in the form the target runs fastest (FMA_EXP: the GPU's)."""
+    if FMA_EXP:
+        return _exp_of_difference_fma(x, m)
+    return _exp_of_difference(x, m)
+
+
+@tessera.kernel
 def _xent_row(x, x_t, n_cols, cols, smoothing, SMOOTH: tl.constexpr):
     """(log-sum-exp, loss) of one row held whole in the tile x (ACC, -inf past n_cols),
     from its target's logit x_t: one exp per element, as softmax."""
@@ -258,7 +282,7 @@ def _xent_fwd_kernel(X, T, LOSS, LSE, PART, OUT, SCALE, ARRIVED, stride_x, n_row
 @tessera.kernel
 def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign, SMOOTH: tl.constexpr,
                        ACC: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, REALIGN: tl.constexpr,
-                       VEC: tl.constexpr):
+                       VEC: tl.constexpr, FMA_EXP: tl.constexpr = False):
     """Program u = row * n_slices + k: slice k of the row (CHUNKS * BLOCK classes from
     column k * CHUNKS * BLOCK, with REALIGN from that position counted from the 16-byte
     boundary at or before the row's start, see _from_boundary). Stores the slice's max
@@ -266,7 +290,7 @@ def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign
     logits at WORK[2 * n_units + u]; the slice holding the row's target stores that
     logit at WORK[(2 or 3) * n_units + row] (no slice does for ignored or out-of-range
     targets: the merge does not read it then). misalign: X's address past a 16-byte
-    boundary, in elements (REALIGN)."""
+    boundary, in elements (REALIGN). FMA_EXP: the terms as _exp_of_difference_fma (GPUs)."""
     unit = tl.program_id(0)
     row = unit // n_slices
     k = unit - row * n_slices
@@ -287,7 +311,7 @@ def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign
             x = tl.where(whole, x, tl.load(src + at, mask=partial, other=-float("inf")).to(ACC) + 0.0)
         in_row = (col >= 0) & (col < n_cols)
         m = tl.max(tl.max(x, axis=1), axis=0)
-        s = tl.sum(tl.sum(_exp_of_difference(x, _max_or_zero(m)), axis=1), axis=0)
+        s = tl.sum(tl.sum(_slice_terms(x, _max_or_zero(m), FMA_EXP), axis=1), axis=0)
         if SMOOTH:
             x_sum = tl.sum(tl.sum(tl.where(in_row, x, 0.0), axis=1), axis=0)
     elif CHUNKS == 1:
@@ -295,7 +319,7 @@ def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign
         c = tl.multiple_of(first + tl.arange(0, BLOCK), BLOCK)  # slices start at multiples of BLOCK: vector loads
         x = tl.load(base + c, mask=c < n_cols, other=-float("inf")).to(ACC)
         m = tl.max(x, axis=0)
-        s = tl.sum(_exp_of_difference(x, _max_or_zero(m)), axis=0)
+        s = tl.sum(_slice_terms(x, _max_or_zero(m), FMA_EXP), axis=0)
         if SMOOTH:
             x_sum = tl.sum(tl.where(c < n_cols, x, 0.0), axis=0)
     else:
@@ -898,7 +922,7 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         plan.units = rows * plan.slices
         plan.programs = plan.n_groups
         plan.slice_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=width, CHUNKS=chunks,
-                             REALIGN=realign, VEC=vec,
+                             REALIGN=realign, VEC=vec, FMA_EXP=CE_SLICE_FMA_EXP and H.on_gpu(logits),
                              **H.row_launch_options(logits, width, max_warps=slice_warps or _slice_warps(
                                  logits, n, realign)))
         plan.merge_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits),

@@ -395,3 +395,23 @@ def test_slice_warps_per_memory_speed_and_alignment(monkeypatch, fast):
     assert S._slice_warps(x, 32000, False) == (S.CE_SLICE_WARPS_ALIGNED_FAST_MEMORY if fast else S.CE_SLICE_WARPS)
     assert S._slice_warps(x, 50257, True) == S.CE_SLICE_WARPS
     assert S._slice_warps(x, 4096, False) == S.CE_SLICE_WARPS  # short rows as slices (a reducing forward)
+
+
+@pytest.mark.parametrize("rows,n,shift", [(7, 9000, 0.0), (5, 50257, 0.0), (4, 32000, 300.0), (3, 20000, -80.0)])
+def test_slices_with_fma_exponentials(rows, n, shift):
+    # The GPU's slice terms 2^(x log2 e - m log2 e) (FMA_EXP), run on the CPU: near torch
+    # in fp64 for every reduction and smoothing, logits far from 0 included (the rounding
+    # of m log2 e is an ulp of the log-sum-exp), realigned rows or not.
+    x, t = _case(rows, n, "cpu")
+    x = x + shift
+    xd, tc = x.double(), t
+    for realign in (False, True):
+        for reduction in ("mean", "none"):
+            for smoothing in (0.0, 0.1):
+                plan = S._ce_plan(x, t, smoothing, reduction, realign=realign)
+                assert plan.slice_kw["FMA_EXP"] is False  # (the CPU's plan)
+                plan.slice_kw["FMA_EXP"] = True
+                out, _, lse = S._ce_forward_with(plan, x, t, -100)
+                want = F.cross_entropy(xd, tc, reduction=reduction, label_smoothing=smoothing)
+                torch.testing.assert_close(out.double(), want, rtol=2e-6, atol=2e-6 * (1 + abs(shift)))
+                torch.testing.assert_close(lse.double(), torch.logsumexp(xd, 1), rtol=2e-7, atol=0)

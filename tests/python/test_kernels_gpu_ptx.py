@@ -55,15 +55,18 @@ def test_cross_entropy_forward_uses_the_short_ex2_for_every_element(num_warps, t
     assert ptx.count("max.NaN.f32") == 4096 // (32 * num_warps)  # the clamp keeps a NaN logit NaN
 
 
+@pytest.mark.parametrize("fma_exp", [False, True])
 @pytest.mark.parametrize("realign", [False, True])
-def test_cross_entropy_slices_load_16_bytes_at_a_time(realign, tmp_path):
+def test_cross_entropy_slices_load_16_bytes_at_a_time(realign, fma_exp, tmp_path):
     # A 4096-class slice over 128 threads: four 16-byte loads per thread, an ex2 per
     # logit. Rows not provably 16-byte aligned (stride, class count without :16) load
     # from the row's 16-byte boundary (_from_boundary); only its first and last slices
     # take the element-wise loads of the row's partial groups, behind a branch.
     sig = "*fp16:16,*i64:16,*fp32:16," + ("i32,i32,i32,i32,i32" if realign else "i32:16,i32:16,i32,i32:16,i32")
     ptx = _ptx(S._xent_slice_kernel, sig, dict(SMOOTH=False, ACC=tl.float32, BLOCK=4096, CHUNKS=1, REALIGN=realign,
-                                               VEC=8), 4, tmp_path)
+                                               VEC=8, FMA_EXP=fma_exp), 4, tmp_path)
+    # A term per logit: x - m and a multiply by log2 e, or one FMA (the GPU's plan).
+    assert (ptx.count("fma.rn.f32"), ptx.count("sub.f32")) == ((32, 0) if fma_exp else (0, 32))
     assert ptx.count("ld.global.v4.b32") == 4
     assert ptx.count("ld.global.b16") == (1 + 32 if realign else 1)  # (+ the target's logit)
     assert ptx.count("ex2.approx.ftz.f32") == 32 and "ex2.approx.f32" not in ptx
