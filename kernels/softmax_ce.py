@@ -52,13 +52,15 @@ CE_ONE_CHUNK = 8192  # the forward holds rows up to this many classes in one til
 # 8 warps 0.93 (bench/results/kernels_cuda_float16_ce32k.md).
 CE_SLICE = 4096
 CE_SLICE_WARPS = 4
-# On a GPU with fast memory (_host.fast_memory), rows provably 16-byte aligned take 2
-# warps a slice (64 logits a thread: each thread's share of the two block reductions
-# spread over twice the logits). H200, 4096x32000 fp16, of a copy: slices alone 0.908
-# -> 0.939, with the merge 0.860 -> 0.880; realigned rows (2048x50257) lose (0.846 ->
-# 0.785), 16384x4096 as slices is level (0.900 / 0.887):
-# bench/results/memory_bound_configs_s11_warps_h200.md.
-CE_SLICE_WARPS_ALIGNED_FAST_MEMORY = 2
+# On a GPU with fast memory (_host.fast_memory), the slices of rows longer than
+# CE_ONE_CHUNK take 2 warps (64 logits a thread: each thread's share of the two block
+# reductions spread over twice the logits; 9.25 sm_90a instructions a logit against
+# 11.75 at 4 warps). H200, fp16, slices alone, of a copy, 4 -> 2 warps: 4096x32000 0.901
+# -> 0.956, 2048x50257 (realigned) 0.907 -> 0.936; short rows as slices (16384x4096) stay
+# at 4 (0.906 / 0.895): bench/results/memory_bound_configs_s11_fma_h200.md. (Before the
+# FMA terms and the realigned slices' f32 merge, realigned rows lost at 2 warps: 0.846 ->
+# 0.785, memory_bound_configs_s11_warps_h200.md.)
+CE_SLICE_WARPS_FAST_MEMORY = 2
 # The slices' exponentials as 2^(x log2 e - m log2 e) on a GPU (_exp_of_difference_fma).
 CE_SLICE_FMA_EXP = True
 # At most this many slices per row (the merge holds a row's slices in one tile); longer
@@ -814,11 +816,11 @@ def _slicing(rows, n, slice_block=None):
     return chunks, slices, step, group_rows, -(-rows // group_rows)
 
 
-def _slice_warps(logits, n, realign):
-    """Warps of a forward slice (CE_SLICE_WARPS; CE_SLICE_WARPS_ALIGNED_FAST_MEMORY for
-    rows longer than CE_ONE_CHUNK read without realignment on a GPU with fast memory)."""
-    if n > CE_ONE_CHUNK and not realign and H.fast_memory(logits):
-        return CE_SLICE_WARPS_ALIGNED_FAST_MEMORY
+def _slice_warps(logits, n):
+    """Warps of a forward slice (CE_SLICE_WARPS; CE_SLICE_WARPS_FAST_MEMORY for rows
+    longer than CE_ONE_CHUNK on a GPU with fast memory)."""
+    if n > CE_ONE_CHUNK and H.fast_memory(logits):
+        return CE_SLICE_WARPS_FAST_MEMORY
     return CE_SLICE_WARPS
 
 
@@ -923,8 +925,7 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         plan.programs = plan.n_groups
         plan.slice_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=width, CHUNKS=chunks,
                              REALIGN=realign, VEC=vec, FMA_EXP=CE_SLICE_FMA_EXP and H.on_gpu(logits),
-                             **H.row_launch_options(logits, width, max_warps=slice_warps or _slice_warps(
-                                 logits, n, realign)))
+                             **H.row_launch_options(logits, width, max_warps=slice_warps or _slice_warps(logits, n)))
         plan.merge_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits),
                              ROWS=step, SLICES=H.block_for(plan.slices, 1 << 30), FINAL=_final_block(logits, 1024),
                              **H.row_launch_options(logits, 1024, max_warps=4))

@@ -388,13 +388,13 @@ def test_sliced_backward_on_the_gpu(dtype, rows, n):
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["hbm3", "hbm3e"])
-def test_slice_warps_per_memory_speed_and_alignment(monkeypatch, fast):
-    # Two warps a slice for aligned long rows on fast memory (the H200), four otherwise.
+def test_slice_warps_per_memory_speed(monkeypatch, fast):
+    # Two warps a slice of long rows on fast memory (the H200), four otherwise.
     monkeypatch.setattr(S.H, "fast_memory", lambda x: fast)
     x = torch.zeros(1, 1)
-    assert S._slice_warps(x, 32000, False) == (S.CE_SLICE_WARPS_ALIGNED_FAST_MEMORY if fast else S.CE_SLICE_WARPS)
-    assert S._slice_warps(x, 50257, True) == S.CE_SLICE_WARPS
-    assert S._slice_warps(x, 4096, False) == S.CE_SLICE_WARPS  # short rows as slices (a reducing forward)
+    for n in (32000, 50257):
+        assert S._slice_warps(x, n) == (S.CE_SLICE_WARPS_FAST_MEMORY if fast else S.CE_SLICE_WARPS)
+    assert S._slice_warps(x, 4096) == S.CE_SLICE_WARPS  # short rows as slices (a reducing forward)
 
 
 @pytest.mark.parametrize("rows,n,shift", [(7, 9000, 0.0), (5, 50257, 0.0), (4, 32000, 300.0), (3, 20000, -80.0)])
