@@ -4,9 +4,10 @@
 //   -> llir (lowered) -> llir-opt (LLVM O3) -> asm + object        [cpu]
 //   -> llir (NVVM) -> llir-opt (LLVM O3) -> ptx                     [cuda:XX / sm_XX]
 // TESSERA_DUMP=stage,... (CompileOptions::dump) prints the IR after each stage.
-#include "analysis/written_args.h"
 #include <cstdio>
 
+#include "analysis/grid_dependency.h"
+#include "analysis/written_args.h"
 #include "codegen/nvptx/compile_nvptx.h"
 #include "codegen/x86/compile_x86.h"
 #include "ir/parser.h"
@@ -90,6 +91,11 @@ CompileResult compile_tile_ir(const std::string& ir_text, const CompileOptions& 
     r.metadata["threads"] = std::to_string(out.threads);  // per block (a warp-specialized loop adds a warp)
     r.metadata["shared"] = std::to_string(out.shared_bytes);  // static shared memory, bytes
     if (!out.tensor_maps.empty()) r.metadata["tensor_maps"] = out.tensor_maps;  // built by the runtime at launch
+    // The rule of programmatic dependent launch (docs/language.md): a kernel that calls
+    // gdc_wait is launched with PDL, so it may start before the previous grid in the
+    // stream ends and must read that grid's output only after the wait. Before sm_90
+    // the wait is not emitted and the launch is an ordinary one.
+    if (out.compute_capability >= 90 && analysis::waits_on_prior_grid(*k->body())) r.metadata["pdl"] = "1";
     return r;
   }
   throw CompileError("target '" + opts.target + "' is not supported yet (supported: cpu, cuda:XX, sm_XX)", true);

@@ -88,7 +88,9 @@ class Verifier {
         break;
       case OpKind::Fma: lo = hi = 3; break;
       case OpKind::Assert: case OpKind::Assume: results = 0; break;
-      case OpKind::Barrier: lo = hi = 0, results = 0; break;
+      case OpKind::Barrier: case OpKind::GdcWait: case OpKind::GdcLaunchDependents:
+        lo = hi = 0, results = 0;
+        break;
       case OpKind::Return: lo = hi = results = 0; break;
       case OpKind::Yield: case OpKind::Print: lo = 0, hi = kAny, results = 0; break;
       case OpKind::Condition: hi = kAny, results = 0; break;

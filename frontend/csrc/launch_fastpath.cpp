@@ -18,6 +18,8 @@
 //   address is 16-byte aligned.
 // Per constexpr argument: the value (same object, or same exact type and equal).
 // Plus num_warps, num_stages, maxnreg (0: not given) and the resolved debug flag.
+// Triton's launch_pdl= is accepted and changes nothing (a kernel that calls gdc_wait is
+// launched with PDL whatever the launch says), so it is no part of the key.
 #include "launch_fastpath.h"
 
 #include <algorithm>
@@ -124,6 +126,7 @@ struct Interned {
   PyObject* maxnreg = PyUnicode_InternFromString("maxnreg");
   PyObject* debug = PyUnicode_InternFromString("debug");
   PyObject* stream = PyUnicode_InternFromString("stream");
+  PyObject* launch_pdl = PyUnicode_InternFromString("launch_pdl");
   PyObject* grid = PyUnicode_InternFromString("grid");
   PyObject* launch = PyUnicode_InternFromString("_launch");
   PyObject* value = PyUnicode_InternFromString("value");
@@ -536,6 +539,8 @@ bool bind_and_key(const FastPath& fp, PyObject* const* args, Py_ssize_t nargs, P
       debug = v;
     } else if (same_name(s.stream, name)) {
       *stream = v;
+    } else if (same_name(s.launch_pdl, name)) {
+      // ignored, as jit.py's _LAUNCH_OPTIONS
     } else {
       return false;  // num_ctas, unknown names: the Python path
     }

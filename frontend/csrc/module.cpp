@@ -290,12 +290,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("cuda_device_name", &runtime::cuda::device_name);
   m.def(
       "cuda_load",
-      [](int device, const py::bytes& image, const std::string& name, int shared, const std::string& tensor_maps) {
+      [](int device, const py::bytes& image, const std::string& name, int shared, const std::string& tensor_maps,
+         bool pdl) {
         std::string img = image;
         py::gil_scoped_release release;
-        return runtime::cuda::load_kernel(device, img, name, shared, tensor_maps);
+        return runtime::cuda::load_kernel(device, img, name, shared, tensor_maps, pdl);
       },
-      py::arg("device"), py::arg("image"), py::arg("name"), py::arg("shared"), py::arg("tensor_maps") = "");
+      py::arg("device"), py::arg("image"), py::arg("name"), py::arg("shared"), py::arg("tensor_maps") = "",
+      py::arg("pdl") = false);
   m.def("cuda_launch", &launch_cuda);
   m.def("cuda_kernel_attributes", [](uintptr_t kernel) {
     runtime::cuda::KernelAttributes a = runtime::cuda::kernel_attributes(kernel);

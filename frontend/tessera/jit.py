@@ -25,7 +25,10 @@ from .errors import CompilationError, InternalCompilerError
 from .language import dtypes as D
 from .language.core import constexpr
 
-_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "stream", "debug")
+# Triton's launch options a launch accepts and `run` drops: num_ctas is ignored, and so is
+# launch_pdl (a kernel that calls tl.extra.cuda.gdc_wait is launched with PDL whatever the
+# launch says; docs/language.md).
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "stream", "debug", "launch_pdl")
 # The launch options Kernel.bind fixes (stream= is given per call).
 _BIND_OPTIONS = ("num_warps", "num_stages", "debug", "maxnreg", "enable_fp_fusion", "num_ctas")
 # Names the generated launcher binds itself (see Kernel._make_launcher).
@@ -219,7 +222,9 @@ def _cuda_launcher(ck, device, num_warps, kernel_name):
     shared = int(ck.metadata.get("shared", 0) or 0)
     try:
         # A handle that survives a context reset: its module is reloaded when needed.
-        fn = _C.cuda_load(index, ck.binary, ck.entry_symbol, shared, ck.metadata.get("tensor_maps", ""))
+        # pdl: the kernel calls gdc_wait, so it is launched with programmatic dependent launch.
+        fn = _C.cuda_load(index, ck.binary, ck.entry_symbol, shared, ck.metadata.get("tensor_maps", ""),
+                          ck.metadata.get("pdl") == "1")
     except _C.CudaError as e:
         raise _named_cuda_error(kernel_name, e) from None
     # The block size the kernel was compiled for (a kernel may fix num_warps itself).
@@ -400,7 +405,8 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
     def bind(self, grid, **values):
         """A callable launching this kernel on `grid` with `values` fixed: kernel
         parameters by name (constexpr or not) and the launch options num_warps,
-        num_stages, debug, maxnreg, enable_fp_fusion, num_ctas. Call it with the other
+        num_stages, debug, maxnreg, enable_fp_fusion, num_ctas (launch_pdl is accepted and
+        ignored, as by a launch). Call it with the other
         parameters, by position in signature order (those with defaults may be left
         off), and optionally stream=; it returns what `kernel[grid](...)` returns.
         What is fixed is checked here, once; a call keys only the arguments it passes
@@ -411,6 +417,8 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
             raise TypeError(f"kernel {self.__name__}.bind: the grid must be a tuple of 1 to 3 integers (a "
                             f"callable grid depends on each launch's arguments: launch with kernel[grid](...))")
         g = self._grid(grid, None)
+        if "launch_pdl" not in self._name_index:
+            values.pop("launch_pdl", None)  # ignored, as by a launch (_LAUNCH_OPTIONS)
         options = {o: values.pop(o) for o in _BIND_OPTIONS if o in values and o not in self._name_index}
         free = object()
         fixed = [free] * len(self.arg_names)
@@ -516,7 +524,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         gpu_options = _gpu_launch_options(self, kwargs)
         for opt in _LAUNCH_OPTIONS:
             if opt in kwargs and opt not in self._name_index:
-                kwargs.pop(opt)  # accepted for Triton compatibility; no effect on the CPU
+                kwargs.pop(opt)  # accepted for Triton compatibility (see _LAUNCH_OPTIONS)
         values = self._bind(args, kwargs)
         if _INTERPRET:
             return self._interpret(values, grid)

@@ -13,6 +13,7 @@
 
 #include "tessera/cuda_runtime.h"
 #include "tessera/tensor_map_spec.h"
+#include "launch_config.h"
 #include "tensor_map_cache.h"
 
 namespace tessera::runtime::cuda {
@@ -63,6 +64,8 @@ struct Driver {
   // sm_90 tensor maps (CUDA 12+): kernels whose loads the TMA copies take them as parameters.
   CUresult (*cuTensorMapEncodeTiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*,
                                      const unsigned*, int, int, int, int) = nullptr;
+  // Launches with attributes (CUDA 12+): programmatic dependent launch (launch_config.h).
+  CUresult (*cuLaunchKernelEx)(const LaunchConfig*, CUfunction, void**, void**) = nullptr;
 
   // Events (for timing): optional, looked up without failing the driver when absent.
   CUresult (*cuEventCreate)(CUevent*, unsigned) = nullptr;
@@ -95,6 +98,7 @@ void load_optional_symbols(Driver& d) {
   d.cuFuncGetAttribute = reinterpret_cast<decltype(d.cuFuncGetAttribute)>(dlsym(d.lib, "cuFuncGetAttribute"));
   d.cuTensorMapEncodeTiled =
       reinterpret_cast<decltype(d.cuTensorMapEncodeTiled)>(dlsym(d.lib, "cuTensorMapEncodeTiled"));
+  d.cuLaunchKernelEx = reinterpret_cast<decltype(d.cuLaunchKernelEx)>(dlsym(d.lib, "cuLaunchKernelEx"));
 }
 
 Driver& driver() {
@@ -374,6 +378,10 @@ struct LoadedKernel {
   int static_shared_bytes = 0;
   KernelTensorMaps tensor_maps;  // built at each launch, passed after the kernel's parameters
   mutable TensorMapCache map_cache;  // those maps already encoded (encode_tensor_map_cached)
+  // Launched with programmatic dependent launch (cuLaunchKernelEx, launch_with_driver):
+  // asked for by the compiled metadata's "pdl" (the kernel calls gdc_wait) and kept only
+  // where the device (sm_90+) and the driver (cuLaunchKernelEx) have it.
+  bool pdl = false;
 };
 
 // The last kernel launched on each device: a later asynchronous error is reported
@@ -510,7 +518,7 @@ bool is_sticky_error(int code) {
 uint64_t context_generation(int device) { return generation_of(device); }
 
 uintptr_t load_kernel(int device, const std::string& image, const std::string& kernel_name, int shared_bytes,
-                      const std::string& tensor_maps) {
+                      const std::string& tensor_maps, bool pdl) {
   if (device < 0 || device >= kMaxDevices || device >= device_count())
     throw CudaError("there is no CUDA device " + std::to_string(device) + " (this machine has " +
                         std::to_string(device_count()) + ")",
@@ -537,6 +545,9 @@ uintptr_t load_kernel(int device, const std::string& image, const std::string& k
     throw CudaError("kernel " + kernel_name + " loads through tensor maps (TMA), but this libcuda has no "
                     "cuTensorMapEncodeTiled (CUDA 12+ drivers have it); TESSERA_TMA=0 compiles it without",
                     kErrorInvalidValue);
+  // Without PDL a kernel that calls gdc_wait still runs correctly: griddepcontrol.wait
+  // returns at once when the grid was not launched early.
+  k->pdl = pdl && driver().cuLaunchKernelEx && compute_capability(device) >= 90;
   load_into_context(*k);
   return reinterpret_cast<uintptr_t>(k.release());
 }
@@ -636,6 +647,28 @@ void** encode_tensor_maps(const LoadedKernel& k, void** params, TensorMapParams&
   return out.params.data();
 }
 
+// cuLaunchKernel, or for a PDL kernel cuLaunchKernelEx with programmatic stream
+// serialization: the grid may start while the previous one in the stream finishes
+// (once that grid's programs have called gdc_launch_dependents or exited) and waits
+// for it with griddepcontrol.wait before reading its output.
+CUresult launch_with_driver(Driver& d, const LoadedKernel& k, CUfunction fn, int g0, int g1, int g2, int threads,
+                            int shared_bytes, uintptr_t stream, void** params) {
+  if (!k.pdl)
+    return d.cuLaunchKernel(fn, g0, g1, g2, threads, 1, 1, shared_bytes, reinterpret_cast<CUstream>(stream), params,
+                            nullptr);
+  LaunchAttribute overlap{};
+  overlap.id = kLaunchAttributeProgrammaticStreamSerialization;
+  overlap.value.programmatic_stream_serialization_allowed = 1;
+  LaunchConfig config{};
+  config.grid_dim_x = g0, config.grid_dim_y = g1, config.grid_dim_z = g2;
+  config.block_dim_x = threads, config.block_dim_y = 1, config.block_dim_z = 1;
+  config.shared_mem_bytes = shared_bytes;
+  config.stream = reinterpret_cast<CUstream>(stream);
+  config.attrs = &overlap;
+  config.num_attrs = 1;
+  return d.cuLaunchKernelEx(&config, fn, params, nullptr);
+}
+
 }  // namespace
 
 void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int shared_bytes, uintptr_t stream,
@@ -659,9 +692,9 @@ void launch_kernel(uintptr_t kernel, int g0, int g1, int g2, int threads, int sh
   // copies the parameters before it returns; launch_kernel never nests).
   thread_local TensorMapParams maps;
   if (!k.tensor_maps.maps.empty()) params = encode_tensor_maps(k, params, maps);
-  CUresult r = d.cuLaunchKernel(fn, g0, g1, g2, threads, 1, 1, shared_bytes, reinterpret_cast<CUstream>(stream),
-                                params, nullptr);
+  CUresult r = launch_with_driver(d, k, fn, g0, g1, g2, threads, shared_bytes, stream, params);
   if (r == 0) return;
+  // The same message through either driver call: what failed is the launch.
   std::string msg = "cuLaunchKernel failed: " + describe(r);
   if (r == kErrorOutOfResources)
     msg += ": kernel " + k.name + " with " + std::to_string(threads) + " threads per block, " +

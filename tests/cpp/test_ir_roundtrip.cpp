@@ -234,6 +234,8 @@ TEST(IrVerifier, RejectsBrokenRulesWithOpAndLoc) {
       {"%0 = add %a : i32 loc(4:2)", "expected 2 operands, got 1"},
       {"%0 = fma %f, %f : f32 loc(4:2)", "expected 3 operands, got 2"},
       {"neg %a loc(4:2)", "expected 1 results"},
+      {"gdc_wait %a loc(4:2)", "expected 0 operands, got 1"},
+      {"%0 = gdc_launch_dependents : i32 loc(4:2)", "expected 0 results"},
       {"%0 = while %a : i32 {\n  ^(%v: i32):\n    condition %v\n  } {\n  ^(%w: i32):\n    yield %w\n  } loc(4:2)",
        "condition must pass one value per result"},
       {"%0 = if %a : i32 {\n    yield %a, %a\n  } {\n    yield %a\n  } loc(4:2)", "region yields 2 values, expected 1"},

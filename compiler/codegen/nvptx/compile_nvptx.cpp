@@ -77,6 +77,7 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   init_llvm_nvptx();
   NvptxOutput out;
   out.arch = "sm_" + digits;
+  out.compute_capability = cc;
   // The kernel's own attribute (written by the frontend from the same option) wins.
   auto nw = k.attrs.find("num_warps");
   out.num_warps = nw != k.attrs.end() && std::holds_alternative<int64_t>(nw->second)

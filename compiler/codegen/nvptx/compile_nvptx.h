@@ -12,6 +12,7 @@ struct NvptxOutput {
   std::string llir, llir_opt, ptx;
   std::string entry_symbol;  // the kernel's name: the PTX .entry
   std::string arch;          // e.g. "sm_90a"
+  int compute_capability = 0;  // e.g. 90 for sm_90 and sm_90a
   int num_warps = 4;
   int threads = 128;         // threads per block to launch (num_warps*32, plus a producer warp)
   int shared_bytes = 0;      // dynamic shared memory the kernel uses (pass at launch)

@@ -317,6 +317,8 @@ void GpuLowering::lower_op(const Op& op) {
     case OpKind::Condition:
     case OpKind::Assume: return;
     case OpKind::Barrier: return barrier();  // bar.sync: orders the CTA's memory accesses too
+    case OpKind::GdcWait: return grid_dependency_control("griddepcontrol.wait;");
+    case OpKind::GdcLaunchDependents: return grid_dependency_control("griddepcontrol.launch_dependents;");
     case OpKind::Assert: return lower_assert(op);  // a no-op unless debug (TESSERA_DEBUG=1)
     case OpKind::Print: return lower_print(op);
     case OpKind::Store:
@@ -546,6 +548,17 @@ void GpuLowering::barrier() {
     return;
   }
   b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+}
+
+// Programmatic dependent launch (PDL, docs/language.md): griddepcontrol exists from
+// sm_90; before that a kernel is never launched early, so both ops mean nothing
+// there. The memory clobber keeps LLVM from moving loads and stores across the
+// instruction: a load after gdc_wait must not read before the previous grid's
+// writes are visible.
+void GpuLowering::grid_dependency_control(const char* instruction) {
+  if (cc_ < 90) return;
+  auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {}, false);
+  b_.CreateCall(llvm::InlineAsm::get(fty, instruction, "~{memory}", /*hasSideEffects=*/true), {});
 }
 
 // Every buffer is a fixed region of one extern dynamic shared array: static

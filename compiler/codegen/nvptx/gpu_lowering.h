@@ -123,6 +123,8 @@ class GpuLowering {
   // Threads that hold a replica (unused thread bits set) must not store.
   llvm::Value* is_first_replica(const BlockedLayout& l);
   void barrier();
+  // griddepcontrol.wait / .launch_dependents (gdc_wait, gdc_launch_dependents) from sm_90.
+  void grid_dependency_control(const char* instruction);
   llvm::Value* alloca_in_entry(llvm::Type* t);
   std::vector<llvm::Value*> carry_slots(const ir::Type& t, const BlockedLayout& l);
 

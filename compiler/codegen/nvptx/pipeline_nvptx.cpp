@@ -39,6 +39,7 @@
 
 #include <cmath>
 
+#include "analysis/grid_dependency.h"
 #include "codegen/common/elementwise.h"
 #include "codegen/nvptx/gpu_lowering.h"
 
@@ -100,6 +101,9 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   const Op* loop = body.parent() ? body.parent()->parent() : nullptr;
   const int stages = loop ? static_cast<int>(loop->int_attr("num_stages", num_stages_)) : num_stages_;
   if (cc_ < 80 || stages < 2) return std::nullopt;
+  // The prologue copies the first stages before the loop: never ahead of a gdc_wait
+  // in its body (they may read what the previous grid writes).
+  if (analysis::waits_on_prior_grid(body)) return std::nullopt;
   Pipeline p;
   p.stages = stages;
   std::set<const Op*> slice;

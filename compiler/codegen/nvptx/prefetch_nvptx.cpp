@@ -14,6 +14,7 @@
 // next iteration's values. Worked example (the tutorial matmul, 128x128x32 f16, 8
 // warps): a and b (8 + 8 registers per thread) are loaded in the latch; the next
 // iteration's staging stores wait for them while the previous mma drain.
+#include "analysis/grid_dependency.h"
 #include "codegen/nvptx/gpu_lowering.h"
 
 namespace tessera::codegen::nvptx {
@@ -70,6 +71,8 @@ bool GpuLowering::collect_slice(const Block& body, const Value* v, std::set<cons
 std::vector<GpuLowering::Prefetch> GpuLowering::plan_prefetch(const Block& body) {
   std::vector<Prefetch> out;
   if (cc_ < 80) return out;
+  // The first iteration's loads go before the loop: never ahead of a gdc_wait in it.
+  if (analysis::waits_on_prior_grid(body)) return out;
   // At most 32 registers per thread of prefetched operands (each is live for a
   // whole iteration next to the tile the iteration is using).
   constexpr int64_t kMaxPrefetchBytesPerThread = 128;

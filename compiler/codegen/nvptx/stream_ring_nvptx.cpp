@@ -40,6 +40,7 @@
 // ring must not load what an earlier iteration of it stores (docs/language.md).
 #include <llvm/IR/InlineAsm.h>
 
+#include "analysis/grid_dependency.h"
 #include "codegen/common/elementwise.h"
 #include "codegen/nvptx/gpu_lowering.h"
 
@@ -72,6 +73,8 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_stream_ring(const Block& 
     return std::nullopt;
   const int stages = static_cast<int>(loop->int_attr("num_stages", 0));
   if (stages < 2 || body_has_dot(body)) return std::nullopt;
+  // Copies run ahead of their iteration, so never past a gdc_wait in the body.
+  if (analysis::waits_on_prior_grid(body)) return std::nullopt;
   Pipeline p;
   p.stream = true;
   p.stages = stages;

@@ -131,6 +131,8 @@ void KernelLowering::lower_op(const Op& op) {
     case OpKind::Assert: return lower_assert(op);
     case OpKind::Assume: return;
     case OpKind::Barrier: return;  // a program is one thread on the CPU
+    case OpKind::GdcWait:
+    case OpKind::GdcLaunchDependents: return;  // CPU launches never overlap: nothing to wait for
     case OpKind::Store: return lower_store(op);
     case OpKind::AtomicRmw:
     case OpKind::AtomicCas: return lower_atomic(op);

@@ -12,6 +12,7 @@ import builtins as py
 
 from ..language import core
 from ..language import dtypes as D
+from ..language.extra import cuda as extra_cuda
 from ..language.semantics import SemanticError
 from . import stdlib_random
 from .values import BlockPointer, Value, describe, is_number, is_runtime
@@ -548,13 +549,35 @@ def _debug_barrier(cg):
     return None
 
 
+# --------------------------------------------------------------------------- tl.extra.cuda: grid dependency control
+
+@builtin_impl("gdc_wait")
+def _gdc_wait(cg):
+    # griddepcontrol.wait on sm_90+, nothing elsewhere. Its presence makes the compiled
+    # kernel a PDL launch (compiler/pipeline.cpp's metadata "pdl"); the passes keep it in
+    # place relative to loads and stores (a side-effecting op).
+    cg.sem.builder.create("gdc_wait", [])
+    return None
+
+
+@builtin_impl("gdc_launch_dependents")
+def _gdc_launch_dependents(cg):
+    # griddepcontrol.launch_dependents on sm_90+, nothing elsewhere.
+    cg.sem.builder.create("gdc_launch_dependents", [])
+    return None
+
+
 from . import stdlib_shapes  # noqa: E402,F401  (registers interleave, cat, flip, sort, topk, histogram, swizzle2d)
+
+# The modules that declare builtins: tl itself and tl.extra.cuda.
+_BUILTIN_MODULES = (core, extra_cuda)
 
 
 def check_complete():
-    """Every builtin declared in core.py has an implementation (checked by the tests)."""
-    declared = {getattr(core, n).__tessera_builtin__ for n in dir(core)
-                if core.is_builtin(getattr(core, n))}
+    """Every builtin declared in core.py and tl.extra.cuda has an implementation
+    (checked by the tests)."""
+    declared = {getattr(m, n).__tessera_builtin__ for m in _BUILTIN_MODULES for n in dir(m)
+                if core.is_builtin(getattr(m, n))}
     return sorted(declared - set(BUILTINS))
 
 

@@ -504,7 +504,8 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
                                      [fn.receiver] + list(args), kwargs)
         name = getattr(fn, "__tessera_builtin__", None)
         if name is not None:
-            return self.call_builtin(node, name, fn.__tessera_signature__, args, kwargs)
+            return self.call_builtin(node, name, fn.__tessera_signature__, args, kwargs,
+                                     fn.__tessera_qualified_name__)
         if isinstance(fn, (Value, BlockPointer)):
             raise self.error(node, f"{describe(fn)} is not callable")
         special = _SPECIAL_CALLS.get(id(fn))
@@ -544,15 +545,16 @@ class CodeGenerator(StatementsMixin, ast.NodeVisitor):
             raise self.error(node, f"compile-time call of {fn.__name__}() failed: "
                                    f"{type(e).__name__}: {e}") from None
 
-    def call_builtin(self, node, name, signature, args, kwargs):
+    def call_builtin(self, node, name, signature, args, kwargs, qualified_name=None):
+        shown = qualified_name or f"tl.{name}"  # tl.extra.cuda.gdc_wait, ...
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError as e:
-            raise SemanticError(f"tl.{name}(): {e}") from None
+            raise SemanticError(f"{shown}(): {e}") from None
         bound.apply_defaults()
         impl = BUILTINS.get(name)
         if impl is None:
-            raise SemanticError(f"tl.{name} is not supported by the compiler yet")
+            raise SemanticError(f"{shown} is not supported by the compiler yet")
         return impl(self, *bound.args, **bound.kwargs)
 
     def call_function(self, fn, args, kwargs, call_node=None):

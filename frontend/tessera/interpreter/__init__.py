@@ -48,7 +48,8 @@ Decisions where the documents leave room (the compiled paths must agree):
   * tl.device_assert is always checked (AssertionError with the message, the
     program id, the failing lane and the kernel source line). tl.device_print prints
     "(x, y, z) prefix value" per value, as Triton's interpreter. assume,
-    multiple_of, max_contiguous, max_constancy and debug_barrier do nothing.
+    multiple_of, max_contiguous, max_constancy, debug_barrier and tl.extra.cuda's
+    gdc_wait / gdc_launch_dependents do nothing.
   * Loop variables of Python `range` in the kernel function are scalar tensors typed
     like the compiled induction variable (i32 for ordinary bounds), not weak ints
     (Builtins.range_values; helpers called by the kernel keep Python's range).

@@ -16,6 +16,7 @@ from .debug import DebugOps
 from .elementwise import ElementwiseOps
 from .errors import innermost_user_frame
 from .foreign_arrays import HostCopies, as_interpretable, is_device_array
+from .grid_dependency import GridDependencyOps
 from .loop_carry import with_carried_numbers_as_tensors
 from .memory import Memory, MemoryOps
 from .random import RandomOps
@@ -25,7 +26,8 @@ from .standard import StandardOps
 from .values import Tensor, convert, dtype_of_numpy, to_tensor, unwrap
 
 
-class Builtins(MemoryOps, ElementwiseOps, ReductionOps, ShapeOps, StandardOps, RandomOps, DebugOps):
+class Builtins(MemoryOps, ElementwiseOps, ReductionOps, ShapeOps, StandardOps, RandomOps, DebugOps,
+               GridDependencyOps):
     """The object installed as core._interpreter_impl: one method per builtin name."""
 
     def __init__(self, memory: Memory, grid: tuple, kernel_name: str):

@@ -4,6 +4,7 @@ from .dtypes import (dtype, pointer_type, int1, int8, int16, int32, int64, uint8
 from .core import *  # noqa: F401,F403
 from .core import constexpr, tensor, builtin, is_builtin, range, static_range  # noqa: F401
 from . import math  # noqa: F401
+from . import extra  # noqa: F401  (tl.extra.cuda.gdc_wait, ...)
 
 bool_ = int1
 float8 = None  # not supported yet

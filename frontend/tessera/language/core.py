@@ -46,8 +46,14 @@ class tensor:
     checks). The code generator and the interpreter each use their own subclass."""
 
 
-def builtin(fn):
+def builtin(fn=None, *, namespace="tl"):
+    """Declares a builtin: `@builtin`, or `@builtin(namespace="tl.extra.cuda")` for one
+    reached under another module (the name its messages show). Builtin names are one
+    namespace for the code generator and the interpreter, whatever the module."""
+    if fn is None:
+        return lambda f: builtin(f, namespace=namespace)
     name = fn.__name__.rstrip("_")
+    qualified = f"{namespace}.{name}"
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -55,10 +61,11 @@ def builtin(fn):
         if impl is not None:
             return getattr(impl, name)(*args, **kwargs)
         raise RuntimeError(
-            f"tl.{name} can only be used inside a @tessera.kernel function "
+            f"{qualified} can only be used inside a @tessera.kernel function "
             f"(or with TESSERA_INTERPRET=1)")
 
     wrapper.__tessera_builtin__ = name
+    wrapper.__tessera_qualified_name__ = qualified
     wrapper.__tessera_signature__ = inspect.signature(fn)
     return wrapper
 

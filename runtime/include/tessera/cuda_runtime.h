@@ -62,9 +62,13 @@ void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes);
 // was reset since. Fails with a clear CudaError when the kernel needs more shared
 // memory than the device allows per block. tensor_maps: the compiled metadata's
 // "tensor_maps" (tensor_map_spec.h; "" for none): each launch encodes them from its
-// parameter values and passes them after the kernel's own parameters.
+// parameter values and passes them after the kernel's own parameters. pdl: the
+// compiled metadata's "pdl" (the kernel calls gdc_wait): launch_kernel then launches it
+// with programmatic dependent launch (cuLaunchKernelEx), where the device is sm_90+ and
+// the driver has cuLaunchKernelEx, so it may start while the previous grid in its
+// stream finishes; elsewhere it launches as any kernel.
 uintptr_t load_kernel(int device, const std::string& image, const std::string& kernel_name, int shared_bytes,
-                      const std::string& tensor_maps = "");
+                      const std::string& tensor_maps = "", bool pdl = false);
 
 // Launches a load_kernel handle on its device. A failure names the kernel's limits
 // that the launch broke (threads, registers, shared memory).

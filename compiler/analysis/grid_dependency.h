@@ -1,0 +1,13 @@
+// Whether a kernel waits on the previous grid in its stream (gdc_wait): such a
+// kernel is launched with programmatic dependent launch (PDL) on sm_90+, and no
+// load of its may be issued ahead of that wait.
+#pragma once
+
+#include "ir/ir.h"
+
+namespace tessera::analysis {
+
+// True when `b` or a region nested in it holds a gdc_wait.
+bool waits_on_prior_grid(const ir::Block& b);
+
+}  // namespace tessera::analysis
