@@ -185,6 +185,10 @@ def load_triton_tk():
             # Tessera's ping-pong schedule hint has no Triton spelling (the Triton peer runs
             # the loop without it; the library's plans leave it off).
             text = re.sub(r",\s*ping_pong=[A-Za-z_]+", "", text)
+            # Grid dependency control (tl.extra.cuda.gdc_*): Triton launches these kernels
+            # without launch_pdl, where the calls do nothing; a Triton without them skips them.
+            if not _triton_has_gdc():
+                text = re.sub(r"tl\.extra\.cuda\.gdc_(wait|launch_dependents)\(\)", "pass", text)
             text = text.replace("import triton.language as tl",
                                 "import triton.language as tl\nfrom triton.language.extra import libdevice")
             with open(os.path.join(root, "tk_triton", f), "w") as fh:
@@ -194,6 +198,14 @@ def load_triton_tk():
     if not hasattr(JITFunction, "bind"):
         JITFunction.bind = _triton_bind
     return importlib.import_module("tk_triton")
+
+
+def _triton_has_gdc():
+    try:
+        from triton.language.extra import cuda
+    except ImportError:
+        return False
+    return hasattr(cuda, "gdc_wait") and hasattr(cuda, "gdc_launch_dependents")
 
 
 def _triton_bind(self, grid, **values):

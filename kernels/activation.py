@@ -273,6 +273,7 @@ def _bias_act_bwd_kernel(A, B, DY, DA, DBP, stride_a, stride_dy, n_rows, n_cols,
     # during the arithmetic, in separate registers (no copies waiting on a load).
     # STAGES > 1 (neither of those): the compiler's stream ring keeps the next STAGES - 1
     # rows' loads in flight through shared memory.
+    tl.extra.cuda.gdc_launch_dependents()  # the column sum may start (reduce.py's gdc_wait)
     first = tl.program_id(1) * BLOCK
     if DROPOUT:
         g = tl.arange(0, BLOCK // 8)

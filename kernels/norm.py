@@ -181,6 +181,7 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
     # TWO_ROWS: a step is two rows, r and r + n_progs, whose sums are one reduction (of a
     # pair or four values: 2 barriers for both rows) and whose loads for the next step
     # are issued together: two rows in flight without rotating variables.
+    tl.extra.cuda.gdc_launch_dependents()  # the column sums may start (reduce.py's gdc_wait)
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols

@@ -56,6 +56,12 @@ def _reduce_dim_kernel(X, Y, PART, ARRIVED, n, inner, stride_o, stride_r, stride
     # waits for each load before issuing the next (one load in flight per thread).
     # STAGES > 1: the compiler's stream ring keeps the next STAGES - 1 steps' loads in
     # flight through shared memory.
+    #
+    # It is launched with programmatic dependent launch (gdc_wait, on sm_90+): the column
+    # sums of the backward passes' partial rows start while the kernel that writes them
+    # (which lets them, gdc_launch_dependents) finishes, and wait here, before any
+    # access to memory, for its writes.
+    tl.extra.cuda.gdc_wait()
     o = tl.program_id(0).to(tl.int64)
     i = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
     first = tl.program_id(2) * rows_per_split

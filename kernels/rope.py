@@ -68,6 +68,7 @@ def _rms_rope_bwd_kernel(X, W, COS, SIN, RSTD, DY, DX, DWp, stride_x, stride_dy,
     # arithmetic and stores, so they wait out one memory latency under this group's work.
     # STAGES > 1 (without PREFETCH): the compiler's stream ring keeps the next STAGES - 1
     # groups' loads in flight through shared memory (kernels/norm.py's walk has the same).
+    tl.extra.cuda.gdc_launch_dependents()  # the column sum may start (reduce.py's gdc_wait)
     pid = tl.program_id(0)
     c = tl.arange(0, BLOCK)
     cm = c < half

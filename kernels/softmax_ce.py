@@ -293,6 +293,7 @@ def _xent_slice_kernel(X, T, WORK, stride_x, n_cols, n_slices, n_units, misalign
     logit at WORK[(2 or 3) * n_units + row] (no slice does for ignored or out-of-range
     targets: the merge does not read it then). misalign: X's address past a 16-byte
     boundary, in elements (REALIGN). FMA_EXP: the terms as _exp_of_difference_fma (GPUs)."""
+    tl.extra.cuda.gdc_launch_dependents()  # the merge may start (its gdc_wait)
     unit = tl.program_id(0)
     row = unit // n_slices
     k = unit - row * n_slices
@@ -408,7 +409,10 @@ def _xent_merge_kernel(T, WORK, LOSS, LSE, PART, OUT, SCALE, ARRIVED, n_rows, n_
     from _xent_slice_kernel's partials in WORK: each row's log-sum-exp into LSE and its
     loss into LOSS, or with REDUCE the group's loss sum into PART[g], the last program
     adding those (_sum_partials_when_last). The groups and the order of every sum depend
-    on the shape alone: the same bits every run."""
+    on the shape alone: the same bits every run. It is launched with programmatic
+    dependent launch (gdc_wait, sm_90+): it starts while the slices finish and waits here,
+    before any access to memory, for their partials."""
+    tl.extra.cuda.gdc_wait()
     g = tl.program_id(0)
     first = g * group_rows
     end = tl.minimum(first + group_rows, n_rows)

@@ -135,3 +135,39 @@ def test_norm_backward_two_programs_per_sm_fit_their_registers(form, tmp_path):
     if err is not None:
         assert int(re.search(r"Used (\d+) registers", err).group(1)) <= cap
 
+
+
+def _compiled(kernel, signature, constexprs, num_warps):
+    return tessera.compile(kernel, signature, constexprs, target="cuda:90a", num_warps=num_warps)
+
+
+def test_second_launches_wait_for_the_first_with_pdl(tmp_path):
+    # The launches that read the kernel before them (cross_entropy's merge after the
+    # slices, the column sums after the backward passes' partial rows) wait with
+    # griddepcontrol.wait before any memory access and are PDL launches (metadata "pdl");
+    # the kernels before them let them start (griddepcontrol.launch_dependents) and are
+    # not PDL launches themselves.
+    from tessera.kernels import norm as N
+    from tessera.kernels import reduce as RD
+    col = _compiled(RD._reduce_dim_kernel, "*fp32:16,*fp32:16,*fp32:16,*i32:16,i32,i32:16,i64,i64:16,i64,fp32,i32",
+                    dict(OP=RD.OP_SUM, MEAN=False, ACC=tl.float32, BLOCK_R=8, BLOCK_I=256, UNROLL=4,
+                         SPLIT_FINISH=True, BLOCK_S=16, STAGES=2), 2)
+    merge = _compiled(S._xent_merge_kernel, "*i64:16,*fp32:16,*fp32:16,*fp32:16,*fp32:16,*fp16,*fp32:16,*i64:16,"
+                      "i32,i32,i32,i32,i64,fp32,i32,i32", dict(SMOOTH=False, REDUCE=True, MEAN=True, ACC=tl.float32,
+                                                             ROWS=32, SLICES=8, FINAL=1024), 4)
+    for ck in (col, merge):
+        ptx = ck.asm["ptx"]
+        assert ck.metadata.get("pdl") == "1" and ptx.count("griddepcontrol.wait;") == 1
+        first_access = min(i for i in (ptx.find("ld.global"), ptx.find("st.global"), ptx.find("cp.async"),
+                                       ptx.find("atom.")) if i >= 0)
+        assert ptx.find("griddepcontrol.wait;") < first_access
+        assemble_if_available(ptx, "90a", tmp_path)
+    slices = _compiled(S._xent_slice_kernel, "*fp16:16,*i64:16,*fp32:16,i64:16,i32:16,i32,i32,i32",
+                       dict(SMOOTH=False, ACC=tl.float32, BLOCK=4096, CHUNKS=1, REALIGN=False, VEC=8, FMA_EXP=True), 2)
+    norm = _compiled(N._norm_bwd_kernel, "*fp16:16,*fp16:16,*fp16:16,*fp16:16,*fp16:16,*fp16:16,*fp32:16,*fp32:16,"
+                     "*fp32:16,i32:16,i32:16,i32:16,i32:16,i32,i32:16,i32",
+                     dict(IS_RMS=False, HAS_W=True, HAS_B=True, RELU=False, HAS_DH=False, PREFETCH=True,
+                          PAIR_SUM=True, TWO_ROWS=False, ACC=tl.float32, BLOCK=4096), 16)
+    for ck in (slices, norm):
+        assert "pdl" not in ck.metadata and ck.asm["ptx"].count("griddepcontrol.launch_dependents;") == 1
+        assert "griddepcontrol.wait" not in ck.asm["ptx"]
