@@ -38,6 +38,9 @@ _LAUNCHER_NAMES = frozenset({"grid", "num_warps", "num_stages", "debug", "option
 # switches at run time (tests).
 _INTERPRET = os.environ.get("TESSERA_INTERPRET") == "1"
 _DEBUG = os.environ.get("TESSERA_DEBUG") == "1"
+# TESSERA_PDL=0: kernels that call gdc_wait load as ordinary launches (no programmatic
+# dependent launch; for measuring what it gains, or ruling it out). Read at import.
+_PDL = os.environ.get("TESSERA_PDL", "1") != "0"
 
 
 def set_interpret(on: bool) -> None:
@@ -224,7 +227,7 @@ def _cuda_launcher(ck, device, num_warps, kernel_name):
         # A handle that survives a context reset: its module is reloaded when needed.
         # pdl: the kernel calls gdc_wait, so it is launched with programmatic dependent launch.
         fn = _C.cuda_load(index, ck.binary, ck.entry_symbol, shared, ck.metadata.get("tensor_maps", ""),
-                          ck.metadata.get("pdl") == "1")
+                          ck.metadata.get("pdl") == "1" and _PDL)
     except _C.CudaError as e:
         raise _named_cuda_error(kernel_name, e) from None
     # The block size the kernel was compiled for (a kernel may fix num_warps itself).
