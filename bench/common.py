@@ -463,15 +463,28 @@ def cuda_host_us(fn, n=200):
 
 
 def cuda_kernels_us(prof):
-    """The sum of the CUDA kernels' (and device copies') own time, us, that a
-    torch.profiler run recorded."""
+    """The device's busy time, us, in a torch.profiler run: the union of the intervals of
+    the CUDA kernels (and device copies) it recorded. That is their sum where they run
+    one after another; a kernel launched early by programmatic dependent launch
+    (tl.extra.cuda.gdc_wait) starts while the previous one runs and waits for it, and
+    counting its whole interval would count that wait twice (union_us)."""
     import torch
-    total = 0.0
-    for ev in prof.key_averages():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            t = getattr(ev, "self_device_time_total", None)
-            total += t if t is not None else ev.self_cuda_time_total
-    return total
+    spans = [(ev.time_range.start, ev.time_range.end) for ev in prof.events()
+             if ev.device_type == torch.autograd.DeviceType.CUDA]
+    return union_us(spans)
+
+
+def union_us(spans):
+    """The length of the union of (start, end) intervals."""
+    total, start, end = 0.0, None, None
+    for s, e in sorted(spans):
+        if end is None or s > end:
+            if end is not None:
+                total += end - start
+            start, end = s, e
+        else:
+            end = max(end, e)
+    return total + (end - start if end is not None else 0.0)
 
 
 def cuda_events_us(fn, calls=100, rounds=3):

@@ -11,8 +11,9 @@ ahead of torch eager; on a GPU memory-bound ops at >= 90% of copy bandwidth, for
 and backward.
 
 The backward on a GPU is timed on its own: forward passes run first, outside the
-profiler, then torch.profiler sums the CUDA kernels of torch.autograd.grad over them
-(the upstream gradients made beforehand, no AccumulateGrad copies), for tk, torch
+profiler, then torch.profiler's busy time of the CUDA kernels of torch.autograd.grad
+over them (the union of their intervals: a kernel launched early with PDL, as tk's
+column sums are, does not count its wait for the one before; the upstream gradients made beforehand, no AccumulateGrad copies), for tk, torch
 eager, torch.compile (of the torch function, with autograd: AOTAutograd's compiled
 backward) and Triton (tk's sources built by Triton). Its byte model (backward_bytes)
 is what backward kernels must move at least, given the forward's *inputs* and the
@@ -278,8 +279,8 @@ def measure_cuda_events(fns, rounds=5, target_ms=25.0):
 
 
 def gpu_kernel_us(fn, iters=5):
-    """GPU kernel time per call (us): the sum of the CUDA kernels torch.profiler records
-    over `iters` calls (bench/bwd_profile.py lists them). CUDA events around
+    """GPU kernel time per call (us): the device's busy time torch.profiler records over
+    `iters` calls (the union of the kernels' intervals, common.cuda_kernels_us) (bench/bwd_profile.py lists them). CUDA events around
     back-to-back calls measure the host instead when it is the slower side."""
     from torch.profiler import ProfilerActivity, profile
     fn()
@@ -332,7 +333,7 @@ def backward_bytes(name, inputs):
 
 def gpu_backward_us(fn, inputs, iters=4):
     """GPU kernel time (us) of one backward pass alone: `iters` forward passes run
-    first, then torch.profiler sums the CUDA kernels of torch.autograd.grad over each
+    first, then torch.profiler's busy time of the CUDA kernels of torch.autograd.grad over each
     (upstream gradients made beforehand, so neither the forward nor their fill counts)."""
     from torch.profiler import ProfilerActivity, profile
     leaves = [i.detach().clone().requires_grad_(True) for i in inputs]
@@ -559,7 +560,7 @@ def main():
           "GB/s counts each input read once and each output written once. Forward timings run under "
           "torch.no_grad(); fwd+bwd runs autograd with all inputs requiring grad" +
           ("; on a GPU its events time is the larger of the GPU's time and the host's, so the fwd+bwd GPU us "
-           "columns give the kernels' time alone (torch.profiler's sum of CUDA kernels per call, the upstream "
+           "columns give the kernels' time alone (torch.profiler's busy time of the CUDA kernels per call: the union of their intervals, so a kernel launched early with PDL does not count its wait; the upstream "
            "gradient's ones_like included on both sides) and the host us columns the Python + launch time per "
            "call (back-to-back calls, no synchronization)." if args.device == "cuda" else "."), "",
           f"tk ahead of torch eager (forward) on {len(ahead)} of {len(records)} ops; behind on: "
@@ -570,7 +571,7 @@ def main():
           (f" Backward kernels below 0.9 of copy: {', '.join(summary['tk_bwd_below_0.9_of_copy']) or 'none'}; "
            f"fwd+bwd behind torch.compile: {', '.join(summary['tk_behind_torch_compile_fwd_bwd']) or 'none'}."
            if args.device == "cuda" and not args.no_backward else ""), "",
-          ("Backward columns (GPU): 'bwd GPU us' is torch.profiler's sum of the CUDA kernels of one "
+          ("Backward columns (GPU): 'bwd GPU us' is torch.profiler's busy time (the union of the CUDA kernels' intervals) of one "
            "torch.autograd.grad after the forward (neither the forward nor the upstream gradient's fill); "
            "'tk bwd GB/s' divides the byte model of the module docstring (backward_bytes) by it, and "
            "'bwd of copy' is a copy of the same bytes over it. 'torch.compile fwd+bwd ms' and 'triton fwd+bwd "
