@@ -424,9 +424,11 @@ BIAS_BWD_PER_SM = None
 # _normal_tail (~31) and the tanh form's folded constants (~28), session 11, H200: two rows
 # a step 0.832 / 0.923, a 3-stage ring over 512 columns 0.930 / 0.931 (2 stages 0.865 /
 # 0.861, 4 stages 0.856 / 0.851; 1024 and 2048 columns at 3 stages 0.928-0.935;
-# bench/results/bwd_sweep_bias_ring_h200_s11.log). On GPUs with fast memory
-# (_host.fast_memory) the ring; elsewhere two rows a step.
-BIAS_BWD_STAGES = 1
+# bench/results/bwd_sweep_bias_ring_h200_s11.log). On an H100 in the same session: two
+# rows a step 0.927 / 0.911, a 2-stage ring 0.942 / 0.942 (3 stages 0.876 / 0.879;
+# bwd_sweep_bias_ring_h100_s11.log). So a ring on both: 3 stages on fast memory
+# (_host.fast_memory), 2 elsewhere.
+BIAS_BWD_STAGES = 2
 BIAS_BWD_STAGES_FAST_MEMORY = 3
 
 
