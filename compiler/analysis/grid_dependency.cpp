@@ -6,13 +6,6 @@ namespace tessera::analysis {
 
 using namespace ir;
 
-bool waits_on_prior_grid(const Block& b) {
-  for (auto& op : b.ops) {
-    if (op->kind == OpKind::GdcWait) return true;
-    for (auto& r : op->regions)
-      if (waits_on_prior_grid(*r->block)) return true;
-  }
-  return false;
-}
+bool waits_on_prior_grid(const Block& b) { return holds_op(b, OpKind::GdcWait); }
 
 }  // namespace tessera::analysis

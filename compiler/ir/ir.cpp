@@ -109,6 +109,15 @@ void for_each_op(Block* b, const std::function<void(Op*)>& f) {
   }
 }
 
+bool holds_op(const Block& b, OpKind kind) {
+  for (auto& op : b.ops) {
+    if (op->kind == kind) return true;
+    for (auto& r : op->regions)
+      if (holds_op(*r->block, kind)) return true;
+  }
+  return false;
+}
+
 Op* create_op(Block* b, std::list<std::unique_ptr<Op>>::iterator pos, OpKind k, Loc loc) {
   auto it = b->ops.insert(pos, std::make_unique<Op>(k, loc));
   (*it)->parent = b;

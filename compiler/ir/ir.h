@@ -116,6 +116,7 @@ class Kernel {
 
 // Helpers for passes.
 void for_each_op(Block* b, const std::function<void(Op*)>& f);  // pre-order, nested
+bool holds_op(const Block& b, OpKind kind);  // an op of `kind` in b or a region nested in it
 Op* create_op(Block* b, std::list<std::unique_ptr<Op>>::iterator pos, OpKind k, Loc loc);
 std::vector<int64_t> attr_ints(const Attr& a);
 

@@ -18,6 +18,7 @@ import tessera.language as tl
 from ptxas_check import assemble
 from tessera.compiler.builtins_impl import BUILTINS, check_complete
 from tessera.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from launch_counting import CountingLauncher  # noqa: E402
 
 J = importlib.import_module("tessera.jit")  # the module: tessera.jit is also the decorator
 
@@ -287,23 +288,6 @@ def test_ordered_kernel_on_the_cpu(mode):
 
 
 # =========================================================================== launch_pdl=
-
-class CountingLauncher:
-    """Counts the launches C++ hands to the Python launcher (kernel._launch)."""
-
-    def __init__(self, kernel):
-        self.kernel, self.inner, self.calls = kernel, kernel._launch, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.inner(*args, **kwargs)
-
-    def __enter__(self):
-        self.kernel._launch = self
-        return self
-
-    def __exit__(self, *exc):
-        self.kernel._launch = self.inner
 
 
 @pytest.mark.parametrize("launch_pdl", [True, False])

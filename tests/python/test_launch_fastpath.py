@@ -11,6 +11,7 @@ import pytest
 
 import tessera
 import tessera.language as tl
+from launch_counting import CountingLauncher  # noqa: E402
 tjit = importlib.import_module("tessera.jit")  # the module: tessera.jit is the decorator
 
 
@@ -19,24 +20,6 @@ def axpy(x, out, a, n, BLOCK: tl.constexpr, SCALE: tl.constexpr = 1):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     tl.store(out + offs, tl.load(x + offs, mask=m) * a * SCALE + tl.load(out + offs, mask=m), mask=m)
-
-
-class CountingLauncher:
-    """Wraps kernel._launch (the Python launcher) and counts the calls C++ hands it."""
-
-    def __init__(self, kernel):
-        self.kernel, self.inner, self.calls = kernel, kernel._launch, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.inner(*args, **kwargs)
-
-    def __enter__(self):
-        self.kernel._launch = self
-        return self
-
-    def __exit__(self, *exc):
-        self.kernel._launch = self.inner
 
 
 @pytest.fixture(autouse=True)

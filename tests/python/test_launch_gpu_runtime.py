@@ -13,6 +13,7 @@ import pytest
 import tessera
 import tessera.language as tl
 from tessera._core import _C
+from launch_counting import CountingLauncher  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
@@ -55,22 +56,6 @@ class CudaInterfaceOnly:
 def _operands(n, device="cuda"):
     x = torch.randn(n, device=device)
     return x, torch.randn(n, device=device), torch.full((n,), float("nan"), device=device)
-
-
-class CountingLauncher:
-    def __init__(self, kernel):
-        self.kernel, self.inner, self.calls = kernel, kernel._launch, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.inner(*args, **kwargs)
-
-    def __enter__(self):
-        self.kernel._launch = self
-        return self
-
-    def __exit__(self, *exc):
-        self.kernel._launch = self.inner
 
 
 def test_cached_cuda_launch_runs_in_cpp():

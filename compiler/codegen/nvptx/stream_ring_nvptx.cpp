@@ -50,15 +50,6 @@ using namespace ir;
 
 namespace {
 
-bool body_has_dot(const Block& b) {
-  for (auto& op : b.ops) {
-    if (op->kind == OpKind::Dot) return true;
-    for (auto& r : op->regions)
-      if (body_has_dot(*r->block)) return true;
-  }
-  return false;
-}
-
 void emit_asm_text(llvm::IRBuilderBase& b, const std::string& text) {
   auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
   b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {});
@@ -72,7 +63,7 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_stream_ring(const Block& 
   if (cc_ < 80 || in_ping_pong_ || !loop || loop->kind != OpKind::For || !loop->attrs.count("num_stages"))
     return std::nullopt;
   const int stages = static_cast<int>(loop->int_attr("num_stages", 0));
-  if (stages < 2 || body_has_dot(body)) return std::nullopt;
+  if (stages < 2 || holds_op(body, OpKind::Dot)) return std::nullopt;
   // Copies run ahead of their iteration, so never past a gdc_wait in the body.
   if (analysis::waits_on_prior_grid(body)) return std::nullopt;
   Pipeline p;
