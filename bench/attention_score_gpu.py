@@ -104,8 +104,8 @@ FLAT_BACKWARD = {
 
 # name -> ((BLOCK_M, BLOCK_N, BLOCK_K, launch options), evict-first stores)
 FORWARD = {
-    "64x128x64 w4 s2 persistent 3, .cs (shipped)": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}),
-                                                    True),
+    "64x128x64 w4 s2 persistent 3, .cs (shipped on other GPUs)": (
+        (64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}), True),
     "64x128x64 w4 s2 persistent 3": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3}), False),
     "64x128x64 w4 s2 persistent 3 balanced, .cs": ((64, 128, 64, {"num_warps": 4, "num_stages": 2, "persistent": 3,
                                                                    "balanced": True}), True),
@@ -118,6 +118,31 @@ FORWARD = {
     "64x128x64 w4 s3 persistent 3, .cs": ((64, 128, 64, {"num_warps": 4, "num_stages": 3, "persistent": 3}), True),
     "128x128x64 w8 s2 persistent 3, .cs": ((128, 128, 64, {"num_warps": 8, "num_stages": 2, "persistent": 3}), True),
 }
+
+def forward_flat(q, k, s, scale, tiles):
+    """_score_forward_flat_kernel (sm_90: TMA loads and stores, persistent) at explicit tiles."""
+    bt, m, d = q.shape
+    n = k.shape[1]
+    bm, bn, warps, stages, per_sm, ws, maxnreg = tiles
+    total = (m // bm) * (n // bn) * bt
+    extra = {"maxnreg": maxnreg} if maxnreg else {}
+    AT._score_forward_flat_kernel[(min(total, per_sm * L._sm_count(q)), 1, 1)](
+        q, k, s, m, n, d, bt * m, bt * n, scale, total, ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn,
+        BLOCK_D=max(16, tessera.next_power_of_2(d)), WS=ws, num_warps=warps, num_stages=stages, **extra)
+
+
+# name -> (BLOCK_M, BLOCK_N, num_warps, num_stages, CTAs per SM, WS, maxnreg) of
+# _score_forward_flat_kernel
+FLAT_FORWARD = {
+    "flat 128x128 w8 s4 ws, 1 CTA an SM": (128, 128, 8, 4, 1, True, None),
+    "flat 128x256 w8 s3 ws, 1 CTA an SM": (128, 256, 8, 3, 1, True, None),
+    "flat 64x128 w4 s3 ws, 2 CTAs an SM": (64, 128, 4, 3, 2, True, None),
+    "flat 64x128 w4 s4 ws, 1 CTA an SM": (64, 128, 4, 4, 1, True, None),
+    "flat 64x256 w4 s4 ws, 1 CTA an SM": (64, 256, 4, 4, 1, True, None),
+    "flat 128x128 w8 s2, 2 CTAs an SM (TMA ring, not specialized)": (128, 128, 8, 2, 2, False, None),
+    "flat 64x128 w4 s2, 3 CTAs an SM (TMA ring, not specialized; shipped on sm_90)": (64, 128, 4, 2, 3, False, None),
+}
+
 
 # name -> ((BLOCK_M, BLOCK_K, num_warps, num_stages), ROTATE). (Session 8 also timed a FLAT
 # form whose rings took TMA copies, commit 86d0ccb: no faster; bench/results/
@@ -220,6 +245,14 @@ def main():
             if args.events:  # back to back: the previous call's dirty L2 lines and launch gaps included
                 ev = cuda_events_us(lambda: forward(q, k, s, scale, tiles, stream))
                 row("fwd", name + " (CUDA events)", ev, copy_events_us, fwd_bytes, "")
+        for name, tiles in FLAT_FORWARD.items():
+            if args.shipped and "shipped" not in name:
+                continue
+            s = torch.full((bt, m, n), float("nan"), dtype=dt, device="cuda")
+            forward_flat(q, k, s, scale, tiles)
+            err = ((s.float() - ref).abs().max() / ref.abs().max()).item()
+            row("fwd", name, kernel_us(lambda: forward_flat(q, k, s, scale, tiles), args.calls), copy_us,
+                fwd_bytes, f"{err:.1e}")
         # The library call as bench/kernels.py times it (CUDA events around back-to-back
         # calls: the kernel plus whatever the host adds when it is the slower side).
         lib = importlib.import_module("tessera.kernels")

@@ -421,6 +421,13 @@ def run(args):
                 t = measure_round_robin(fns, repeats=6 if args.quick else 10, rounds=2 if args.quick else 3,
                                         budget_s=1.0 if args.quick else 2.0)
         bw = {k: tm.min for k, tm in t.items()}
+        fwd_gpu_us = fwd_host_us = None
+        if device == "cuda" and args.kernel_time:
+            # The forward's kernels alone and its host path alone: the events time above is
+            # the larger of the two, and a forward of two short launches can be host-bound.
+            with torch.no_grad():
+                fwd_gpu_us = gpu_kernel_us(fns["tk"])
+                fwd_host_us = host_us(fns["tk"])
         bwd, bwd_median, gpu_us, host, bwd_us, bwd_copy_ms = {}, {}, {}, {}, {}, None
         bwd_nbytes = backward_bytes(name, inputs)
         if not args.no_backward:
@@ -474,6 +481,10 @@ def run(args):
             row["torch_over_tk_fwd_bwd"] = bwd["torch eager"] / bwd["tk"]
         if "copy (same bytes)" in bw:
             row["tk_frac_of_copy"] = bw["copy (same bytes)"] / bw["tk"]
+        if fwd_gpu_us:
+            row["tk_fwd_gpu_kernels_us"], row["tk_fwd_host_us"] = fwd_gpu_us, fwd_host_us
+            if "copy (same bytes)" in bw:
+                row["tk_fwd_kernels_frac_of_copy"] = bw["copy (same bytes)"] * 1e6 / fwd_gpu_us
         records.append(row)
         table.append([name, "x".join(map(str, row["shape"])), bw["tk"] * 1e3, bw["torch eager"] * 1e3,
                       bw.get("numpy", float("nan")) * 1e3 if "numpy" in bw else "n/a",
@@ -484,7 +495,8 @@ def run(args):
                       row.get("torch_over_tk_fwd_bwd", float("nan")),
                       gpu_us.get("tk", "n/a"), gpu_us.get("torch eager", "n/a"),
                       host.get("tk", "n/a"), host.get("torch eager", "n/a"),
-                      row.get("tk_frac_of_copy", "n/a"),
+                      row.get("tk_frac_of_copy", "n/a"), row.get("tk_fwd_gpu_kernels_us", "n/a"),
+                      row.get("tk_fwd_host_us", "n/a"), row.get("tk_fwd_kernels_frac_of_copy", "n/a"),
                       bwd.get("torch.compile", float("nan")) * 1e3 if "torch.compile" in bwd else "n/a",
                       bwd["triton (same source)"] * 1e3 if "triton (same source)" in bwd else "n/a",
                       bwd_us.get("tk", "n/a"), bwd_us.get("torch eager", "n/a"), bwd_us.get("torch.compile", "n/a"),
@@ -500,7 +512,8 @@ def run(args):
 
 HEADER = ["op", "shape", "tk ms", "torch ms", "numpy ms", "torch.compile ms", "triton ms", "tk GB/s", "torch/tk",
           "tk fwd+bwd ms", "torch fwd+bwd ms", "torch/tk fwd+bwd", "tk fwd+bwd GPU us", "torch fwd+bwd GPU us",
-          "tk fwd+bwd host us", "torch fwd+bwd host us", "tk of copy", "torch.compile fwd+bwd ms",
+          "tk fwd+bwd host us", "torch fwd+bwd host us", "tk of copy", "tk fwd GPU us",
+          "tk fwd host us", "tk fwd kernels of copy", "torch.compile fwd+bwd ms",
           "triton fwd+bwd ms", "tk bwd GPU us", "torch bwd GPU us", "torch.compile bwd GPU us", "triton bwd GPU us",
           "tk bwd GB/s", "tk bwd of copy", "torch.compile bwd of copy", "check"]
 
@@ -562,7 +575,9 @@ def main():
           ("; on a GPU its events time is the larger of the GPU's time and the host's, so the fwd+bwd GPU us "
            "columns give the kernels' time alone (torch.profiler's busy time of the CUDA kernels per call: the union of their intervals, so a kernel launched early with PDL does not count its wait; the upstream "
            "gradient's ones_like included on both sides) and the host us columns the Python + launch time per "
-           "call (back-to-back calls, no synchronization)." if args.device == "cuda" else "."), "",
+           "call (back-to-back calls, no synchronization). 'tk fwd GPU us' and 'tk fwd host us' split tk's "
+           "forward the same way, and 'tk fwd kernels of copy' is the copy's time over the former: where it is "
+           "above 'tk of copy', the forward's events time was host-bound." if args.device == "cuda" else "."), "",
           f"tk ahead of torch eager (forward) on {len(ahead)} of {len(records)} ops; behind on: "
           f"{', '.join(behind) if behind else 'none'}. Behind on medians (forward): "
           f"{', '.join(summary['tk_behind_fwd_median']) or 'none'}; on fwd+bwd (best): "

@@ -388,7 +388,7 @@ _SCRATCH = {}
 _RAW_STREAM = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
 
 
-def _launch_place(like, dtype):
+def launch_place(like, dtype):
     """Where launches on like's device are ordered (see above), with the array's dtype."""
     if isinstance(like, _TORCH_TENSOR):  # (the common case in one device query: -1 on the CPU)
         index = like.get_device()
@@ -404,7 +404,7 @@ def _launch_place(like, dtype):
 def arrival_counters(like, count: int, dtype: str = "int32"):
     """At least `count` zeroed counters (int32 or int64) on like's device, for this
     stream or thread."""
-    place = _launch_place(like, dtype)
+    place = launch_place(like, dtype)
     counters = _ARRIVAL_COUNTERS.get(place)
     if counters is None or counters.shape[0] < count:
         counters = _ARRIVAL_COUNTERS[place] = zeros(like, (max(count, 1024),), dtype)
@@ -418,7 +418,7 @@ def split_scratch(like, elements: int, count: int, acc: str = "float32"):
     counters. Both are kept and reused (a 17-row linear's 4 x 17 x 2048 fp32 partials
     cost ~4 us of host time to allocate on each call); the scratch grows to the largest
     size asked."""
-    place = _launch_place(like, acc)
+    place = launch_place(like, acc)
     partials = _SCRATCH.get(place)
     if partials is None or partials.shape[0] < elements:
         partials = _SCRATCH[place] = empty(like, (max(elements, 1 << 16),), acc)

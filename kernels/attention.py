@@ -1,6 +1,7 @@
 """attention_score: batched q @ k^T * scale over the last two dimensions, forward and
 backward. The forward is linear.py's strided matmul with B = k^T (a swap of k's two
-strides) and the scale in its epilogue, its scores stored evict-first; the backward
+strides) and the scale in its epilogue, its scores stored evict-first, or on sm_90 GPUs
+with fast memory _score_forward_flat_kernel (TMA loads, persistent); the backward
 computes dq = ds k * scale and dk = ds^T q * scale in one launch, reading ds from
 memory about once: _score_backward_flat_kernel on sm_90 GPUs (TMA rings, a producer
 warpgroup per branch), _score_backward_kernel elsewhere."""
@@ -10,7 +11,8 @@ import tessera
 import tessera.language as tl
 
 from . import _host as H
-from .linear import _NOT_FAST, ACT_NONE, _epilogue, _gpu_launch, _gpu_tiles, _has_tma, _operand_tiles, matmul
+from .linear import (_NOT_FAST, ACT_NONE, _epilogue, _gpu_launch, _gpu_tiles, _has_tma, _operand_tiles, _sm_count,
+                     matmul)
 
 
 @tessera.kernel
@@ -156,6 +158,47 @@ def _score_backward_flat_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, s
                          s_qm, N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS)
 
 
+@tessera.kernel
+def _score_forward_flat_kernel(Q, KEY, S, M, N, D, rows_q, rows_k, scale, tiles, ACC: tl.constexpr,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                               WS: tl.constexpr):
+    """attention_score's forward on sm_90 GPUs: s = q k^T * scale with q, k and s read and
+    written as 2-D arrays of all batches' rows (rows_q = batch x M rows of q and s, rows_k
+    = batch x N of k; M a multiple of BLOCK_M and N of BLOCK_N, so that no tile crosses a
+    batch: the host checks), on a persistent grid: program p takes output tiles p, p +
+    programs, ... of `tiles` (batch-major, then row block, then column block), one K
+    step each (D <= BLOCK_D). In this form every load is a TMA box of a bare parameter
+    and the store a TMA store (compiler/codegen/nvptx/tma_nvptx.cpp,
+    tma_store_nvptx.cpp), and WS gives the copies to a producer warp that runs ahead
+    across tiles: the next tiles' q and k arrive while the consumers convert and send
+    out this one. The batched matmul the other GPUs take (linear.py's persistent
+    kernel with a batch offset in its bases) has only the cp.async ring and 16-byte
+    st.global from registers; see SCORE_FORWARD_FLAT_TILES for what each measures."""
+    n_blocks = N // BLOCK_N
+    per_batch = (M // BLOCK_M) * n_blocks
+    programs = tl.num_programs(0)
+    first = tl.program_id(0)
+    steps = tl.cdiv(tiles - first, programs)
+    ri = tl.arange(0, BLOCK_M)
+    rj = tl.arange(0, BLOCK_N)
+    rd = tl.arange(0, BLOCK_D)
+    t = first
+    for i in tl.range(0, steps, warp_specialize=WS):
+        b = t // per_batch
+        r = t % per_batch
+        q0 = b * M + (r // n_blocks) * BLOCK_M  # the tile's first row of q and s
+        c0 = (r % n_blocks) * BLOCK_N           # its first column of s (row of k[b])
+        qr = q0 + ri
+        kr = b * N + c0 + rj
+        cols = c0 + rj
+        a = tl.load(Q + qr[:, None] * D + rd[None, :], mask=(qr[:, None] < rows_q) & (rd[None, :] < D), other=0.0)
+        kt = tl.load(KEY + kr[:, None] * D + rd[None, :], mask=(kr[:, None] < rows_k) & (rd[None, :] < D),
+                     other=0.0)
+        acc = tl.dot(a, tl.trans(kt), out_dtype=ACC) * scale
+        tl.store(S + qr[:, None] * N + cols[None, :], acc, mask=(qr[:, None] < rows_q) & (cols[None, :] < N))
+        t += programs
+
+
 def _batched(x, name):
     """x (..., R, C) as a (batch, R, C) view (copied if the leading dims do not collapse)."""
     if x.ndim < 2:
@@ -191,11 +234,56 @@ def _check_scores(q, k):
                          f"(..., M, D) and (..., N, D) with the same leading dimensions")
 
 
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, CTAs per SM, WS) of _score_forward_flat_kernel, the
+# forward on sm_90 GPUs with fast memory (H.fast_memory: the H200) where
+# _score_forward_flat_grid allows it. Kernel time at 8x2048x2048x64 fp16 (bench/
+# attention_score_gpu.py --only fwd), of a copy of the same 71 MB (bench/results/
+# attention_score_gpu_float16_8x2048x2048x64_fwd_{h200,h100}_s12.md), H200 / H100:
+# - 64x128 over 4 warps, 2 stages, 3 CTAs an SM, not specialized (TMA loads, the tile
+#   stored through shared memory with 16-byte st.global): 0.851 / 0.897;
+# - specialized, TMA stores: 64x256 1 CTA 0.851 / 0.896, 64x128 s3 2 CTAs 0.842 / 0.894,
+#   128x256 s3 0.839 / 0.913, 128x128 s4 0.822 / 0.890; 128x128 s2 2 CTAs not specialized
+#   0.846 / 0.906;
+# - the batched matmul the other GPUs keep (linear.py's persistent kernel, 64x128 s2 3 CTAs,
+#   cp.async ring, .cs stores): 0.733 / 0.987;
+# - cuBLAS's bmm 0.831 / 0.910; a write-only fill of the output 0.889 / 1.169 (the ceiling
+#   of a product whose bytes are nearly all its output's: on the H200 a write stream is
+#   slower than a copy, on the H100 faster).
+SCORE_FORWARD_FLAT_TILES = (64, 128, 4, 2, 3, False)
+
+
+def _score_forward_flat_grid(like, bt, m, n, d, qs, ks, name):
+    """(grid, keywords) of _score_forward_flat_kernel for these operands, or None where
+    the forward keeps the batched matmul: not an sm_90 GPU with fast memory (the H100
+    runs the batched matmul faster: SCORE_FORWARD_FLAT_TILES); not 16-bit; a head dim over
+    64 (one TMA box of 128-byte rows: larger ones take no TMA) or not a multiple of 8
+    (16-byte rows); q or k not (batch, rows, d) contiguous (the kernel's row stride is
+    d); M or N not a multiple of the tile (a tile would cross a batch); an element offset
+    of the 2-D views past int32 (the kernel's index arithmetic)."""
+    bm, bn, warps, stages, per_sm, ws = SCORE_FORWARD_FLAT_TILES
+    if name not in ("float16", "bfloat16") or not 0 < d <= 64 or d % 8 or m % bm or n % bn or not bt:
+        return None
+    if qs[1:] != (d, 1) or ks[1:] != (d, 1) or (bt > 1 and (qs[0] != m * d or ks[0] != n * d)):
+        return None
+    if max(bt * m * n, bt * m * d, bt * n * d) >= 2 ** 31 or not (_has_tma(like) and H.fast_memory(like)):
+        return None
+    tiles = (m // bm) * (n // bn) * bt
+    return (min(tiles, per_sm * _sm_count(like)), 1, 1), dict(
+        M=m, N=n, D=d, rows_q=bt * m, rows_k=bt * n, tiles=tiles, ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn,
+        BLOCK_D=max(16, tessera.next_power_of_2(d)), WS=ws, num_warps=warps, num_stages=stages)
+
+
 def attention_score_forward(q, k, scale):
     (qv, qs), (kv, ks) = _score_views((H.layout(q), H.layout(k)), (q, k), lambda: _check_scores(q, k))
     bt, m, d = qv.shape
     n = kv.shape[1]
-    s, _ = matmul(qv, kv, qs, (ks[0], ks[2], ks[1]), bt, m, n, d, q, scale=scale, stream=True)
+    flat = _score_forward_flat_grid(q, bt, m, n, d, qs, ks, H.dtype_name(q)) if H.on_gpu(q) else None
+    if flat is not None:
+        grid, kw = flat
+        s = H.empty(q, (bt, m, n))
+        _score_forward_flat_kernel[grid](qv, kv, s, scale=H.scalar(q, scale), **kw)
+    else:
+        s, _ = matmul(qv, kv, qs, (ks[0], ks[2], ks[1]), bt, m, n, d, q, scale=scale, stream=True)
     return H.shaped(s, tuple(q.shape[:-1]) + (n,))
 
 
@@ -339,6 +427,11 @@ def _fast_score_plan(q, k):
     if m == 0 or d == 0 or n == 0 or q.numel() == 0:
         return _NOT_FAST
     bt = q.numel() // (m * d)
+    flat = _score_forward_flat_grid(q, bt, m, n, d, (m * d, d, 1), (n * d, d, 1), H.dtype_name(q))
+    if flat is not None:  # (the plan's tensors are contiguous: the call checks)
+        grid, kw = flat
+        bound = _score_forward_flat_kernel.bind(grid, **kw)
+        return H.allocator(q, tuple(qs[:-1]) + (n,)), lambda a, b, _bias, c, _z, sc: bound(a, b, c, sc)
     bm, bn, bk, opts = _gpu_tiles(H.dtype_name(q), m, n, d, bt, rows_aligned=d % 16 == 0)
     kernel, grid, extra, opts = _gpu_launch(q, m, n, bt, bm, bn, opts)
     # A = q (bt, m, d) row-major; B = k^T: B[b, d, n] at k + b * n * d + n * d + d.

@@ -85,7 +85,8 @@ if torch is not None:
         @staticmethod
         def forward(ctx, logits, target, opts):
             ignore_index, reduction, label_smoothing = opts
-            out, scale, lse = S.cross_entropy_forward(logits, target, ignore_index, label_smoothing, reduction)
+            out, scale, lse = S._cross_entropy_fast(logits, target, ignore_index, label_smoothing, reduction, True) \
+                or S.cross_entropy_forward(logits, target, ignore_index, label_smoothing, reduction)
             ctx.save_for_backward(logits, target, lse)
             ctx.args = (ignore_index, reduction, label_smoothing, scale)
             return out

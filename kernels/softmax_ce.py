@@ -1019,6 +1019,88 @@ def _ce_forward_with(plan, logits, target, ignore_index, deferred=False):
     return out, (scale if plan.reduce else None), lse
 
 
+_NOT_FAST = object()  # a fast-plan key the general path keeps (it checks and reports)
+
+
+def _cross_entropy_fast(logits, target, ignore_index, smoothing, reduction, keep):
+    """cross_entropy_forward's (out, scale, lse) for torch CUDA logits and target whose
+    layout the general path takes without copies, or None (the general path then checks,
+    reports and launches). Per call: a plan lookup keyed by both tensors' shapes, strides,
+    dtypes and devices and the options, the output's allocation and one or two bound
+    launches (tessera's Kernel.bind). Not keep (no gradient wanted): lse and the group
+    partials, whose element 0 the last merge program overwrites with the scale, come from
+    scratch arrays kept per device and stream, since no backward reads them; keep: fresh
+    ones, as the general path's. On an H200 the general path took ~30 us of host time per
+    call at 16384x4096 fp16 and ~55 us at 2048x50257, about the kernels' 36 and 60 us, so
+    that a busier host made the forward host-bound (bench/results/
+    kernels_cuda_float16_h200_cefwd.md)."""
+    T = H.torch
+    if T is None or type(logits) is not T.Tensor or type(target) is not T.Tensor:
+        return None
+    # (In _CE_PLANS beside the plans it is made from: a test that clears those clears these.)
+    key = ("fast", logits.shape, logits.stride(), logits.dtype, logits.get_device(), target.shape, target.stride(),
+           target.dtype, target.get_device(), smoothing, reduction, ignore_index)
+    fast = _CE_PLANS.get(key)
+    if fast is None:
+        fast = _CE_PLANS.remember(key, _fast_ce_plan(logits, target, ignore_index, smoothing, reduction))
+    if fast is _NOT_FAST:
+        return None
+    return fast(logits, target, keep)
+
+
+def _fast_ce_plan(logits, target, ignore_index, smoothing, reduction, cpu=False):
+    """The call _cross_entropy_fast makes for this layout (see there), or _NOT_FAST. cpu:
+    CPU tensors too (tests; the library's CPU calls keep the general path, which checks
+    a CPU target's values every call)."""
+    if logits.get_device() != target.get_device() or (logits.get_device() < 0 and not cpu):
+        return _NOT_FAST
+    try:
+        _check_targets(logits, target, ignore_index)
+        plan = _ce_plan(logits, target, smoothing, reduction)
+    except (TypeError, ValueError, IndexError):
+        return _NOT_FAST  # (the general path raises it again, with its message)
+    if not (plan.x_direct and plan.t_direct and plan.rows and plan.n):
+        return _NOT_FAST
+    common = dict(n_cols=plan.n, ignore_index=int(ignore_index), smoothing=plan.smoothing,
+                  group_rows=plan.group_rows, n_groups=plan.n_groups)
+    if plan.slice_kw is not None:
+        slices = _xent_slice_kernel.bind((plan.units,), stride_x=plan.stride, n_cols=plan.n, n_slices=plan.slices,
+                                         n_units=plan.units, **plan.slice_kw)
+        merge = _xent_merge_kernel.bind((plan.programs,), n_rows=plan.rows, n_slices=plan.slices,
+                                        n_units=plan.units, **common, **plan.merge_kw)
+        realign = plan.slice_kw["REALIGN"]
+    else:
+        slices = merge = None
+        whole = _xent_fwd_kernel.bind((plan.programs,), stride_x=plan.stride, n_rows=plan.rows,
+                                      rows_per_program=plan.rows_per_program, **common, **plan.fwd_kw)
+    scratch = {}  # launch place (device, stream) -> (lse, part, work) of calls that keep none
+
+    def call(x, t, keep):
+        if keep:
+            lse, part = plan.new_lse(), plan.new_part()
+            work = plan.new_work() if slices is not None else None
+        else:
+            place = H.launch_place(x, "cross_entropy")
+            bufs = scratch.get(place)
+            if bufs is None:
+                bufs = scratch[place] = (plan.new_lse(), plan.new_part(),
+                                         plan.new_work() if slices is not None else None)
+            lse, part, work = bufs
+        out = plan.new_out()
+        if plan.reduce:
+            loss, scale, arrived = part, part, H.arrival_counters(x, 1, "int64")
+        else:
+            loss = part = out
+            scale, arrived = lse, t  # not touched without REDUCE
+        if slices is not None:
+            slices(x, t, work, _misalignment(x) if realign else 0)
+            merge(t, work, loss, lse, part, out, scale, arrived)
+        else:
+            whole(x, t, loss, lse, part, out, scale, arrived)
+        return out, (scale if plan.reduce else None), lse
+    return call
+
+
 def cross_entropy_backward(logits, target, lse, dloss, scale, ignore_index, smoothing):
     """dlogits for the loss gradient dloss: per row (reduction 'none', scale None) or of
     the reduced loss (scale: the array cross_entropy_forward returned, the factor at 0)."""
@@ -1052,7 +1134,9 @@ def cross_entropy(logits, target, ignore_index=-100, reduction="mean", label_smo
     if AG.wants_grad(logits):
         out = AG.CrossEntropy.apply(logits, target, (int(ignore_index), reduction, smoothing))
     else:
-        out, _, _ = cross_entropy_forward(logits, target, ignore_index, smoothing, reduction)
+        fast = _cross_entropy_fast(logits, target, ignore_index, smoothing, reduction, False)
+        out = fast[0] if fast is not None else \
+            cross_entropy_forward(logits, target, ignore_index, smoothing, reduction)[0]
     if H.is_torch(out):
         return out.to(logits.dtype) if out.dtype != logits.dtype else out
     if H.is_cupy(out):

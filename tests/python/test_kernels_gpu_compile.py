@@ -113,7 +113,8 @@ def test_every_library_kernel_compiles_to_ptx(monkeypatch, tmp_path, dtype):
     unused = {"_persistent_matmul_kernel"} if dtype == torch.float32 else set()
     # GPU-only plans (the CPU never launches them): test_kernels_matmul_backward.py
     # compiles them for sm_90a as linear_backward and attention_score_backward launch them.
-    unused |= {"_split_k_matmul_kernel", "_score_backward_kernel", "_score_backward_flat_kernel"}
+    unused |= {"_split_k_matmul_kernel", "_score_backward_kernel", "_score_backward_flat_kernel",
+               "_score_forward_flat_kernel"}  # (test_kernels_attention_forward.py)
     assert {k.__name__ for k in _library_kernels()} - unused <= names, "some library kernel was never launched"
     failures = []
     for i, (kernel, arg_types, constexprs, attrs, options, runtime_names) in enumerate(specs):
