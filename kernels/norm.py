@@ -138,11 +138,18 @@ def _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS: tl.constexpr, 
 
 @tessera.kernel
 def _norm_bwd_dx(g, xhat, s1, s2, rstd, dh_raw, n_cols, IS_RMS: tl.constexpr, HAS_DH: tl.constexpr,
-                 ACC: tl.constexpr):
-    """dx of a row from its sums s1 = sum(g * xhat), s2 = sum(g) (unused for RMS norm)."""
+                 ACC: tl.constexpr, FMA_DX: tl.constexpr = False):
+    """dx of a row from its sums s1 = sum(g * xhat), s2 = sum(g) (unused for RMS norm).
+    FMA_DX (layer norm on a GPU): dx = g rstd - xhat (c1 rstd) - c2 rstd, two FMAs an
+    element with the row's factors folded, where (g - (xhat c1 + c2)) rstd takes an FMA,
+    an add and a multiply."""
     c1 = s1 / n_cols
     if IS_RMS:
         dx = (g - xhat * c1) * rstd
+    elif FMA_DX:
+        c1r = c1 * rstd
+        c2r = (s2 / n_cols) * rstd
+        dx = tl.fma(g, rstd, tl.fma(xhat, -c1r, -c2r))
     else:
         c2 = s2 / n_cols
         dx = (g - (xhat * c1 + c2)) * rstd
@@ -156,7 +163,8 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
                      n_rows, n_cols, n_progs,
                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
                      HAS_DH: tl.constexpr, PREFETCH: tl.constexpr, PAIR_SUM: tl.constexpr, TWO_ROWS: tl.constexpr,
-                     ACC: tl.constexpr, BLOCK: tl.constexpr, STAGES: tl.constexpr = 1):
+                     ACC: tl.constexpr, BLOCK: tl.constexpr, STAGES: tl.constexpr = 1,
+                     NO_SELECT: tl.constexpr = False, FMA_DX: tl.constexpr = False):
     # Program pid walks rows pid, pid + n_progs, ... and writes their dweight sum, then
     # their dbias sum, as row pid of DWB (row stride stride_p).
     #
@@ -175,6 +183,9 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
     # loads of the next STAGES - 1 steps in flight through shared memory (cp.async into
     # each thread's own slots; tl.range's num_stages on a loop without tl.dot), so no
     # register carries them.
+    #
+    # NO_SELECT, FMA_DX: _norm_bwd_prep's and _norm_bwd_dx's (the GPU's plans: fewer
+    # instructions an element; see BWD_NO_SELECT and BWD_FMA_DX).
     #
     # PAIR_SUM: layer norm's two row sums (of g * xhat and of g) as one reduction of a
     # pair, so a row crosses the warps once: 2 barriers a row instead of 4.
@@ -212,12 +223,12 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
                 x2_raw, dy2_raw, dh2_raw, mean2, rstd2 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + n_progs,
                                                                              n_rows, stride_x, stride_dy, stride_dh,
                                                                              cols, mask, IS_RMS, HAS_DH)
-        xhat, dy, g = _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS, RELU, RELU and PREFETCH, ACC)
+        xhat, dy, g = _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS, RELU, NO_SELECT, ACC)
         if TWO_ROWS:
             # The second row past n_rows loaded zeros (and a zero rstd): its sums and
             # its dweight/dbias terms are 0; its store is masked off below.
-            xhat2, dy2, g2 = _norm_bwd_prep(x2_raw, dy2_raw, mean2, rstd2, w, b, mask, IS_RMS, RELU,
-                                            RELU and PREFETCH, ACC)
+            xhat2, dy2, g2 = _norm_bwd_prep(x2_raw, dy2_raw, mean2, rstd2, w, b, mask, IS_RMS, RELU, NO_SELECT,
+                                            ACC)
             if IS_RMS:
                 s1, s1_2 = tl.reduce((g * xhat, g2 * xhat2), 0, _add_pair)
                 s2, s2_2 = s1, s1_2
@@ -234,12 +245,12 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
                 s1, s2 = tl.reduce((g * xhat, g), 0, _add_pair)
             else:
                 s1, s2 = tl.sum(g * xhat, axis=0), tl.sum(g, axis=0)
-        dx = _norm_bwd_dx(g, xhat, s1, s2, rstd, dh_raw, n_cols, IS_RMS, HAS_DH, ACC)
+        dx = _norm_bwd_dx(g, xhat, s1, s2, rstd, dh_raw, n_cols, IS_RMS, HAS_DH, ACC, FMA_DX)
         tl.store(DX + r.to(tl.int64) * n_cols + cols, dx, mask=mask)
         dw_acc += dy * xhat
         db_acc += dy
         if TWO_ROWS:
-            dx2 = _norm_bwd_dx(g2, xhat2, s1_2, s2_2, rstd2, dh2_raw, n_cols, IS_RMS, HAS_DH, ACC)
+            dx2 = _norm_bwd_dx(g2, xhat2, s1_2, s2_2, rstd2, dh2_raw, n_cols, IS_RMS, HAS_DH, ACC, FMA_DX)
             r2 = r + n_progs
             tl.store(DX + r2.to(tl.int64) * n_cols + cols, dx2, mask=mask & (r2 < n_rows))
             dw_acc += dy2 * xhat2
@@ -351,6 +362,22 @@ BWD_PLAN_OVERRIDE = None  # (programs per SM, warps, two rows) for every form: t
 BWD_PREFETCH = True
 BWD_PAIR_SUM = True
 BWD_STAGES = None  # with BWD_PLAN_OVERRIDE: the stream ring's stages (None: 1; the sweep's)
+# Instruction cuts of the GPU's backward (bench/bwd_profile.py --sweep-parts norm times each
+# off and on): BWD_NO_SELECT, the fused ReLU's xhat without the per-element select past
+# n_cols (_norm_bwd_prep's NO_SELECT) under the stream ring too, where before only the
+# register prefetch took it (masked-off ring slots read as zeros, as masked loads do);
+# BWD_FMA_DX, layer norm's dx in two FMAs (_norm_bwd_dx) under the stream ring (the register
+# prefetch's plans keep the three operations); BWD_FMA_DX_RELU, the same with the fused ReLU.
+# On an H200 (bench/results/bwd_sweep_norm_cuts_h200_s12.log, the kernels alone, 2 x 8 warps,
+# 2-stage ring): layer_norm 0.911 -> 0.920 of a copy with the FMAs; layer_norm+relu without
+# either cut 0.880, no select 0.896, both 0.878, the FMAs alone 0.811 (ptxas schedules the
+# ReLU's loop worse with them: 396 SASS instructions a row step against 451 without the
+# cuts, yet slower). On an H100 (bwd_sweep_norm_cuts_h100_s12.log), under the register
+# prefetch and its register cap, the FMAs took layer_norm from 0.922 to 0.748 and the ReLU
+# form from 0.952 to 0.511.
+BWD_NO_SELECT = True
+BWD_FMA_DX = True
+BWD_FMA_DX_RELU = False
 
 # On the CPU a small backward runs as one program: its one partial row is dweight and
 # dbias themselves (when they are kept in the accumulation type, fp32 or fp64), so the
@@ -376,6 +403,18 @@ def _bwd_prefetch(x) -> bool:
     on the CPU (where the rows ahead would only cost registers). Tests patch it to run
     the GPU plan on the CPU."""
     return BWD_PREFETCH and H.on_gpu(x)
+
+
+def _bwd_gpu_arithmetic(x) -> bool:
+    """Whether the fused ReLU's backward drops its select past n_cols under the stream
+    ring (BWD_NO_SELECT): on a GPU, not on the CPU. Tests patch it."""
+    return H.on_gpu(x)
+
+
+def _bwd_fma_dx(x, relu, stages) -> bool:
+    """Whether layer norm's dx takes two FMAs (BWD_FMA_DX, BWD_FMA_DX_RELU): on a GPU,
+    under the stream ring only (stages > 1). Tests patch it."""
+    return H.on_gpu(x) and stages > 1 and (BWD_FMA_DX_RELU if relu else BWD_FMA_DX)
 
 
 def _bwd_pair_sum(x) -> bool:
@@ -461,6 +500,8 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     plan.kw = None if not (plan.rows and n) else dict(
         IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None,
         PREFETCH=_bwd_prefetch(xin) and stages == 1, STAGES=stages,
+        NO_SELECT=relu and (_bwd_prefetch(xin) and stages == 1 or BWD_NO_SELECT and _bwd_gpu_arithmetic(xin)),
+        FMA_DX=not is_rms and _bwd_fma_dx(xin, relu, stages),
         PAIR_SUM=_bwd_pair_sum(xin), TWO_ROWS=_bwd_two_rows(xin, is_rms, dh is not None, relu, block),
         ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, max_warps))
     if plan.kw is not None and "num_warps" in plan.kw:
