@@ -123,17 +123,23 @@ def forward_flat(q, k, s, scale, tiles):
     """_score_forward_flat_kernel (sm_90: TMA loads and stores, persistent) at explicit tiles."""
     bt, m, d = q.shape
     n = k.shape[1]
-    bm, bn, warps, stages, per_sm, ws, maxnreg = tiles
+    bm, bn, warps, stages, per_sm, ws, maxnreg, *stream = tiles
     total = (m // bm) * (n // bn) * bt
     extra = {"maxnreg": maxnreg} if maxnreg else {}
     AT._score_forward_flat_kernel[(min(total, per_sm * L._sm_count(q)), 1, 1)](
         q, k, s, m, n, d, bt * m, bt * n, scale, total, ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_D=max(16, tessera.next_power_of_2(d)), WS=ws, num_warps=warps, num_stages=stages, **extra)
+        BLOCK_D=max(16, tessera.next_power_of_2(d)), WS=ws, STREAM=bool(stream and stream[0]), num_warps=warps,
+        num_stages=stages, **extra)
 
 
-# name -> (BLOCK_M, BLOCK_N, num_warps, num_stages, CTAs per SM, WS, maxnreg) of
-# _score_forward_flat_kernel
+# name -> (BLOCK_M, BLOCK_N, num_warps, num_stages, CTAs per SM, WS, maxnreg[, evict-first
+# stores]) of _score_forward_flat_kernel
 FLAT_FORWARD = {
+    "flat 64x128 w4 s2, 3 CTAs an SM, .cs": (64, 128, 4, 2, 3, False, None, True),
+    "flat 128x128 w8 s2, 2 CTAs an SM, .cs": (128, 128, 8, 2, 2, False, None, True),
+    "flat 64x256 w4 s2, 1 CTA an SM, .cs": (64, 256, 4, 2, 1, False, None, True),
+    "flat 64x256 w4 s4 ws, 1 CTA an SM, .cs": (64, 256, 4, 4, 1, True, None, True),
+    "flat 64x64 w4 s2, 4 CTAs an SM, .cs": (64, 64, 4, 2, 4, False, None, True),
     "flat 128x128 w8 s4 ws, 1 CTA an SM": (128, 128, 8, 4, 1, True, None),
     "flat 128x256 w8 s3 ws, 1 CTA an SM": (128, 256, 8, 3, 1, True, None),
     "flat 64x128 w4 s3 ws, 2 CTAs an SM": (64, 128, 4, 3, 2, True, None),

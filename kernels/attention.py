@@ -161,7 +161,7 @@ def _score_backward_flat_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, s
 @tessera.kernel
 def _score_forward_flat_kernel(Q, KEY, S, M, N, D, rows_q, rows_k, scale, tiles, ACC: tl.constexpr,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                               WS: tl.constexpr):
+                               WS: tl.constexpr, STREAM: tl.constexpr = False):
     """attention_score's forward on sm_90 GPUs: s = q k^T * scale with q, k and s read and
     written as 2-D arrays of all batches' rows (rows_q = batch x M rows of q and s, rows_k
     = batch x N of k; M a multiple of BLOCK_M and N of BLOCK_N, so that no tile crosses a
@@ -195,7 +195,12 @@ def _score_forward_flat_kernel(Q, KEY, S, M, N, D, rows_q, rows_k, scale, tiles,
         kt = tl.load(KEY + kr[:, None] * D + rd[None, :], mask=(kr[:, None] < rows_k) & (rd[None, :] < D),
                      other=0.0)
         acc = tl.dot(a, tl.trans(kt), out_dtype=ACC) * scale
-        tl.store(S + qr[:, None] * N + cols[None, :], acc, mask=(qr[:, None] < rows_q) & (cols[None, :] < N))
+        out = S + qr[:, None] * N + cols[None, :]
+        out_mask = (qr[:, None] < rows_q) & (cols[None, :] < N)
+        if STREAM:  # evict-first (st.global.cs): the scores are larger than the L2 and read once
+            tl.store(out, acc, mask=out_mask, cache_modifier=".cs")
+        else:
+            tl.store(out, acc, mask=out_mask)
         t += programs
 
 
