@@ -1,7 +1,7 @@
 """attention_score: batched q @ k^T * scale over the last two dimensions, forward and
 backward. The forward is linear.py's strided matmul with B = k^T (a swap of k's two
 strides) and the scale in its epilogue, its scores stored evict-first, or on sm_90 GPUs
-with fast memory _score_forward_flat_kernel (TMA loads, persistent); the backward
+with fast memory _score_forward_flat_kernel (TMA loads, persistent, evict-first); the backward
 computes dq = ds k * scale and dk = ds^T q * scale in one launch, reading ds from
 memory about once: _score_backward_flat_kernel on sm_90 GPUs (TMA rings, a producer
 warpgroup per branch), _score_backward_kernel elsewhere."""
@@ -239,13 +239,16 @@ def _check_scores(q, k):
                          f"(..., M, D) and (..., N, D) with the same leading dimensions")
 
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages, CTAs per SM, WS) of _score_forward_flat_kernel, the
-# forward on sm_90 GPUs with fast memory (H.fast_memory: the H200) where
-# _score_forward_flat_grid allows it. Kernel time at 8x2048x2048x64 fp16 (bench/
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, CTAs per SM, WS, STREAM) of
+# _score_forward_flat_kernel, the forward on sm_90 GPUs with fast memory (H.fast_memory: the
+# H200) where _score_forward_flat_grid allows it. Kernel time at 8x2048x2048x64 fp16 (bench/
 # attention_score_gpu.py --only fwd), of a copy of the same 71 MB (bench/results/
-# attention_score_gpu_float16_8x2048x2048x64_fwd_{h200,h100}_s12.md), H200 / H100:
+# attention_score_gpu_float16_8x2048x2048x64_fwd_{h200,h100}_s12*.md), H200 / H100:
 # - 64x128 over 4 warps, 2 stages, 3 CTAs an SM, not specialized (TMA loads, the tile
-#   stored through shared memory with 16-byte st.global): 0.851 / 0.897;
+#   stored through shared memory with 16-byte st.global), evict-first stores (.cs): 0.923 on
+#   the H200 (_s12_cs), above a fill of the output (0.887: torch's fill keeps its lines in
+#   the L2); the same with plain stores 0.851-0.856 / 0.897; with .cs, 128x128 s2 2 CTAs
+#   0.904, 64x64 s2 4 CTAs 0.815, 64x256 specialized 0.841;
 # - specialized, TMA stores: 64x256 1 CTA 0.851 / 0.896, 64x128 s3 2 CTAs 0.842 / 0.894,
 #   128x256 s3 0.839 / 0.913, 128x128 s4 0.822 / 0.890; 128x128 s2 2 CTAs not specialized
 #   0.846 / 0.906;
@@ -254,7 +257,7 @@ def _check_scores(q, k):
 # - cuBLAS's bmm 0.831 / 0.910; a write-only fill of the output 0.889 / 1.169 (the ceiling
 #   of a product whose bytes are nearly all its output's: on the H200 a write stream is
 #   slower than a copy, on the H100 faster).
-SCORE_FORWARD_FLAT_TILES = (64, 128, 4, 2, 3, False)
+SCORE_FORWARD_FLAT_TILES = (64, 128, 4, 2, 3, False, True)
 
 
 def _score_forward_flat_grid(like, bt, m, n, d, qs, ks, name):
@@ -265,7 +268,7 @@ def _score_forward_flat_grid(like, bt, m, n, d, qs, ks, name):
     (16-byte rows); q or k not (batch, rows, d) contiguous (the kernel's row stride is
     d); M or N not a multiple of the tile (a tile would cross a batch); an element offset
     of the 2-D views past int32 (the kernel's index arithmetic)."""
-    bm, bn, warps, stages, per_sm, ws = SCORE_FORWARD_FLAT_TILES
+    bm, bn, warps, stages, per_sm, ws, stream = SCORE_FORWARD_FLAT_TILES
     if name not in ("float16", "bfloat16") or not 0 < d <= 64 or d % 8 or m % bm or n % bn or not bt:
         return None
     if qs[1:] != (d, 1) or ks[1:] != (d, 1) or (bt > 1 and (qs[0] != m * d or ks[0] != n * d)):
@@ -275,7 +278,7 @@ def _score_forward_flat_grid(like, bt, m, n, d, qs, ks, name):
     tiles = (m // bm) * (n // bn) * bt
     return (min(tiles, per_sm * _sm_count(like)), 1, 1), dict(
         M=m, N=n, D=d, rows_q=bt * m, rows_k=bt * n, tiles=tiles, ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_D=max(16, tessera.next_power_of_2(d)), WS=ws, num_warps=warps, num_stages=stages)
+        BLOCK_D=max(16, tessera.next_power_of_2(d)), WS=ws, STREAM=stream, num_warps=warps, num_stages=stages)
 
 
 def attention_score_forward(q, k, scale):

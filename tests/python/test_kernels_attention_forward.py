@@ -30,7 +30,7 @@ def test_flat_forward_decision(monkeypatch):
     monkeypatch.setattr(AT, "_has_tma", lambda like: True)
     monkeypatch.setattr(AT.H, "fast_memory", lambda like: True)
     monkeypatch.setattr(AT, "_sm_count", lambda like: 132)
-    bm, bn, warps, stages, per_sm, ws = AT.SCORE_FORWARD_FLAT_TILES
+    bm, bn, warps, stages, per_sm, ws, stream = AT.SCORE_FORWARD_FLAT_TILES
     q = torch.empty(1, dtype=torch.float16)
 
     def grid(bt, m, n, d, qs=None, ks=None, name="float16"):
@@ -38,7 +38,8 @@ def test_flat_forward_decision(monkeypatch):
     g, kw = grid(8, 2048, 2048, 64)
     tiles = 8 * (2048 // bm) * (2048 // bn)
     assert g == (min(tiles, per_sm * 132), 1, 1) and kw["tiles"] == tiles
-    assert (kw["rows_q"], kw["rows_k"], kw["BLOCK_D"], kw["num_warps"], kw["WS"]) == (8 * 2048, 8 * 2048, 64, warps, ws)
+    assert (kw["rows_q"], kw["rows_k"], kw["BLOCK_D"], kw["num_warps"], kw["WS"], kw["STREAM"]) == \
+        (8 * 2048, 8 * 2048, 64, warps, ws, stream)
     assert grid(2, bm, bn, 48)[1]["BLOCK_D"] == 64 and grid(1, bm, bn, 8)[1]["BLOCK_D"] == 16
     assert grid(1, bm, bn, 64)[0] == (1, 1, 1)                     # one tile: one program
     assert grid(8, 2048, 2048, 128) is None                        # past one 128-byte TMA box
@@ -62,13 +63,14 @@ def test_flat_forward_decision(monkeypatch):
                                                      (1, 64, 64, 16, 64, 64, 1), (4, 32, 96, 40, 32, 32, 5)])
 def test_flat_forward_kernel_on_the_cpu(bt, m, n, d, bm, bn, programs, ws):
     # Programs taking several tiles each (and a grid not dividing them), D below its block,
-    # M != N, into NaN-filled scores.
+    # M != N, into NaN-filled scores; evict-first stores with the plain loop.
     gen = torch.Generator().manual_seed(bt * m + n + d)
     q, k = torch.randn(bt, m, d, generator=gen), torch.randn(bt, n, d, generator=gen)
     s = torch.full((bt, m, n), float("nan"))
     tiles = bt * (m // bm) * (n // bn)
     AT._score_forward_flat_kernel[(programs, 1, 1)](q, k, s, m, n, d, bt * m, bt * n, 0.25, tiles, ACC=tl.float32,
-                                                     BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=tessera.next_power_of_2(d), WS=ws)
+                                                     BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=tessera.next_power_of_2(d), WS=ws,
+                                                     STREAM=not ws)
     assert not torch.isnan(s).any()
     _close(s, q.double() @ k.double().transpose(1, 2) * 0.25, 1e-5, "scores")
 
@@ -107,14 +109,14 @@ def test_attention_score_launches_the_flat_kernel(shape, monkeypatch):
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_ptx_flat_forward_loads_by_tma_into_wgmma(dtype, tmp_path):
     # The shipped tiles: q's and k's tiles by TMA (two tensor maps), one K step of wgmma
-    # (k^T K-major), the scores through shared memory in 16-byte stores; no cp.async, no
-    # mma.sync, no spills.
-    bm, bn, warps, stages, per_sm, ws = AT.SCORE_FORWARD_FLAT_TILES
+    # (k^T K-major), the scores through shared memory in 16-byte evict-first stores; no
+    # cp.async, no mma.sync, no spills.
+    bm, bn, warps, stages, per_sm, ws, stream = AT.SCORE_FORWARD_FLAT_TILES
     ptr = f"*{dtype}:16"
     sig, ce, opts = launch_signature(AT._score_forward_flat_kernel, {p: ptr for p in ("Q", "KEY", "S")},
                                      (2048, 2048, 64, 8 * 2048, 8 * 2048, 0.125, 4096),
-                                     dict(ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=64, WS=ws, num_warps=warps,
-                                          num_stages=stages))
+                                     dict(ACC=tl.float32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=64, WS=ws, STREAM=stream,
+                                          num_warps=warps, num_stages=stages))
     ck = tessera.compile(AT._score_forward_flat_kernel, sig, ce, target="cuda:90a", **opts)
     ptx = ck.asm["ptx"]
     err = assemble_if_available(ptx, "90a", tmp_path, verbose=True)
@@ -123,7 +125,7 @@ def test_ptx_flat_forward_loads_by_tma_into_wgmma(dtype, tmp_path):
     assert len(ck.metadata["tensor_maps"].split("|")) == 1 + 2  # (its parameter index, then the maps)
     assert ptx.count("cp.async.bulk.tensor.2d.shared") >= 2 and "cp.async.cg" not in ptx and "mma.sync" not in ptx
     assert ptx.count("wgmma.mma_async") == 4  # 64 x 128 x 64: four k16 steps
-    assert "st.global.v4" in ptx or "cp.async.bulk.tensor.2d.global" in ptx
+    assert ptx.count("st.global.cs.v4") == bm * bn * 2 // 16 // (warps * 32)  # (16 bytes a thread a store)
 
 
 @pytest.mark.gpu
