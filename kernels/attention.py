@@ -1,7 +1,7 @@
 """attention_score: batched q @ k^T * scale over the last two dimensions, forward and
 backward. The forward is linear.py's strided matmul with B = k^T (a swap of k's two
 strides) and the scale in its epilogue, its scores stored evict-first, or on sm_90 GPUs
-with fast memory _score_forward_flat_kernel (TMA loads, persistent, evict-first); the backward
+_score_forward_flat_kernel (TMA loads, persistent, evict-first); the backward
 computes dq = ds k * scale and dk = ds^T q * scale in one launch, reading ds from
 memory about once: _score_backward_flat_kernel on sm_90 GPUs (TMA rings, a producer
 warpgroup per branch), _score_backward_kernel elsewhere."""
@@ -240,20 +240,21 @@ def _check_scores(q, k):
 
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages, CTAs per SM, WS, STREAM) of
-# _score_forward_flat_kernel, the forward on sm_90 GPUs with fast memory (H.fast_memory: the
-# H200) where _score_forward_flat_grid allows it. Kernel time at 8x2048x2048x64 fp16 (bench/
-# attention_score_gpu.py --only fwd), of a copy of the same 71 MB (bench/results/
-# attention_score_gpu_float16_8x2048x2048x64_fwd_{h200,h100}_s12*.md), H200 / H100:
+# _score_forward_flat_kernel, the forward on sm_90 GPUs where _score_forward_flat_grid allows
+# it. Kernel time at 8x2048x2048x64 fp16 (bench/attention_score_gpu.py --only fwd), of a copy
+# of the same 71 MB (bench/results/attention_score_gpu_float16_8x2048x2048x64_fwd_{h200,h100}
+# _s12*.md), H200 / H100:
 # - 64x128 over 4 warps, 2 stages, 3 CTAs an SM, not specialized (TMA loads, the tile
-#   stored through shared memory with 16-byte st.global), evict-first stores (.cs): 0.923 on
-#   the H200 (_s12_cs), above a fill of the output (0.887: torch's fill keeps its lines in
-#   the L2); the same with plain stores 0.851-0.856 / 0.897; with .cs, 128x128 s2 2 CTAs
-#   0.904, 64x64 s2 4 CTAs 0.815, 64x256 specialized 0.841;
+#   stored through shared memory with 16-byte st.global), evict-first stores (.cs): 0.923 /
+#   1.072 (_s12_cs); on the H200 above a fill of the output (0.887: torch's fill keeps its
+#   lines in the L2); the same with plain stores 0.851-0.856 / 0.896-0.897; with .cs,
+#   128x128 s2 2 CTAs 0.904 / 1.065, 64x64 s2 4 CTAs 0.815 / 1.069, 64x256 specialized
+#   0.841 / 1.052;
 # - specialized, TMA stores: 64x256 1 CTA 0.851 / 0.896, 64x128 s3 2 CTAs 0.842 / 0.894,
 #   128x256 s3 0.839 / 0.913, 128x128 s4 0.822 / 0.890; 128x128 s2 2 CTAs not specialized
 #   0.846 / 0.906;
 # - the batched matmul the other GPUs keep (linear.py's persistent kernel, 64x128 s2 3 CTAs,
-#   cp.async ring, .cs stores): 0.733 / 0.987;
+#   cp.async ring, .cs stores): 0.733 / 0.987-0.990;
 # - cuBLAS's bmm 0.831 / 0.910; a write-only fill of the output 0.889 / 1.169 (the ceiling
 #   of a product whose bytes are nearly all its output's: on the H200 a write stream is
 #   slower than a copy, on the H100 faster).
@@ -262,8 +263,7 @@ SCORE_FORWARD_FLAT_TILES = (64, 128, 4, 2, 3, False, True)
 
 def _score_forward_flat_grid(like, bt, m, n, d, qs, ks, name):
     """(grid, keywords) of _score_forward_flat_kernel for these operands, or None where
-    the forward keeps the batched matmul: not an sm_90 GPU with fast memory (the H100
-    runs the batched matmul faster: SCORE_FORWARD_FLAT_TILES); not 16-bit; a head dim over
+    the forward keeps the batched matmul: not an sm_90 GPU; not 16-bit; a head dim over
     64 (one TMA box of 128-byte rows: larger ones take no TMA) or not a multiple of 8
     (16-byte rows); q or k not (batch, rows, d) contiguous (the kernel's row stride is
     d); M or N not a multiple of the tile (a tile would cross a batch); an element offset
@@ -273,7 +273,7 @@ def _score_forward_flat_grid(like, bt, m, n, d, qs, ks, name):
         return None
     if qs[1:] != (d, 1) or ks[1:] != (d, 1) or (bt > 1 and (qs[0] != m * d or ks[0] != n * d)):
         return None
-    if max(bt * m * n, bt * m * d, bt * n * d) >= 2 ** 31 or not (_has_tma(like) and H.fast_memory(like)):
+    if max(bt * m * n, bt * m * d, bt * n * d) >= 2 ** 31 or not _has_tma(like):
         return None
     tiles = (m // bm) * (n // bn) * bt
     return (min(tiles, per_sm * _sm_count(like)), 1, 1), dict(

@@ -1,4 +1,4 @@
-"""attention_score's forward on sm_90 GPUs with fast memory (kernels/attention.py
+"""attention_score's forward on sm_90 GPUs (kernels/attention.py
 _score_forward_flat_kernel: q, k and the scores as 2-D arrays of all batches' rows, a
 persistent grid, TMA loads): which calls take it, the kernel compiled for the CPU against
 torch in fp64 (poisoned scores, several programs, more tiles than programs), its PTX for
@@ -28,7 +28,6 @@ def _close(got, want, tol, what):
 
 def test_flat_forward_decision(monkeypatch):
     monkeypatch.setattr(AT, "_has_tma", lambda like: True)
-    monkeypatch.setattr(AT.H, "fast_memory", lambda like: True)
     monkeypatch.setattr(AT, "_sm_count", lambda like: 132)
     bm, bn, warps, stages, per_sm, ws, stream = AT.SCORE_FORWARD_FLAT_TILES
     q = torch.empty(1, dtype=torch.float16)
@@ -51,9 +50,6 @@ def test_flat_forward_decision(monkeypatch):
     assert grid(1, 2048, 2048, 64, qs=(4096 * 64, 64, 1)) is not None  # one batch: any batch stride
     assert grid(8, 2048, 2048, 64, ks=(2048 * 64, 1, 2048)) is None  # k transposed
     assert grid(64, 8192, 8192, 64) is None                        # offsets past int32
-    monkeypatch.setattr(AT.H, "fast_memory", lambda like: False)
-    assert grid(8, 2048, 2048, 64) is None                         # an H100: the batched matmul
-    monkeypatch.setattr(AT.H, "fast_memory", lambda like: True)
     monkeypatch.setattr(AT, "_has_tma", lambda like: False)
     assert grid(8, 2048, 2048, 64) is None                         # not sm_90
 
@@ -83,7 +79,6 @@ def test_attention_score_launches_the_flat_kernel(shape, monkeypatch):
     # the same scores.
     monkeypatch.setattr(L.H, "on_gpu", lambda t: True)
     monkeypatch.setattr(AT, "_has_tma", lambda like: True)
-    monkeypatch.setattr(AT.H, "fast_memory", lambda like: True)
     monkeypatch.setattr(AT, "_sm_count", lambda like: 4)
     *lead, m, n, d = shape
     gen = torch.Generator().manual_seed(m + n + d)
@@ -133,8 +128,7 @@ def test_ptx_flat_forward_loads_by_tma_into_wgmma(dtype, tmp_path):
 @pytest.mark.parametrize("shape", [(8, 2048, 2048, 64), (2, 3, 128, 384, 48), (3, 320, 256, 16)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_flat_forward_on_gpu(shape, dtype, monkeypatch):
-    # On an sm_90 GPU with fast memory (an H200) these shapes take the flat kernel
-    # (elsewhere the batched matmul):
+    # On an sm_90 GPU these shapes take the flat kernel (elsewhere the batched matmul):
     # NaN-filled scores, near fp64, the fast and autograd paths' bits equal.
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
@@ -153,5 +147,5 @@ def test_flat_forward_on_gpu(shape, dtype, monkeypatch):
     torch.testing.assert_close(tk.attention_score(qg, k).detach(), s, rtol=0, atol=0)
     bt = q.numel() // (m * d)
     taken = AT._score_forward_flat_grid(q, bt, m, n, d, (m * d, d, 1), (n * d, d, 1), str(dtype)[6:]) is not None
-    assert taken == (torch.cuda.get_device_capability()[0] == 9 and AT.H.fast_memory(q))
+    assert taken == (torch.cuda.get_device_capability()[0] == 9)
     torch.cuda.synchronize()

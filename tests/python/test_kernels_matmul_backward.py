@@ -349,7 +349,8 @@ def test_attention_score_backward_launches_the_fused_kernel(tma, shape, monkeypa
                                    (2, 2048, 1024, 64), (3, 320, 192, 64), (2, 64, 1088, 32)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_attention_score_writes_every_element_on_gpu(shape, dtype, monkeypatch):
-    # The scores (the persistent kernel's 64x128 tiles, evict-first stores) and dq, dk
+    # The scores (on an H100/H200 the flat kernel's 64x128 tiles where M and N allow,
+    # elsewhere the persistent matmul's; evict-first stores) and dq, dk
     # (the fused backward, K order rotated) into NaN-filled outputs: edge tiles with M and
     # N not multiples of the tiles (333 x 208: partial row blocks and K steps on both
     # sides, a rotation over 3 and 2 K blocks), two leading dimensions, one query row
