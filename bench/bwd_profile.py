@@ -89,7 +89,8 @@ def norm_plans(inputs):
 NORM_CONFIGS = [(1, 16, True, True, False, 1), (2, 8, True, True, False, 1), (2, 16, True, True, False, 1),
                 (2, 8, False, True, False, 2), (2, 8, False, True, False, 3), (2, 8, False, True, False, 4),
                 (2, 8, False, True, True, 3), (3, 8, False, True, False, 3), (4, 4, False, True, False, 3),
-                (1, 16, False, True, True, 3), (1, 16, False, True, True, 4), (2, 16, False, True, False, 3)]
+                (1, 16, False, True, True, 3), (1, 16, False, True, True, 4), (2, 16, False, True, False, 3),
+                (1, 16, False, True, False, 2), (1, 16, False, True, False, 3)]
 # (rows per program, column block, warps, next row's loads ahead, two rows a step,
 # programs per SM under a register cap or None); the first is the default. Registers
 # (ptxas for sm_90a, erf / tanh-exp form, 2 warps): one row 63 / 47 (16 / 21 programs per
