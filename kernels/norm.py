@@ -373,9 +373,9 @@ BWD_STAGES = None  # with BWD_PLAN_OVERRIDE: the stream ring's stages (None: 1; 
 # either cut 0.880, no select 0.896, both 0.878, the FMAs alone 0.811 (ptxas schedules the
 # ReLU's loop worse with them: 396 SASS instructions a row step against 451 without the
 # cuts, yet slower; a second run, bwd_sweep_norm_cuts_h200_s12_run2.log: no select 0.895,
-# both 0.868, neither 0.869, and 3 stages with no select 0.907, now its plan). On an H100 (bwd_sweep_norm_cuts_h100_s12.log), under the register
-# prefetch and its register cap, the FMAs took layer_norm from 0.922 to 0.748 and the ReLU
-# form from 0.952 to 0.511.
+# both 0.868, neither 0.869, and 3 stages with no select 0.907, now its plan). On an H100
+# (bwd_sweep_norm_cuts_h100_s12.log), under the register prefetch and its register cap, the
+# FMAs took layer_norm from 0.922 to 0.748 and the ReLU form from 0.952 to 0.511.
 BWD_NO_SELECT = True
 BWD_FMA_DX = True
 BWD_FMA_DX_RELU = False

@@ -1035,7 +1035,7 @@ def _cross_entropy_fast(logits, target, ignore_index, smoothing, reduction, keep
     that a busier host made the forward host-bound (bench/results/
     kernels_cuda_float16_h200_cefwd.md)."""
     T = H.torch
-    if T is None or type(logits) is not T.Tensor or type(target) is not T.Tensor:
+    if T is None or type(logits) is not T.Tensor or type(target) is not T.Tensor or not logits.is_cuda:
         return None
     # (In _CE_PLANS beside the plans it is made from: a test that clears those clears these.)
     key = ("fast", logits.shape, logits.stride(), logits.dtype, logits.get_device(), target.shape, target.stride(),
