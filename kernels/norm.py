@@ -353,7 +353,7 @@ BWD_GPU_PLANS = {
 }
 BWD_GPU_PLANS_FAST_MEMORY = {
     "layer_norm": (2, 8, False, 2),
-    "layer_norm+relu": (2, 8, False, 3),  # (session 12, without the select: 0.907 against 2 stages' 0.896)
+    "layer_norm+relu": (2, 8, False, 2),
     "rms_norm": (1, 16, True, 3),
     "residual": (2, 8, False, 2),
 }
@@ -373,7 +373,9 @@ BWD_STAGES = None  # with BWD_PLAN_OVERRIDE: the stream ring's stages (None: 1; 
 # either cut 0.880, no select 0.896, both 0.878, the FMAs alone 0.811 (ptxas schedules the
 # ReLU's loop worse with them: 396 SASS instructions a row step against 451 without the
 # cuts, yet slower; a second run, bwd_sweep_norm_cuts_h200_s12_run2.log: no select 0.895,
-# both 0.868, neither 0.869, and 3 stages with no select 0.907, now its plan). On an H100
+# both 0.868, neither 0.869, and 3 stages with no select 0.907; in bench/kernels.py 3 stages
+# gave 0.888 (kernels_cuda_float16_h200_s12_relu_ring3.md) where 2 gave 0.894 in the full
+# round: no better within the noise, so 2 stay). On an H100
 # (bwd_sweep_norm_cuts_h100_s12.log), under the register prefetch and its register cap, the
 # FMAs took layer_norm from 0.922 to 0.748 and the ReLU form from 0.952 to 0.511.
 BWD_NO_SELECT = True
