@@ -232,3 +232,33 @@ def test_ex2_clamped_short_form_matches_numpy_on_the_gpu(exp2, lo, propagate_nan
     bound = 2.0 ** -21 + (0 if exp2 else np.abs(xc) * 2.0 ** -23)
     assert (rel <= bound).all(), (x[np.argmax(rel - bound)], rel.max())
     assert (got > 0).all()  # the clamp keeps every result a normal number, never 0
+
+
+@tessera.kernel
+def exp2_of_kernel(x_ptr, out_ptr, n, FORM: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0)
+    a = tl.minimum(tl.abs(x), 6.0)
+    if FORM == 0:    # a Horner chain in a in [0, 6] (the normal tail's shape): [-35.8, -1]
+        q = tl.fma(tl.fma(tl.fma(8.47e-06, a, -0.0527), a, -1.151), a, -1.0)
+    elif FORM == 1:  # [-280, -100]: results below 2^-126
+        q = a * -30.0 - 100.0
+    elif FORM == 2:  # unbounded
+        q = x * 0.5 - 1.0
+    else:            # clamped (the softmax kernels' form)
+        q = tl.maximum(x, -126.0)
+    tl.store(out_ptr + offs, tl.exp2(q), mask=m)
+
+
+@pytest.mark.parametrize("form,ftz", [(0, True), (1, False), (2, False), (3, True)],
+                         ids=["horner-in-a-clamp", "below-2^-126", "unbounded", "max-clamp"])
+def test_exp2_takes_ftz_where_the_argument_is_bounded(form, ftz, tmp_path):
+    # The NVPTX lowering takes ex2.approx.ftz (the SFU alone) where it can prove the argument
+    # at or above -126 from the IR (compiler/codegen/common/float_range.h), ex2.approx.f32
+    # (denormal results kept: four instructions) elsewhere.
+    ck = tessera.compile(exp2_of_kernel, signature="*fp32,*fp32,i32", constexprs={"FORM": form, "BLOCK": 128},
+                         target="cuda:90a")
+    ptx = ck.asm["ptx"]
+    assert ("ex2.approx.ftz.f32" in ptx) == ftz and ("ex2.approx.f32" in ptx) == (not ftz), ptx
+    assemble(ptx, "90a", tmp_path)

@@ -7,6 +7,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include "codegen/common/elementwise.h"
+#include "codegen/common/float_range.h"
 #include "codegen/common/loop_hints.h"
 #include "codegen/nvptx/float_remainder_nvptx.h"
 #include "codegen/nvptx/math_nvptx.h"
@@ -15,21 +16,24 @@ namespace tessera::codegen::nvptx {
 
 namespace {
 
-// Whether ex2's argument is maxnum(y, c) or maximum(y, c) (tl.maximum with a constant,
-// without or with propagate_nan) for a c at or above `floor`. ex2.approx.f32 keeps denormal results, which ptxas implements as four
-// instructions per call (a compare, a halving of the argument, the SFU, a squaring of
-// the result); the .ftz form is the SFU alone, and differs only for results below
-// 2^-126, which an argument clamped at >= -126 never produces. Kernels summing
-// exponentials (softmax_ce.py) clamp to get the short form: ex2(max(z, -126)).
+// Whether ex2's argument is at or above `floor`: maxnum(y, c) or maximum(y, c) (tl.maximum
+// with a constant, without or with propagate_nan) for a c at or above it, or a value whose
+// interval (codegen/common/float_range.h) lies above it with a margin of 1 for the
+// rounding of its f32 evaluation (kernels/activation.py _normal_tail's polynomial in
+// min(|x|, 6): [-35.8, -1]). ex2.approx.f32 keeps denormal results, which ptxas implements
+// as four instructions per call (a compare, a halving of the argument, the SFU, a squaring
+// of the result); the .ftz form is the SFU alone, and differs only for results below
+// 2^-126, which an argument at or above -126 never produces. Kernels summing exponentials
+// (softmax_ce.py) clamp to get the short form: ex2(max(z, -126)).
 bool ex2_argument_is_clamped_at(llvm::Value* v, double floor) {
   auto* call = llvm::dyn_cast<llvm::CallInst>(v);
-  if (!call || (call->getIntrinsicID() != llvm::Intrinsic::maxnum &&
-                call->getIntrinsicID() != llvm::Intrinsic::maximum))
-    return false;
-  for (llvm::Value* operand : call->args())
-    if (auto* c = llvm::dyn_cast<llvm::ConstantFP>(operand))
-      if (c->getValueAPF().convertToDouble() >= floor) return true;
-  return false;
+  if (call && (call->getIntrinsicID() == llvm::Intrinsic::maxnum ||
+               call->getIntrinsicID() == llvm::Intrinsic::maximum))
+    for (llvm::Value* operand : call->args())
+      if (auto* c = llvm::dyn_cast<llvm::ConstantFP>(operand))
+        if (c->getValueAPF().convertToDouble() >= floor) return true;
+  const std::optional<FloatRange> r = float_range(v);
+  return r && r->lo >= floor + 1.0;
 }
 
 // exp/exp2 of f32 (and f16/bf16, computed in f32) with the SFU's ex2.approx, as
