@@ -65,6 +65,9 @@ CompileResult compile_tile_ir(const std::string& ir_text, const CompileOptions& 
   std::string written;
   for (int i : analysis::written_pointer_args(*k)) written += (written.empty() ? "" : ",") + std::to_string(i);
   r.metadata["written_args"] = written;  // the launch refuses read-only arrays for these
+  // Programs run in clusters of this many along grid axis 0 (cluster_reduce_scatter):
+  // the launch checks the grid and groups them (CPU threads, GPU thread-block clusters).
+  if (int c = analysis::cluster_size(*k->body())) r.metadata["cluster"] = std::to_string(c);
 
   if (opts.target == "cpu") {
     auto out = codegen::x86::compile_x86(*k, opts);

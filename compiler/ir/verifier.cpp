@@ -27,6 +27,7 @@ class Verifier {
  private:
   const Kernel& k_;
   std::unordered_set<const Value*> defined_;
+  int64_t cluster_ = 0;  // the cluster size the kernel's cluster ops name
 
   [[noreturn]] void fail(const Op* op, const std::string& what) {
     std::string where = op ? std::string(" at '") + op->name() + "' (" + k_.file() + ":" +
@@ -183,6 +184,22 @@ class Verifier {
           if (d != ax && idx.shape[d] != src.shape[d]) fail(&op, "gather index shape differs off the axis");
         if (!idx.elem.is_int() || r.shape != idx.shape || r.elem != src.elem || src.elem.is_ptr())
           fail(&op, "bad gather types");
+        break;
+      }
+      case OpKind::ClusterReduceScatter: {
+        // The f32 tile summed over the cluster's programs; the result is this program's
+        // rows: dim 0 split into `cluster` equal parts, the other dims kept.
+        n_operands(op, 1, 1), n_results(op, 1);
+        const Type &x = op.operands[0]->type, &r = op.result()->type;
+        int64_t c = op.int_attr("cluster", 0);
+        if (!is_pow2(c) || c < 2 || c > 16) fail(&op, "cluster must be a power of two from 2 to 16");
+        if (cluster_ && cluster_ != c) fail(&op, "the kernel's cluster ops name different cluster sizes");
+        cluster_ = c;
+        if (!x.is_tile() || x.elem.kind != ScalarKind::F32 || r.elem != x.elem || r.rank() != x.rank() ||
+            x.shape[0] % c || r.shape[0] != x.shape[0] / c)
+          fail(&op, "cluster_reduce_scatter takes an f32 tile whose dim 0 the cluster divides, and returns its part");
+        for (int d = 1; d < x.rank(); ++d)
+          if (r.shape[d] != x.shape[d]) fail(&op, "cluster_reduce_scatter keeps the dims after the first");
         break;
       }
       case OpKind::Split:

@@ -132,7 +132,8 @@ uint64_t pack_arg(PyObject* o, char kind, size_t index) {
   return slot;
 }
 
-void launch_cpu(uintptr_t entry, int64_t g0, int64_t g1, int64_t g2, py::tuple args, const std::string& kinds) {
+void launch_cpu(uintptr_t entry, int64_t g0, int64_t g1, int64_t g2, py::tuple args, const std::string& kinds,
+                int cluster) {
   if (args.size() != kinds.size()) throw py::value_error("launch: argument count does not match the kernel");
   if (g0 < 0 || g1 < 0 || g2 < 0) throw py::value_error("grid dimensions must be >= 0");
   uint64_t argv_small[32];
@@ -149,7 +150,7 @@ void launch_cpu(uintptr_t entry, int64_t g0, int64_t g1, int64_t g2, py::tuple a
   if (g0 > INT32_MAX || g1 > INT32_MAX || g2 > INT32_MAX) throw py::value_error("grid dimension exceeds 2^31-1");
   py::gil_scoped_release release;
   runtime::launch_cpu(reinterpret_cast<runtime::CpuEntry>(entry), argv, static_cast<int32_t>(g0),
-                      static_cast<int32_t>(g1), static_cast<int32_t>(g2));
+                      static_cast<int32_t>(g1), static_cast<int32_t>(g2), cluster);
 }
 
 void launch_cuda(int device, uintptr_t fn, int64_t g0, int64_t g1, int64_t g2, int threads, int shared,
@@ -254,12 +255,14 @@ py::list cache_list(const std::string& dir) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "Tessera's C++ core: compiler, CPU runtime and cache";
   py::register_exception<runtime::DeviceAssertError>(m, "DeviceAssertError", PyExc_AssertionError);
+  py::register_exception<runtime::ClusterError>(m, "ClusterError", PyExc_RuntimeError);
   m.def("compile", &compile, py::arg("ir"), py::arg("target") = "cpu", py::arg("num_warps") = 4,
         py::arg("num_stages") = 3, py::arg("debug") = false, py::arg("dump") = std::vector<std::string>{},
         py::arg("cpu_name") = "", py::arg("cpu_features") = "");
   m.def("run_passes", &run_passes);
   m.def("load_cpu", &load_cpu);
-  m.def("launch_cpu", &launch_cpu);
+  m.def("launch_cpu", &launch_cpu, py::arg("entry"), py::arg("g0"), py::arg("g1"), py::arg("g2"), py::arg("args"),
+        py::arg("kinds"), py::arg("cluster") = 0);
   m.def("hash_key", &hash_key);
   m.def("cache_get", &cache_get);
   m.def("cache_put", &cache_put);
@@ -291,13 +294,13 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "cuda_load",
       [](int device, const py::bytes& image, const std::string& name, int shared, const std::string& tensor_maps,
-         bool pdl) {
+         bool pdl, int cluster) {
         std::string img = image;
         py::gil_scoped_release release;
-        return runtime::cuda::load_kernel(device, img, name, shared, tensor_maps, pdl);
+        return runtime::cuda::load_kernel(device, img, name, shared, tensor_maps, pdl, cluster);
       },
       py::arg("device"), py::arg("image"), py::arg("name"), py::arg("shared"), py::arg("tensor_maps") = "",
-      py::arg("pdl") = false);
+      py::arg("pdl") = false, py::arg("cluster") = 0);
   m.def("cuda_launch", &launch_cuda);
   m.def("cuda_kernel_attributes", [](uintptr_t kernel) {
     runtime::cuda::KernelAttributes a = runtime::cuda::kernel_attributes(kernel);

@@ -82,6 +82,8 @@ class CompiledKernel:
         # What the C++ launch path needs to launch without Python:
         # ("cpu", entry address) or ("cuda", device, kernel handle, threads,
         # dynamic shared bytes, current-stream getter or None). Set by Kernel._compile_for.
+        # A kernel launched in clusters has ("cpu-cluster", ...) or ("cuda-cluster", ...),
+        # which the C++ path leaves to the Python launcher (it checks the grid).
         self._fast_target = None
 
     @property
@@ -94,7 +96,7 @@ class CompiledKernel:
     # Triton's, is the local memory per thread in 4-byte words: spilled registers plus
     # local arrays). None for a CPU kernel and for one not launched yet (tessera.compile).
     def _gpu_attributes(self):
-        if self._fast_target is None or self._fast_target[0] != "cuda":
+        if self._fast_target is None or not self._fast_target[0].startswith("cuda"):
             return None
         return _C.cuda_kernel_attributes(self._fast_target[2])
 
@@ -197,9 +199,34 @@ def _gpu_target(kernel_name, device):
     return f"cuda:{cap}a" if cap >= 90 else f"cuda:{cap}"
 
 
-def _cpu_launcher(ck):
-    ck._fast_target = ("cpu", ck.entry)
-    return functools.partial(_C.launch_cpu, ck.entry)
+def _cluster_size(ck):
+    """Programs per cluster of a kernel that calls tl.cluster_reduce_scatter, else 0."""
+    return int(ck.metadata.get("cluster", 0) or 0)
+
+
+def _check_cluster_grid(kernel_name, g0, cluster):
+    if g0 % cluster:
+        raise ValueError(f"kernel {kernel_name} runs its programs in clusters of {cluster} along grid axis 0 "
+                         f"(tl.cluster_reduce_scatter(..., {cluster})), so the grid's first extent must be a "
+                         f"multiple of {cluster}; it is {g0}")
+
+
+def _cpu_launcher(ck, kernel_name):
+    cluster = _cluster_size(ck)
+    if not cluster:
+        ck._fast_target = ("cpu", ck.entry)
+        return functools.partial(_C.launch_cpu, ck.entry)
+    ck._fast_target = ("cpu-cluster", ck.entry)
+    entry, launch_cpu = ck.entry, _C.launch_cpu
+
+    def launch(g0, g1, g2, args, kinds):
+        _check_cluster_grid(kernel_name, g0, cluster)
+        try:
+            launch_cpu(entry, g0, g1, g2, args, kinds, cluster)
+        except _C.ClusterError as e:
+            raise _C.ClusterError(f"kernel {kernel_name}: {e}") from None
+
+    return launch
 
 
 def _named_cuda_error(kernel_name, e):
@@ -227,16 +254,19 @@ def _cuda_launcher(ck, device, num_warps, kernel_name):
         # A handle that survives a context reset: its module is reloaded when needed.
         # pdl: the kernel calls gdc_wait, so it is launched with programmatic dependent launch.
         fn = _C.cuda_load(index, ck.binary, ck.entry_symbol, shared, ck.metadata.get("tensor_maps", ""),
-                          ck.metadata.get("pdl") == "1" and _PDL)
+                          ck.metadata.get("pdl") == "1" and _PDL, _cluster_size(ck))
     except _C.CudaError as e:
         raise _named_cuda_error(kernel_name, e) from None
     # The block size the kernel was compiled for (a kernel may fix num_warps itself).
     threads = int(ck.metadata.get("threads") or 32 * int(ck.metadata.get("num_warps", num_warps) or num_warps))
     current = _current_stream_getter()
     launch_cuda = _C.cuda_launch
-    ck._fast_target = ("cuda", index, fn, threads, shared, current)
+    cluster = _cluster_size(ck)
+    ck._fast_target = ("cuda-cluster" if cluster else "cuda", index, fn, threads, shared, current)
 
     def launch(g0, g1, g2, args, kinds, stream=None):
+        if cluster:
+            _check_cluster_grid(kernel_name, g0, cluster)
         if stream is None:
             stream = current(index) if current is not None else 0
         try:
@@ -552,7 +582,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         g = self._grid(grid, values)
         runtime = tuple(v for ce, v in zip(self.constexpr_mask, values) if not ce)
         # A CUDA failure is a _C.CudaError naming the kernel (see _cuda_launcher).
-        on_gpu = ck._fast_target is not None and ck._fast_target[0] == "cuda"
+        on_gpu = ck._fast_target is not None and ck._fast_target[0].startswith("cuda")
         extra = {"stream": stream} if on_gpu and stream is not None else {}  # stream= means nothing on the CPU
         ck.launcher(g[0], g[1], g[2], runtime, ck.kinds, **extra)
         return ck
@@ -628,7 +658,7 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         ck.runtime_indices = runtime
         written = ck.metadata.get("written_args", "")
         ck.written_indices = tuple(runtime[int(j)] for j in written.split(",") if j)
-        ck.launcher = _cpu_launcher(ck) if target == "cpu" else _cuda_launcher(ck, device, opt_key[0], self.__name__)
+        ck.launcher = _cpu_launcher(ck, self.__name__) if target == "cpu" else _cuda_launcher(ck, device, opt_key[0], self.__name__)
         return ck
 
     def _interpret(self, values, grid):

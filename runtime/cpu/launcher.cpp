@@ -20,6 +20,11 @@ std::string g_assert_message;
 
 extern "C" {
 
+// cluster.cpp
+int32_t tessera_cpu_cluster_rank();
+void* tessera_cpu_cluster_slot(int32_t rank, int64_t bytes);
+void tessera_cpu_cluster_barrier();
+
 void tessera_cpu_print(const char* prefix, int32_t p0, int32_t p1, int32_t p2, int64_t flat, int32_t operand,
                        int32_t kind, int64_t ival, double dval) {
   std::lock_guard<std::mutex> lock(g_print_mutex);
@@ -50,10 +55,12 @@ void tessera_cpu_assert_fail(const char* msg, const char* file, int32_t line, in
 
 namespace tessera::runtime {
 
-void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2) {
+void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2, int cluster) {
   int64_t total = int64_t(n0) * n1 * n2;
   if (total <= 0) return;
-  if (total == 1) {
+  if (cluster > 0) {
+    launch_cpu_clusters(entry, argv, n0, n1, n2, cluster);
+  } else if (total == 1) {
     entry(argv, 0, 1, n0, n1, n2);
   } else {
     ThreadPool::global().parallel_for(total, [&](int64_t b, int64_t e) { entry(argv, b, e, n0, n1, n2); });
@@ -71,7 +78,10 @@ void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, in
 
 std::map<std::string, void*> cpu_runtime_symbols() {
   return {{"tessera_cpu_print", reinterpret_cast<void*>(&tessera_cpu_print)},
-          {"tessera_cpu_assert_fail", reinterpret_cast<void*>(&tessera_cpu_assert_fail)}};
+          {"tessera_cpu_assert_fail", reinterpret_cast<void*>(&tessera_cpu_assert_fail)},
+          {"tessera_cpu_cluster_rank", reinterpret_cast<void*>(&tessera_cpu_cluster_rank)},
+          {"tessera_cpu_cluster_slot", reinterpret_cast<void*>(&tessera_cpu_cluster_slot)},
+          {"tessera_cpu_cluster_barrier", reinterpret_cast<void*>(&tessera_cpu_cluster_barrier)}};
 }
 
 }  // namespace tessera::runtime

@@ -31,6 +31,7 @@ using CUevent = void*;
 constexpr int kAttrComputeMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kAttrComputeMinor = 76;
 constexpr int kFuncAttrMaxDynamicShared = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+constexpr int kFuncAttrNonPortableClusterSizeAllowed = 14;  // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 
 struct Driver {
   void* lib = nullptr;
@@ -382,6 +383,7 @@ struct LoadedKernel {
   // asked for by the compiled metadata's "pdl" (the kernel calls gdc_wait) and kept only
   // where the device (sm_90+) and the driver (cuLaunchKernelEx) have it.
   bool pdl = false;
+  int cluster = 0;  // CTAs per thread-block cluster (0: none)
 };
 
 // The last kernel launched on each device: a later asynchronous error is reported
@@ -466,6 +468,8 @@ void load_into_context(LoadedKernel& k) {
   // load_function does the loading (and the function attributes, such as more than
   // 48 KB of dynamic shared memory); this adds what survives a reset.
   auto fn = reinterpret_cast<CUfunction>(load_function(k.device, k.image, k.name, k.shared_bytes));
+  if (k.cluster > 8)  // 16: the H100's non-portable cluster size, which the function must allow
+    check(d.cuFuncSetAttribute(fn, kFuncAttrNonPortableClusterSizeAllowed, 1), "cuFuncSetAttribute");
   if (d.cuFuncGetAttribute) {
     int v = 0;
     if (d.cuFuncGetAttribute(&v, kFuncAttrMaxThreads, fn) == 0 && v > 0) k.max_threads = v;
@@ -518,7 +522,7 @@ bool is_sticky_error(int code) {
 uint64_t context_generation(int device) { return generation_of(device); }
 
 uintptr_t load_kernel(int device, const std::string& image, const std::string& kernel_name, int shared_bytes,
-                      const std::string& tensor_maps, bool pdl) {
+                      const std::string& tensor_maps, bool pdl, int cluster) {
   if (device < 0 || device >= kMaxDevices || device >= device_count())
     throw CudaError("there is no CUDA device " + std::to_string(device) + " (this machine has " +
                         std::to_string(device_count()) + ")",
@@ -548,6 +552,7 @@ uintptr_t load_kernel(int device, const std::string& image, const std::string& k
   // Without PDL a kernel that calls gdc_wait still runs correctly: griddepcontrol.wait
   // returns at once when the grid was not launched early.
   k->pdl = pdl && driver().cuLaunchKernelEx && compute_capability(device) >= 90;
+  k->cluster = cluster;
   load_into_context(*k);
   return reinterpret_cast<uintptr_t>(k.release());
 }

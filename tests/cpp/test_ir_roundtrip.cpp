@@ -243,6 +243,15 @@ TEST(IrVerifier, RejectsBrokenRulesWithOpAndLoc) {
       {"%0 = splat %a : tile<8xi32>\n  %1 = reduce %0 {axis = 1} : i32 {\n  ^(%x: i32, %y: i32):\n    yield %x\n  } "
        "loc(4:2)",
        "axis out of range"},
+      {"%0 = splat %f : tile<8x4xf32>\n  %1 = cluster_reduce_scatter %0 {cluster = 3} : tile<2x4xf32> loc(4:2)",
+       "cluster must be a power of two from 2 to 16"},
+      {"%0 = splat %f : tile<8x4xf32>\n  %1 = cluster_reduce_scatter %0 {cluster = 2} : tile<2x4xf32> loc(4:2)",
+       "returns its part"},
+      {"%0 = splat %a : tile<8xi32>\n  %1 = cluster_reduce_scatter %0 {cluster = 2} : tile<4xi32> loc(4:2)",
+       "takes an f32 tile"},
+      {"%0 = splat %f : tile<8x4xf32>\n  %1 = cluster_reduce_scatter %0 {cluster = 2} : tile<4x4xf32>\n"
+       "  %2 = cluster_reduce_scatter %0 {cluster = 4} : tile<2x4xf32> loc(4:2)",
+       "different cluster sizes"},
   };
   for (auto& c : cases) {
     std::string text = std::string("kernel @bad(%a: i32, %f: f32, %p: ptr<f32>) attributes {file = \"/t/bad.py\"} {\n  ") +

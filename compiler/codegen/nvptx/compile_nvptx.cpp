@@ -67,6 +67,18 @@ bool is_nvptx_target(const std::string& target) {
   return target.rfind("cuda:", 0) == 0 || target.rfind("sm_", 0) == 0;
 }
 
+// The kernel's thread-block cluster shape (cluster_nvptx.cpp) in its PTX entry, which
+// LLVM 19 cannot write: `.explicitcluster` and `.reqnctapercluster c, 1, 1` after the
+// parameter list, where nvcc puts __cluster_dims__. An ordinary launch then runs the
+// grid in clusters of c CTAs along x.
+static void name_cluster_shape(std::string& ptx, int c, const std::string& kernel) {
+  size_t entry = ptx.find(".entry ");
+  size_t body = entry == std::string::npos ? entry : ptx.find("\n{", entry);
+  if (body == std::string::npos)
+    throw CompileError("no kernel entry in the PTX of " + kernel + " (this is a Tessera bug)", false);
+  ptx.insert(body, "\n.explicitcluster\n.reqnctapercluster " + std::to_string(c) + ", 1, 1");
+}
+
 NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   std::string digits = arch_digits(opts.target);
   if (digits.empty())
@@ -146,6 +158,7 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
     throw CompileError("LLVM cannot emit PTX for " + out.arch + " (this is a Tessera bug)", false);
   pm.run(*m);
   out.ptx.assign(buf.begin(), buf.end());
+  if (int c = lowering.cluster_size()) name_cluster_shape(out.ptx, c, k.name);
   return out;
 }
 

@@ -196,11 +196,13 @@ llvm::Function* GpuLowering::run() {
     nprog_[i] = b_.CreateIntrinsic(nctaid[i], {}, {});
   }
   b_.SetInsertPoint(start);
+  plan_cluster();
   count_specialize_asks(*k_.body());
   plan_load_layouts(*k_.body());
   lower_block(*k_.body());
   if (!b_.GetInsertBlock()->getTerminator()) b_.CreateRetVoid();
   finish_tma_stores();
+  finish_cluster();
   b_.SetInsertPoint(entry_);
   b_.CreateBr(start);
 
@@ -333,6 +335,7 @@ void GpuLowering::lower_op(const Op& op) {
     case OpKind::Dot: return lower_dot(op);
     case OpKind::AtomicRmw:
     case OpKind::AtomicCas: return lower_atomic(op);
+    case OpKind::ClusterReduceScatter: return lower_cluster_reduce_scatter(op);
     default: break;
   }
   if (!op.results.empty() && op.result()->type.is_tile()) return lower_tile_op(op);

@@ -70,6 +70,7 @@ class GpuLowering {
   // Emits the kernel function (named after the kernel) and returns it.
   llvm::Function* run();
   int shared_bytes() const { return shared_bytes_; }
+  int cluster_size() const { return cluster_; }  // programs per thread-block cluster (cluster_nvptx.cpp), 0: none
   // Threads per block to launch: num_warps*32 per consumer warpgroup (two for a
   // ping-pong loop), plus a warp-specialized loop's producer warpgroup.
   int block_threads() const {
@@ -157,6 +158,11 @@ class GpuLowering {
   // not here (no map planned, not past a specialized loop's split, no room), store as before.
   bool tma_store(const ir::Op& op, const BlockedLayout& src);
   void finish_tma_stores();  // run(): before each return, wait for the stores issued
+
+  // --- cluster_nvptx.cpp: cluster_reduce_scatter through distributed shared memory ---
+  void plan_cluster();    // run(), first: the exchange buffer and the first barrier phase
+  void lower_cluster_reduce_scatter(const ir::Op& op);
+  void finish_cluster();  // run(): each return waits until the cluster is done reading
 
   // --- lower_reduce_nvptx.cpp ------------------------------------------------
   void lower_reduce(const ir::Op& op);
@@ -488,6 +494,8 @@ class GpuLowering {
   int tma_store_bufs_ = 0;
   int64_t tma_store_chunk_bytes_ = 0;
   int smem_count_ = 0;
+  int cluster_ = 0;                      // the kernel's cluster size (cluster_nvptx.cpp), 0: none
+  llvm::Value* cluster_buf_ = nullptr;   // its exchange buffer (f32)
   // Staging buffers for dot operands, shared by every dot (lower_dot_nvptx.cpp).
   llvm::Value* dot_smem_[2] = {};
   int64_t dot_stage_bytes_[2] = {};   // one copy of each staging buffer

@@ -93,6 +93,9 @@ bool GpuLowering::warp_specialize_loop(const Op& loop, const std::optional<Pipel
   if (!asks_warp_specialize(loop)) return false;
   if (!wgmma_ || !tma_ || tma_cta_barrier_) return false;  // a schedule hint other targets ignore
   const std::string why = "tl.range(..., warp_specialize=True): ";
+  if (cluster_)
+    unsupported(loop, why + "the kernel calls tl.cluster_reduce_scatter, whose cluster barriers the producer warp "
+                            "would not join; leave the loop unspecialized");
   if (inside_loop(loop))
     unsupported(loop, why + "the loop is inside another loop; only a loop of the kernel itself can be specialized "
                             "(its producer warp returns after it)");

@@ -139,6 +139,7 @@ void KernelLowering::lower_op(const Op& op) {
     case OpKind::Reduce: return lower_reduce(op);
     case OpKind::Scan: return lower_scan(op);
     case OpKind::Dot: return lower_dot(op);
+    case OpKind::ClusterReduceScatter: return lower_cluster_reduce_scatter(op);
     default: break;
   }
   if (tile_result) return lower_tile_op(op);

@@ -68,6 +68,9 @@ bool varies_by_program(const ir::Value* v, const ir::Block* kernel_body,
 // Whether op may stay lazy (an elementwise op, a load, a view-like op with a tile result).
 bool lazy_eligible(const ir::Op& op);
 
+// Element strides of a dense row-major buffer of `shape` (0 along size-1 dims).
+std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape);
+
 // True when the view is a dense row-major buffer starting at its base.
 bool is_contiguous(const TileRef& r, const ir::Type& t);
 
@@ -100,6 +103,7 @@ class KernelLowering {
   void lower_while(const ir::Op& op);
   void lower_if(const ir::Op& op);
   void lower_print(const ir::Op& op);
+  void lower_cluster_reduce_scatter(const ir::Op& op);  // cluster_exchange.cpp
   void lower_assert(const ir::Op& op);
   llvm::Value* scalar(const ir::Value* v);
   [[noreturn]] void unsupported(const ir::Op& op, const std::string& what);

@@ -74,6 +74,8 @@ int index_tree_ops(const Value* v, int budget) {
   return total <= budget ? total : -1;
 }
 
+}  // namespace
+
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> s(shape.size(), 1);
   for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
@@ -81,8 +83,6 @@ std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
     if (shape[d] == 1) s[d] = 0;  // index is always 0: any stride works
   return s;
 }
-
-}  // namespace
 
 bool is_contiguous(const TileRef& r, const Type& t) {
   if (r.kind != TileRef::View || r.offset != 0) return false;

@@ -452,6 +452,11 @@ def _gather(cg, src, index, axis):
     return cg.sem.gather(src, index, _const_int(axis, "tl.gather axis"))
 
 
+@builtin_impl("cluster_reduce_scatter")
+def _cluster_reduce_scatter(cg, x, cluster_size):
+    return cg.sem.cluster_reduce_scatter(x, cluster_size)
+
+
 @builtin_impl("ravel")
 def _ravel(cg, x):
     x = _tensor(cg, x, "tl.ravel")

@@ -153,6 +153,30 @@ class TileOps:
                                 f"every dimension but the axis ({axis})")
         return self._op("gather", [src, index], src.dtype, index.shape, {"axis": axis})
 
+    def cluster_reduce_scatter(self, x, cluster_size):
+        """The f32 tile x summed over the programs of the cluster, this program's part of
+        dim 0 (language/core.py's cluster_reduce_scatter)."""
+        x = self._tile(x, "tl.cluster_reduce_scatter")
+        c = cluster_size
+        if not isinstance(c, int) or isinstance(c, bool) or c not in (2, 4, 8, 16):
+            raise SemanticError(f"tl.cluster_reduce_scatter: cluster_size must be 2, 4, 8 or 16 (a compile-time "
+                                f"integer), got {describe(c)}")
+        if not x.shape:
+            raise SemanticError(f"tl.cluster_reduce_scatter needs a tile, got {describe(x)}")
+        if x.dtype != D.float32:
+            raise SemanticError(f"tl.cluster_reduce_scatter sums f32 tiles, got {describe(x)}; convert with "
+                                f".to(tl.float32)")
+        if x.shape[0] % c:
+            raise SemanticError(f"tl.cluster_reduce_scatter: dim 0 of {describe(x)} is not a multiple of the "
+                                f"cluster size {c}")
+        previous = getattr(self, "_cluster_size", None)
+        if previous is not None and previous != c:
+            raise SemanticError(f"tl.cluster_reduce_scatter: cluster size {c} here, {previous} in an earlier call; "
+                                f"a kernel runs in clusters of one size")
+        self._cluster_size = c
+        shape = (x.shape[0] // c,) + tuple(x.shape[1:])
+        return self._op("cluster_reduce_scatter", [x], D.float32, shape, {"cluster": c})
+
     # ------------------------------------------------------------------ reductions / scans
     def _normalize_axis(self, axis, rank, what):
         if not isinstance(axis, int) or isinstance(axis, bool):

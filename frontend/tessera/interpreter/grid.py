@@ -3,6 +3,7 @@ of the grid, one at a time, with the numpy builtins installed in tessera.languag
 from __future__ import annotations
 
 import inspect
+import threading
 import types as pytypes
 
 import numpy as np
@@ -16,6 +17,7 @@ from .debug import DebugOps
 from .elementwise import ElementwiseOps
 from .errors import innermost_user_frame
 from .foreign_arrays import HostCopies, as_interpretable, is_device_array
+from .cluster import ClusterOps
 from .grid_dependency import GridDependencyOps
 from .loop_carry import with_carried_numbers_as_tensors
 from .memory import Memory, MemoryOps
@@ -27,12 +29,23 @@ from .values import Tensor, convert, dtype_of_numpy, to_tensor, unwrap
 
 
 class Builtins(MemoryOps, ElementwiseOps, ReductionOps, ShapeOps, StandardOps, RandomOps, DebugOps,
-               GridDependencyOps):
+               GridDependencyOps, ClusterOps):
     """The object installed as core._interpreter_impl: one method per builtin name."""
 
     def __init__(self, memory: Memory, grid: tuple, kernel_name: str):
         self.memory, self.grid, self.kernel_name = memory, grid, kernel_name
+        self._thread = threading.local()  # the program id: per thread (a cluster's programs run at once)
         self.pid = (0, 0, 0)
+        self._clusters, self._claimed = {}, set()  # cluster.py
+        self._run_program = None
+
+    @property
+    def pid(self):
+        return self._thread.pid
+
+    @pid.setter
+    def pid(self, value):
+        self._thread.pid = value
 
     def range_values(self, start, end=None, step=None):
         """The loop variables of a kernel `for` loop: scalar tensors of the type the
@@ -234,19 +247,31 @@ def _run_programs(fn, impl: Builtins, grid: tuple, values: list) -> None:
     kernel = _with_kernel_range(fn, impl)
     previous = core._interpreter_impl
     core._interpreter_impl = impl
+
+    def run_program(pid):
+        try:
+            kernel(*values)
+        except Exception as e:
+            where = innermost_user_frame(e.__traceback__)
+            e.add_note(f"while interpreting program {pid} of kernel '{impl.kernel_name}' (grid {grid})"
+                       + (f" at {where}" if where else ""))
+            raise
+
+    impl._run_program = run_program
     try:
         with np.errstate(all="ignore"):
             for z in range(grid[2]):
                 for y in range(grid[1]):
                     for x in range(grid[0]):
-                        impl.pid = (x, y, z)
+                        pid = (x, y, z)
+                        if pid in impl._claimed:  # ran with its cluster (cluster.py)
+                            continue
+                        impl.pid = pid
                         try:
-                            kernel(*values)
+                            run_program(pid)
                         except Exception as e:
-                            where = innermost_user_frame(e.__traceback__)
-                            e.add_note(f"while interpreting program ({x}, {y}, {z}) of kernel "
-                                       f"'{impl.kernel_name}' (grid {grid})"
-                                       + (f" at {where}" if where else ""))
+                            impl.finish_cluster(pid, e)
                             raise
+                        impl.finish_cluster(pid, None)
     finally:
         core._interpreter_impl = previous

@@ -233,6 +233,23 @@ def ravel(x): ...
 def gather(src, index, axis): ...
 
 
+
+# --- programs of a thread-block cluster ------------------------------------------------------
+@builtin
+def cluster_reduce_scatter(x, cluster_size):
+    """The sum of the f32 tile `x` over the `cluster_size` programs of this program's
+    cluster, split along dim 0: this program gets rows rank * R .. (rank + 1) * R - 1
+    (R = x.shape[0] / cluster_size, rank = program_id(0) % cluster_size).
+
+    A kernel that calls it runs its programs in clusters of `cluster_size` (2, 4, 8 or 16)
+    consecutive programs along grid axis 0, whose x extent must be a multiple of it: on
+    sm_90 GPUs a thread-block cluster, the tiles exchanged through distributed shared
+    memory; on the CPU and in the interpreter the cluster's programs run at the same time.
+    The sum adds the programs' tiles in rank order, the same bits on every backend. Every
+    program of a cluster must make the same calls (a cluster-wide barrier): a program that
+    returns while the others wait is an error on the CPU and in the interpreter and
+    undefined on the GPU."""
+
 # --- triton.language.standard's shape functions, sort, topk and histogram -----------------
 # (compiler/stdlib_shapes.py builds them from the shape ops above: exact on every dtype)
 @builtin

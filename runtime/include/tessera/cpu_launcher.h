@@ -18,9 +18,21 @@ class DeviceAssertError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Runs the whole grid; argv holds one 8-byte slot per kernel argument.
-// Throws DeviceAssertError if a program's assertion failed.
-void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2);
+// Raised by a launch in clusters whose grid does not divide into clusters, or in which
+// a cluster's programs did not make the same cluster calls (cluster.cpp).
+class ClusterError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Runs the whole grid; argv holds one 8-byte slot per kernel argument. cluster > 0: the
+// kernel calls cluster_reduce_scatter, and its programs run in clusters of that many
+// along x (launch_cpu_clusters). Throws DeviceAssertError if a program's assertion failed.
+void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2, int cluster = 0);
+
+// The grid in clusters of `cluster` consecutive programs along x (n0 a multiple of it),
+// each cluster's programs on threads of their own, at the same time (cluster.cpp).
+void launch_cpu_clusters(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2, int cluster);
 
 // Helper functions kernels call (print, assert), by symbol name, for the loader.
 std::map<std::string, void*> cpu_runtime_symbols();

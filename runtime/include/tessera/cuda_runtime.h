@@ -66,9 +66,11 @@ void mem_set(int device, uintptr_t dst, unsigned char value, size_t bytes);
 // compiled metadata's "pdl" (the kernel calls gdc_wait): launch_kernel then launches it
 // with programmatic dependent launch (cuLaunchKernelEx), where the device is sm_90+ and
 // the driver has cuLaunchKernelEx, so it may start while the previous grid in its
-// stream finishes; elsewhere it launches as any kernel.
+// stream finishes; elsewhere it launches as any kernel. cluster: the compiled metadata's
+// "cluster" (0: none), CTAs per thread-block cluster, which the PTX itself names
+// (.reqnctapercluster); more than 8 needs the function's non-portable-size attribute.
 uintptr_t load_kernel(int device, const std::string& image, const std::string& kernel_name, int shared_bytes,
-                      const std::string& tensor_maps = "", bool pdl = false);
+                      const std::string& tensor_maps = "", bool pdl = false, int cluster = 0);
 
 // Launches a load_kernel handle on its device. A failure names the kernel's limits
 // that the launch broke (threads, registers, shared memory).
