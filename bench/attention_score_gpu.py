@@ -102,6 +102,31 @@ FLAT_BACKWARD = {
 }
 
 
+def backward_cluster(q, k, ds, dq, dk, scale, tiles):
+    """_score_backward_cluster_kernel: a cluster of M / BLOCK_M programs per batch reading
+    each ds tile once (dq in registers, dk_j reduce-scattered over the cluster)."""
+    bt, m, d = q.shape
+    n = k.shape[1]
+    bm, bk, warps, stages, maxnreg = tiles
+    extra = {"maxnreg": maxnreg} if maxnreg else {}
+    AT._score_backward_cluster_kernel[(bt * (m // bm),)](
+        ds, q, k, dq, dk, m, n, d, ds.stride(1), q.stride(1), k.stride(1), scale, bt * m, bt * n, ACC=tl.float32,
+        BLOCK_M=bm, BLOCK_D=max(16, tessera.next_power_of_2(d)), BLOCK_K=bk, CLUSTER=m // bm, num_warps=warps,
+        num_stages=stages, **extra)
+
+
+# name -> (BLOCK_M, BLOCK_K, num_warps, num_stages, maxnreg) of _score_backward_cluster_kernel
+# (cluster = M / BLOCK_M programs: 16 at M = 2048 and 128 rows, the H100's non-portable size).
+CLUSTER_BACKWARD = {
+    "cluster 128x64 w8 s3": (128, 64, 8, 3, None),
+    "cluster 128x64 w8 s4": (128, 64, 8, 4, None),
+    "cluster 128x64 w8 s3 maxnreg 128 (two CTAs an SM)": (128, 64, 8, 3, 128),
+    "cluster 128x64 w4 s3": (128, 64, 4, 3, None),
+    "cluster 128x32 w8 s6": (128, 32, 8, 6, None),
+    "cluster 256x64 w16 s3 (8 a cluster)": (256, 64, 16, 3, None),
+}
+
+
 # name -> ((BLOCK_M, BLOCK_N, BLOCK_K, launch options), evict-first stores)
 FORWARD = {
     "64x128x64 w4 s2 persistent 3, .cs (shipped on other GPUs)": (
@@ -298,6 +323,23 @@ def main():
             call = cycled([lambda x=x, o=o: backward_flat(q, k, x, o[0], o[1], scale, tiles) for x, o in zip(dss, outs)])
             row("bwd", name, kernel_us(call, args.calls),
                 copy_us, bwd_bytes, f"{err:.1e}")
+        for name, tiles in CLUSTER_BACKWARD.items():
+            if args.shipped and "shipped" not in name or m % tiles[0] or m // tiles[0] not in (2, 4, 8, 16):
+                continue
+            dq = torch.full((bt, m, d), float("nan"), dtype=dt, device="cuda")
+            dk = torch.full((bt, n, d), float("nan"), dtype=dt, device="cuda")
+            try:
+                backward_cluster(q, k, ds, dq, dk, scale, tiles)
+            except Exception as e:  # noqa: BLE001  (a variant that does not compile or launch: say so)
+                lines.append(f"| bwd | {name} | failed: {type(e).__name__}: {str(e)[:200]} | | | |")
+                print(lines[-1], flush=True)
+                continue
+            err = max(((dq.float() - ref_q).abs().max() / ref_q.abs().max()).item(),
+                      ((dk.float() - ref_k).abs().max() / ref_k.abs().max()).item())
+            outs = [(dq, dk)] + [(torch.empty_like(dq), torch.empty_like(dk)) for _ in dss[1:]]
+            call = cycled([lambda x=x, o=o: backward_cluster(q, k, x, o[0], o[1], scale, tiles)
+                           for x, o in zip(dss, outs)])
+            row("bwd", name, kernel_us(call, args.calls), copy_us, bwd_bytes, f"{err:.1e}")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         tag = f"{args.dtype}_{bt}x{m}x{n}x{d}" + (f"_{args.only}" if args.only else "") + \
