@@ -107,8 +107,10 @@ def backward_cluster(q, k, ds, dq, dk, scale, tiles):
     each ds tile once (dq in registers, dk_j reduce-scattered over the cluster)."""
     bt, m, d = q.shape
     n = k.shape[1]
-    bm, bk, warps, stages, maxnreg = tiles
+    bm, bk, warps, stages, maxnreg = tiles[:5]
     extra = {"maxnreg": maxnreg} if maxnreg else {}
+    if len(tiles) > 5:
+        extra["PARTS"] = tiles[5]
     AT._score_backward_cluster_kernel[(bt * (m // bm),)](
         ds, q, k, dq, dk, m, n, d, ds.stride(1), q.stride(1), k.stride(1), scale, bt * m, bt * n, ACC=tl.float32,
         BLOCK_M=bm, BLOCK_D=max(16, tessera.next_power_of_2(d)), BLOCK_K=bk, CLUSTER=m // bm, num_warps=warps,
@@ -119,6 +121,8 @@ def backward_cluster(q, k, ds, dq, dk, scale, tiles):
 # (cluster = M / BLOCK_M programs: 16 at M = 2048 and 128 rows, the H100's non-portable size).
 CLUSTER_BACKWARD = {
     "cluster 128x64 w8 s3": (128, 64, 8, 3, None),
+    "cluster 128x64 w8 s3, dq alone (a cut: dk wrong)": (128, 64, 8, 3, None, 0),
+    "cluster 128x64 w8 s3, dk shares without the exchange (a cut: dk wrong)": (128, 64, 8, 3, None, 1),
     "cluster 128x64 w8 s4": (128, 64, 8, 4, None),
     "cluster 128x64 w8 s3 maxnreg 128 (two CTAs an SM)": (128, 64, 8, 3, 128),
     "cluster 128x64 w4 s3": (128, 64, 4, 3, None),

@@ -161,7 +161,7 @@ def _score_backward_flat_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, s
 @tessera.kernel
 def _score_backward_cluster_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, scale, rows_q, rows_k,
                                    ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-                                   BLOCK_K: tl.constexpr, CLUSTER: tl.constexpr):
+                                   BLOCK_K: tl.constexpr, CLUSTER: tl.constexpr, PARTS: tl.constexpr = 2):
     """attention_score's backward reading each ds tile into an SM once: a cluster of
     CLUSTER programs per batch (M = CLUSTER x BLOCK_M: program x is row block x % CLUSTER
     of batch x // CLUSTER; grid (batch x CLUSTER,)) walks the batch's column blocks in
@@ -196,11 +196,15 @@ def _score_backward_cluster_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn
         kt = tl.load(KEY + k_rows[:, None] * s_kn + rd[None, :], mask=(k_rows[:, None] < rows_k) & (rd[None, :] < D),
                      other=0.0)
         dq = tl.dot(ds, kt, dq)
-        share = tl.dot(tl.trans(ds), q)
-        dk = tl.cluster_reduce_scatter(share.to(tl.float32), CLUSTER) * scale
-        dk_rows = k + i * (BLOCK_K // CLUSTER) + part
-        tl.store(DK + batch * N * D + dk_rows[:, None] * D + rd[None, :], dk.to(DK.dtype.element_ty),
-                 mask=rd[None, :] < D)
+        if PARTS > 0:  # (PARTS: bench/attention_score_gpu.py's cuts, 0 dq alone, 1 no exchange, 2 all)
+            share = tl.dot(tl.trans(ds), q)
+            if PARTS > 1:
+                dk = tl.cluster_reduce_scatter(share.to(tl.float32), CLUSTER) * scale
+            else:
+                dk = tl.sum(tl.reshape(share, [CLUSTER, BLOCK_K // CLUSTER, BLOCK_D]), 0) * scale
+            dk_rows = k + i * (BLOCK_K // CLUSTER) + part
+            tl.store(DK + batch * N * D + dk_rows[:, None] * D + rd[None, :], dk.to(DK.dtype.element_ty),
+                     mask=rd[None, :] < D)
     dq_rows = i * BLOCK_M + ri
     tl.store(DQ + batch * M * D + dq_rows[:, None] * D + rd[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=rd[None, :] < D)
