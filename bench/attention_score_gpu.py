@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "frontend"))
 import tessera  # noqa: E402
 import tessera.language as tl  # noqa: E402
 
+from attention_cluster_kernels import score_backward_cluster_kernel  # noqa: E402
 from common import cuda_events_us, cuda_kernels_us  # noqa: E402
 
 L = importlib.import_module("tessera.kernels.linear")
@@ -103,7 +104,7 @@ FLAT_BACKWARD = {
 
 
 def backward_cluster(q, k, ds, dq, dk, scale, tiles):
-    """_score_backward_cluster_kernel: a cluster of M / BLOCK_M programs per batch reading
+    """score_backward_cluster_kernel: a cluster of M / BLOCK_M programs per batch reading
     each ds tile once (dq in registers, dk_j reduce-scattered over the cluster)."""
     bt, m, d = q.shape
     n = k.shape[1]
@@ -111,13 +112,13 @@ def backward_cluster(q, k, ds, dq, dk, scale, tiles):
     extra = {"maxnreg": maxnreg} if maxnreg else {}
     if len(tiles) > 5:
         extra["PARTS"] = tiles[5]
-    AT._score_backward_cluster_kernel[(bt * (m // bm),)](
+    score_backward_cluster_kernel[(bt * (m // bm),)](
         ds, q, k, dq, dk, m, n, d, ds.stride(1), q.stride(1), k.stride(1), scale, bt * m, bt * n, ACC=tl.float32,
         BLOCK_M=bm, BLOCK_D=max(16, tessera.next_power_of_2(d)), BLOCK_K=bk, CLUSTER=m // bm, num_warps=warps,
         num_stages=stages, **extra)
 
 
-# name -> (BLOCK_M, BLOCK_K, num_warps, num_stages, maxnreg) of _score_backward_cluster_kernel
+# name -> (BLOCK_M, BLOCK_K, num_warps, num_stages, maxnreg) of score_backward_cluster_kernel
 # (cluster = M / BLOCK_M programs: 16 at M = 2048 and 128 rows, the H100's non-portable size).
 CLUSTER_BACKWARD = {
     "cluster 128x64 w8 s3": (128, 64, 8, 3, None),

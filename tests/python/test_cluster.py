@@ -245,3 +245,26 @@ def test_gpu_clusters_sum_in_rank_order_bit_for_bit(c, nx, ny, steps, r, n):
     np.testing.assert_array_equal(y.cpu().numpy(), rank_order_sums(x, c))
     with pytest.raises(ValueError, match=f"multiple of {c}"):
         scatter_sums[(nx + c // 2, ny)](torch.from_numpy(x).cuda(), y, steps, C=c, R=r, N=n, num_warps=4)
+
+
+# --------------------------------------------------------------------------- the attention experiment
+
+def test_the_attention_backward_cluster_experiment_is_exact_on_the_cpu(mode):
+    """bench/attention_cluster_kernels.py (timed on GPUs by bench/attention_score_gpu.py):
+    dq and dk against float64, every element written (NaN-poisoned outputs)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    from attention_cluster_kernels import score_backward_cluster_kernel
+    rng = np.random.default_rng(1)
+    b, m, n, d, bm, bk = 2, 64, 96, 24, 16, 32
+    q = rng.standard_normal((b, m, d)).astype(np.float32)
+    k = rng.standard_normal((b, n, d)).astype(np.float32)
+    ds = rng.standard_normal((b, m, n)).astype(np.float32)
+    dq = np.full((b, m, d), np.nan, np.float32)
+    dk = np.full((b, n, d), np.nan, np.float32)
+    score_backward_cluster_kernel[(b * (m // bm),)](ds, q, k, dq, dk, m, n, d, n, d, d, 0.125, b * m, b * n,
+                                                    ACC=tl.float32, BLOCK_M=bm, BLOCK_D=32, BLOCK_K=bk,
+                                                    CLUSTER=m // bm)
+    np.testing.assert_allclose(dq, np.einsum("bmn,bnd->bmd", ds.astype(np.float64), k) * 0.125, atol=2e-5)
+    np.testing.assert_allclose(dk, np.einsum("bmn,bmd->bnd", ds.astype(np.float64), q) * 0.125, atol=2e-5)
