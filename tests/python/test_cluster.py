@@ -194,6 +194,17 @@ def test_ptx_names_the_cluster_shape_and_reads_peers_through_dsmem(c, tmp_path):
     assemble(ptx, "90a", tmp_path)
 
 
+def test_ptx_reads_runs_of_four_with_vector_loads_all_before_the_sums(tmp_path):
+    """A 64 x 64 tile in clusters of 2 over 8 warps: each thread's 8 elements of its part
+    are two runs of 4, so 2 ranks x 2 ld.v4, every one issued before the first add."""
+    _, ptx = cluster_ptx(c=2, r=64, n=64, num_warps=8)
+    loads = [m.start() for m in re.finditer(r"ld\.shared::cluster\.v4\.f32", ptx)]
+    assert len(loads) == 4 and "ld.shared::cluster.f32" not in ptx
+    first_add = ptx.index("add.rn.f32", loads[0])
+    assert all(at < first_add for at in loads)
+    assemble(ptx, "90a", tmp_path)
+
+
 def test_without_clusters_no_cluster_metadata_or_directive():
     @tessera.kernel
     def plain(X, Y):

@@ -74,18 +74,34 @@ void GpuLowering::lower_cluster_reduce_scatter(const Op& op) {
   llvm::Value* base = b_.CreateAdd(smem32(cluster_buf_), b_.CreateShl(part, 2));
   auto* mapa_ty = llvm::FunctionType::get(i32, {i32, i32}, false);
   auto* mapa = llvm::InlineAsm::get(mapa_ty, "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r", false);
-  auto* ld_ty = llvm::FunctionType::get(f32, {i32}, false);
-  auto* ld = llvm::InlineAsm::get(ld_ty, "ld.shared::cluster.f32 $0, [$1];", "=f,r,~{memory}", true);
+  // Each thread reads runs of `width` consecutive elements (ld.v4 where its registers
+  // hold runs of 4: 16-byte aligned, as the buffer and every part are), every rank's
+  // loads of a group of runs issued before their sums, so their latencies overlap.
   BlockedLayout out = canonical_layout(res->type.shape);
-  TileVal t{TileVal::Regs, out, {}};
-  for (int r = 0; r < out.num_regs(); ++r) {
-    llvm::Value* at = b_.CreateAdd(base, b_.CreateShl(runtime_index(flat_bits(out.index_of(r))), 2));
-    llvm::Value* sum = nullptr;
-    for (int c = 0; c < cluster_; ++c) {  // rank order: the same bits as the CPU and the interpreter
-      llvm::Value* v = b_.CreateCall(ld_ty, ld, {b_.CreateCall(mapa_ty, mapa, {at, b_.getInt32(c)})});
-      sum = sum ? b_.CreateFAdd(sum, v) : v;
+  const int width = out.contiguous_regs() >= 4 ? 4 : 1;
+  llvm::Type* vec_ty = width == 1 ? static_cast<llvm::Type*>(f32)
+                                  : llvm::StructType::get(ctx_, std::vector<llvm::Type*>(width, f32));
+  auto* ld_ty = llvm::FunctionType::get(vec_ty, {i32}, false);
+  std::string text = width == 4 ? "ld.shared::cluster.v4.f32 {$0, $1, $2, $3}, [$4];" : "ld.shared::cluster.f32 $0, [$1];";
+  std::string cons = width == 4 ? "=f,=f,=f,=f,r,~{memory}" : "=f,r,~{memory}";
+  auto* ld = llvm::InlineAsm::get(ld_ty, text, cons, /*hasSideEffects=*/true);
+  const int runs = out.num_regs() / width;
+  const int group = std::max(1, 64 / (width * cluster_));  // runs in flight at once: at most 64 values
+  TileVal t{TileVal::Regs, out, std::vector<llvm::Value*>(out.num_regs(), nullptr)};
+  for (int g0 = 0; g0 < runs; g0 += group) {
+    const int g1 = std::min(runs, g0 + group);
+    std::vector<std::vector<llvm::Value*>> got(cluster_);
+    for (int c = 0; c < cluster_; ++c)
+      for (int run = g0; run < g1; ++run) {
+        llvm::Value* at = b_.CreateAdd(base, b_.CreateShl(runtime_index(flat_bits(out.index_of(run * width))), 2));
+        llvm::Value* v = b_.CreateCall(ld_ty, ld, {b_.CreateCall(mapa_ty, mapa, {at, b_.getInt32(c)})});
+        for (int e = 0; e < width; ++e) got[c].push_back(width == 1 ? v : b_.CreateExtractValue(v, {unsigned(e)}));
+      }
+    for (int k = 0; k < (g1 - g0) * width; ++k) {
+      llvm::Value* sum = got[0][k];
+      for (int c = 1; c < cluster_; ++c) sum = b_.CreateFAdd(sum, got[c][k]);  // rank order: the CPU's bits
+      t.regs[g0 * width + k] = sum;
     }
-    t.regs.push_back(sum);
   }
   cluster_asm(b_, "barrier.cluster.arrive.release;");  // this CTA's reads are done
   tiles_[res] = std::move(t);
