@@ -2,7 +2,7 @@
 `steps` exchanges of an R x N f32 tile in clusters of C, against the same kernel summing
 its own tile's parts instead (no exchange, no cluster), in one run.
 
-    python bench/cluster_exchange_gpu.py [--programs 128] [--steps 32] [--out DIR]
+    python bench/cluster_exchange_gpu.py [--programs 128] [--steps 32] [--only C,R,N,warps] [--out DIR]
 
 Times are torch.profiler's CUDA kernel time per call (best of 3 rounds); the
 per-exchange cost is (cluster - local) / steps.
@@ -59,13 +59,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--programs", type=int, default=128)
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--only", help="one configuration, C,R,N,warps (e.g. 16,64,64,8: for Nsight Compute)")
     ap.add_argument("--out")
     args = ap.parse_args()
     p, steps = args.programs, args.steps
     lines = [f"# cluster_reduce_scatter on {torch.cuda.get_device_name()}: {p} programs, {steps} exchanges each", "",
              "| cluster | tile | warps | local sum us | exchange us | per exchange us |", "|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    for c, r, n, warps in [(2, 64, 64, 8), (8, 64, 64, 8), (16, 64, 64, 8), (16, 64, 64, 4), (16, 16, 64, 8)]:
+    configs = [(2, 64, 64, 8), (8, 64, 64, 8), (16, 64, 64, 8), (16, 64, 64, 4), (16, 16, 64, 8)]
+    if args.only:
+        configs = [tuple(int(v) for v in args.only.split(","))]
+    for c, r, n, warps in configs:
         x = torch.randn(p, r, n, device="cuda")
         y = torch.empty(p, r // c, n, device="cuda")
         us = [kernel_us(lambda e=e: exchanges[(p,)](x, y, steps, C=c, R=r, N=n, EXCHANGE=e, num_warps=warps))
