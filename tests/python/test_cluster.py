@@ -92,6 +92,17 @@ def test_a_grid_not_a_multiple_of_the_cluster_is_a_value_error(mode):
         scatter_sums[(6, 1)](x, y, 1, C=4, R=4, N=4)
 
 
+def test_bound_launches_run_in_clusters_and_check_the_grid():
+    """Kernel.bind: the C++ launch path leaves cluster kernels to the Python launcher, which
+    groups the programs and checks the grid as a plain launch does."""
+    x = np.random.default_rng(2).standard_normal((1, 8, 2, 8, 4)).astype(np.float32)
+    y = np.full((1, 2, 2, 8, 4), np.nan, np.float32)
+    scatter_sums.bind((8, 1), C=4, R=8, N=4)(x, y, 2)
+    np.testing.assert_array_equal(y, rank_order_sums(x, 4))
+    with pytest.raises(ValueError, match="multiple of 4; it is 6"):
+        scatter_sums.bind((6, 1), C=4, R=8, N=4)(x, y, 2)
+
+
 @tessera.kernel
 def uneven_calls(X, Y, SKIP: tl.constexpr, C: tl.constexpr, N: tl.constexpr):
     """Program SKIP of each cluster leaves out the exchange."""
