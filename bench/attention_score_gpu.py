@@ -27,25 +27,10 @@ import tessera  # noqa: E402
 import tessera.language as tl  # noqa: E402
 
 from attention_cluster_kernels import score_backward_cluster_kernel  # noqa: E402
-from common import cuda_events_us, cuda_kernels_us  # noqa: E402
+from common import cuda_events_us, profiled_kernel_us  # noqa: E402
 
 L = importlib.import_module("tessera.kernels.linear")
 AT = importlib.import_module("tessera.kernels.attention")
-
-
-def kernel_us(fn, calls):
-    """Best over 3 rounds of the summed CUDA kernel time per call (us)."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-        best = min(best, cuda_kernels_us(prof) / calls)
-    return best
 
 
 def forward(q, k, s, scale, tiles, stream):
@@ -259,16 +244,16 @@ def main():
 
     if args.only != "bwd":
         ref = (q.float() @ k.float().transpose(1, 2) * scale)
-        copy_us = kernel_us(copy_fn(fwd_bytes), args.calls)
+        copy_us = profiled_kernel_us(copy_fn(fwd_bytes), args.calls)
         row("fwd", "copy (same bytes)", copy_us, copy_us, fwd_bytes, "")
         copy_events_us = cuda_events_us(copy_fn(fwd_bytes)) if args.events else None
         if args.events:
             row("fwd", "copy (same bytes) (CUDA events)", copy_events_us, copy_events_us, fwd_bytes, "")
         out = torch.empty(bt, m, n, dtype=dt, device="cuda")
-        row("fwd", "fill of the output (write only)", kernel_us(lambda: out.fill_(1.0), args.calls), copy_us,
+        row("fwd", "fill of the output (write only)", profiled_kernel_us(lambda: out.fill_(1.0), args.calls), copy_us,
             fwd_bytes, "")
         kt = k.transpose(1, 2)
-        row("fwd", "torch bmm (cuBLAS, no scale)", kernel_us(lambda: torch.bmm(q, kt), args.calls), copy_us,
+        row("fwd", "torch bmm (cuBLAS, no scale)", profiled_kernel_us(lambda: torch.bmm(q, kt), args.calls), copy_us,
             fwd_bytes, "")
         for name, (tiles, stream) in FORWARD.items():
             if args.shipped and "shipped" not in name and "before" not in name:
@@ -276,7 +261,7 @@ def main():
             s = torch.full((bt, m, n), float("nan"), dtype=dt, device="cuda")
             forward(q, k, s, scale, tiles, stream)
             err = ((s.float() - ref).abs().max() / ref.abs().max()).item()
-            row("fwd", name, kernel_us(lambda: forward(q, k, s, scale, tiles, stream), args.calls), copy_us,
+            row("fwd", name, profiled_kernel_us(lambda: forward(q, k, s, scale, tiles, stream), args.calls), copy_us,
                 fwd_bytes, f"{err:.1e}")
             if args.events:  # back to back: the previous call's dirty L2 lines and launch gaps included
                 ev = cuda_events_us(lambda: forward(q, k, s, scale, tiles, stream))
@@ -287,7 +272,7 @@ def main():
             s = torch.full((bt, m, n), float("nan"), dtype=dt, device="cuda")
             forward_flat(q, k, s, scale, tiles)
             err = ((s.float() - ref).abs().max() / ref.abs().max()).item()
-            row("fwd", name, kernel_us(lambda: forward_flat(q, k, s, scale, tiles), args.calls), copy_us,
+            row("fwd", name, profiled_kernel_us(lambda: forward_flat(q, k, s, scale, tiles), args.calls), copy_us,
                 fwd_bytes, f"{err:.1e}")
         # The library call as bench/kernels.py times it (CUDA events around back-to-back
         # calls: the kernel plus whatever the host adds when it is the slower side).
@@ -299,9 +284,9 @@ def main():
     if args.only != "fwd":
         dsf = ds.float()
         ref_q, ref_k = dsf @ k.float() * scale, dsf.transpose(1, 2) @ q.float() * scale
-        copy_us = kernel_us(copy_fn(bwd_bytes, args.cold), args.calls)
+        copy_us = profiled_kernel_us(copy_fn(bwd_bytes, args.cold), args.calls)
         row("bwd", "copy (same bytes)", copy_us, copy_us, bwd_bytes, "")
-        row("bwd", "torch (two bmm + scale)", kernel_us(lambda: (torch.bmm(ds, k) * scale,
+        row("bwd", "torch (two bmm + scale)", profiled_kernel_us(lambda: (torch.bmm(ds, k) * scale,
                                                                   torch.bmm(ds.transpose(1, 2), q) * scale),
                                                           args.calls), copy_us, bwd_bytes, "")
         for name, (tiles, rotate) in BACKWARD.items():
@@ -314,7 +299,7 @@ def main():
                       ((dk.float() - ref_k).abs().max() / ref_k.abs().max()).item())
             outs = [(dq, dk)] + [(torch.empty_like(dq), torch.empty_like(dk)) for _ in dss[1:]]
             call = cycled([lambda x=x, o=o: backward(q, k, x, o[0], o[1], scale, tiles, rotate) for x, o in zip(dss, outs)])
-            row("bwd", name, kernel_us(call, args.calls),
+            row("bwd", name, profiled_kernel_us(call, args.calls),
                 copy_us, bwd_bytes, f"{err:.1e}")
         for name, tiles in FLAT_BACKWARD.items():
             if args.shipped and "shipped" not in name:
@@ -326,7 +311,7 @@ def main():
                       ((dk.float() - ref_k).abs().max() / ref_k.abs().max()).item())
             outs = [(dq, dk)] + [(torch.empty_like(dq), torch.empty_like(dk)) for _ in dss[1:]]
             call = cycled([lambda x=x, o=o: backward_flat(q, k, x, o[0], o[1], scale, tiles) for x, o in zip(dss, outs)])
-            row("bwd", name, kernel_us(call, args.calls),
+            row("bwd", name, profiled_kernel_us(call, args.calls),
                 copy_us, bwd_bytes, f"{err:.1e}")
         for name, tiles in CLUSTER_BACKWARD.items():
             if m % tiles[0] or m // tiles[0] not in (2, 4, 8, 16):  # (all of them, --shipped or not)
@@ -344,7 +329,7 @@ def main():
             outs = [(dq, dk)] + [(torch.empty_like(dq), torch.empty_like(dk)) for _ in dss[1:]]
             call = cycled([lambda x=x, o=o: backward_cluster(q, k, x, o[0], o[1], scale, tiles)
                            for x, o in zip(dss, outs)])
-            row("bwd", name, kernel_us(call, args.calls), copy_us, bwd_bytes, f"{err:.1e}")
+            row("bwd", name, profiled_kernel_us(call, args.calls), copy_us, bwd_bytes, f"{err:.1e}")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         tag = f"{args.dtype}_{bt}x{m}x{n}x{d}" + (f"_{args.only}" if args.only else "") + \

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "frontend"))
 import tessera  # noqa: E402
 import tessera.language as tl  # noqa: E402
 
-from common import cuda_kernels_us  # noqa: E402
+from common import profiled_kernel_us  # noqa: E402
 
 
 @tessera.kernel
@@ -41,20 +41,6 @@ def exchanges(X, Y, steps, C: tl.constexpr, R: tl.constexpr, N: tl.constexpr, EX
     tl.store(Y + px * (R // C) * N + part[:, None] * N + cols[None, :], acc)
 
 
-def kernel_us(fn, calls=20):
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-        best = min(best, cuda_kernels_us(prof) / calls)
-    return best
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--programs", type=int, default=128)
@@ -72,7 +58,7 @@ def main():
     for c, r, n, warps in configs:
         x = torch.randn(p, r, n, device="cuda")
         y = torch.empty(p, r // c, n, device="cuda")
-        us = [kernel_us(lambda e=e: exchanges[(p,)](x, y, steps, C=c, R=r, N=n, EXCHANGE=e, num_warps=warps))
+        us = [profiled_kernel_us(lambda e=e: exchanges[(p,)](x, y, steps, C=c, R=r, N=n, EXCHANGE=e, num_warps=warps), 20)
               for e in (0, 1)]
         lines.append(f"| {c} | {r}x{n} | {warps} | {us[0]:.1f} | {us[1]:.1f} | {(us[1] - us[0]) / steps:.3f} |")
         print(lines[-1], flush=True)

@@ -474,6 +474,23 @@ def cuda_kernels_us(prof):
     return union_us(spans)
 
 
+def profiled_kernel_us(fn, calls):
+    """Best over 3 rounds of `calls` calls of fn of the CUDA kernel time per call (us,
+    cuda_kernels_us: no host launch cost), after one call to warm up."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        best = min(best, cuda_kernels_us(prof) / calls)
+    return best
+
+
 def union_us(spans):
     """The length of the union of (start, end) intervals."""
     total, start, end = 0.0, None, None

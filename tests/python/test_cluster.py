@@ -19,6 +19,7 @@ from ptxas_check import assemble
 from tessera._core import _C
 from tessera.errors import CompilationError
 from tessera.interpreter import InterpreterError
+from tessera.language.semantics import SemanticError
 
 J = importlib.import_module("tessera.jit")  # the module: tessera.jit is also the decorator
 
@@ -175,6 +176,22 @@ def test_semantic_errors_name_the_line(what, message):
     with pytest.raises(CompilationError, match=message) as e:
         bad_exchange[(16,)](np.zeros((8, 4), np.float32), np.zeros(1, np.float32), WHAT=what)
     assert "test_cluster.py" in str(e.value)
+
+
+@pytest.mark.parametrize("what, message", [
+    ("f16", r"sums f32 tiles, got a fp16 tile of shape \[8, 4\]; convert with \.to\(tl\.float32\)"),
+    ("size", r"cluster_size must be 2, 4, 8 or 16"),
+    ("rows", r"dim 0 of a fp32 tile of shape \[8, 4\] is not a multiple of the cluster size 16"),
+    ("scalar", r"needs a tile, got a fp32 scalar"),
+])
+def test_the_interpreter_gives_the_same_semantic_errors(what, message):
+    J.set_interpret(True)
+    try:
+        with pytest.raises(SemanticError, match=message) as e:
+            bad_exchange[(16,)](np.zeros((8, 4), np.float32), np.zeros(1, np.float32), WHAT=what)
+        assert "test_cluster.py" in "".join(getattr(e.value, "__notes__", []))
+    finally:
+        J.set_interpret(False)
 
 
 # --------------------------------------------------------------------------- PTX (no GPU needed)

@@ -5,7 +5,7 @@ regions, dot, and the debugging ops (print, assert, hints).
 from __future__ import annotations
 
 from ..language import dtypes as D
-from ..language.semantics import SemanticError, is_power_of_two
+from ..language.semantics import SemanticError, cluster_reduce_scatter_shape, is_power_of_two
 from .ir_builder import IRType, Region
 from .values import Value, describe, is_number
 
@@ -158,23 +158,12 @@ class TileOps:
         dim 0 (language/core.py's cluster_reduce_scatter)."""
         x = self._tile(x, "tl.cluster_reduce_scatter")
         c = cluster_size
-        if not isinstance(c, int) or isinstance(c, bool) or c not in (2, 4, 8, 16):
-            raise SemanticError(f"tl.cluster_reduce_scatter: cluster_size must be 2, 4, 8 or 16 (a compile-time "
-                                f"integer), got {describe(c)}")
-        if not x.shape:
-            raise SemanticError(f"tl.cluster_reduce_scatter needs a tile, got {describe(x)}")
-        if x.dtype != D.float32:
-            raise SemanticError(f"tl.cluster_reduce_scatter sums f32 tiles, got {describe(x)}; convert with "
-                                f".to(tl.float32)")
-        if x.shape[0] % c:
-            raise SemanticError(f"tl.cluster_reduce_scatter: dim 0 of {describe(x)} is not a multiple of the "
-                                f"cluster size {c}")
+        shape = cluster_reduce_scatter_shape(x.shape, x.dtype, c, describe(x))
         previous = getattr(self, "_cluster_size", None)
         if previous is not None and previous != c:
             raise SemanticError(f"tl.cluster_reduce_scatter: cluster size {c} here, {previous} in an earlier call; "
                                 f"a kernel runs in clusters of one size")
         self._cluster_size = c
-        shape = (x.shape[0] // c,) + tuple(x.shape[1:])
         return self._op("cluster_reduce_scatter", [x], D.float32, shape, {"cluster": c})
 
     # ------------------------------------------------------------------ reductions / scans

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from ..language import dtypes as D
-from ..language.semantics import SemanticError
+from ..language.semantics import cluster_reduce_scatter_shape
 from .errors import InterpreterError
 from .values import Tensor, to_tensor, unwrap
 
@@ -82,17 +82,8 @@ class ClusterOps:
     def cluster_reduce_scatter(self, x, cluster_size):
         x = to_tensor(x, "tl.cluster_reduce_scatter")
         c = unwrap(cluster_size)
-        if not isinstance(c, int) or isinstance(c, bool) or c not in (2, 4, 8, 16):
-            raise SemanticError(f"tl.cluster_reduce_scatter: cluster_size must be 2, 4, 8 or 16 (a compile-time "
-                                f"integer), got {c!r}")
-        if not x.shape:
-            raise SemanticError("tl.cluster_reduce_scatter needs a tile, got a scalar")
-        if x.dtype != D.float32:
-            raise SemanticError(f"tl.cluster_reduce_scatter sums f32 tiles, got {x.dtype}; convert with "
-                                f".to(tl.float32)")
-        if x.shape[0] % c:
-            raise SemanticError(f"tl.cluster_reduce_scatter: dim 0 of the tile (shape {list(x.shape)}) is not a "
-                                f"multiple of the cluster size {c}")
+        shown = f"a {x.dtype} tile of shape {list(x.shape)}" if x.shape else f"a {x.dtype} scalar"
+        cluster_reduce_scatter_shape(tuple(x.shape), x.dtype, c, shown)
         px, py, pz = self.pid
         cluster = self._join_cluster(c, px, py, pz)
         rank = px - cluster.first

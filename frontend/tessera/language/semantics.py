@@ -114,3 +114,19 @@ def broadcast_shapes(a: tuple, b: tuple) -> tuple:
 
 def is_power_of_two(n: int) -> bool:
     return n > 0 and (n & (n - 1)) == 0
+
+
+def cluster_reduce_scatter_shape(shape: tuple, dtype: D.dtype, cluster_size, shown: str) -> tuple:
+    """The result shape of tl.cluster_reduce_scatter(x, cluster_size) for x of `shape` and
+    `dtype` (`shown`: how the error names x), or a SemanticError saying what is wrong."""
+    c = cluster_size
+    if not isinstance(c, int) or isinstance(c, bool) or c not in (2, 4, 8, 16):
+        raise SemanticError(f"tl.cluster_reduce_scatter: cluster_size must be 2, 4, 8 or 16 (a compile-time "
+                            f"integer), got {c!r}")
+    if not shape:
+        raise SemanticError(f"tl.cluster_reduce_scatter needs a tile, got {shown}")
+    if dtype != D.float32:
+        raise SemanticError(f"tl.cluster_reduce_scatter sums f32 tiles, got {shown}; convert with .to(tl.float32)")
+    if shape[0] % c:
+        raise SemanticError(f"tl.cluster_reduce_scatter: dim 0 of {shown} is not a multiple of the cluster size {c}")
+    return (shape[0] // c,) + tuple(shape[1:])
