@@ -241,9 +241,11 @@ def test_without_clusters_no_cluster_metadata_or_directive():
     assert "cluster" not in ck.metadata and "cluster" not in ck.asm["ptx"]
 
 
-def test_before_sm_90_is_a_compile_error():
-    with pytest.raises(CompilationError, match=r"needs thread-block clusters \(sm_90 or newer\); this target is sm_80"):
+def test_before_sm_90_is_a_compile_error_at_the_call():
+    with pytest.raises(CompilationError, match=r"needs thread-block clusters \(sm_90 or newer\); this target is "
+                                               r"sm_80") as e:
         cluster_ptx(target="cuda:80")
+    assert "y = tl.cluster_reduce_scatter(x * 1.0, C)" in str(e.value)
 
 
 @tessera.kernel

@@ -30,6 +30,15 @@ void cluster_asm(llvm::IRBuilderBase& b, const char* text) {
       ->addFnAttr(llvm::Attribute::Convergent);
 }
 
+const Op* first_cluster_op(const Block& b) {
+  for (auto& op : b.ops) {
+    if (op->kind == OpKind::ClusterReduceScatter) return op.get();
+    for (auto& r : op->regions)
+      if (const Op* found = first_cluster_op(*r->block)) return found;
+  }
+  return nullptr;
+}
+
 int64_t largest_operand(const Block& b) {
   int64_t n = 0;
   for (auto& op : b.ops) {
@@ -44,11 +53,10 @@ int64_t largest_operand(const Block& b) {
 void GpuLowering::plan_cluster() {
   cluster_ = analysis::cluster_size(*k_.body());
   if (!cluster_) return;
-  if (cc_ < 90) {
-    for (auto& op : k_.body()->ops)  // the first op names the place; any will do
-      unsupported(*op, "tl.cluster_reduce_scatter needs thread-block clusters (sm_90 or newer); this target is sm_" +
-                           std::to_string(cc_));
-  }
+  if (cc_ < 90)
+    unsupported(*first_cluster_op(*k_.body()),
+                "tl.cluster_reduce_scatter needs thread-block clusters (sm_90 or newer); this target is sm_" +
+                    std::to_string(cc_));
   cluster_buf_ = new_smem(b_.getFloatTy(), largest_operand(*k_.body()), "cluster");
   cluster_asm(b_, "barrier.cluster.arrive.relaxed;");  // the phase the first op waits on
 }

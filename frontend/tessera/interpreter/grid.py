@@ -12,12 +12,12 @@ from ..language import core
 from ..language import dtypes as D
 from ..language import semantics as S
 from ..language.semantics import SemanticError
+from .cluster import ClusterOps
 from .constexprs import KernelConstexpr
 from .debug import DebugOps
 from .elementwise import ElementwiseOps
 from .errors import innermost_user_frame
 from .foreign_arrays import HostCopies, as_interpretable, is_device_array
-from .cluster import ClusterOps
 from .grid_dependency import GridDependencyOps
 from .loop_carry import with_carried_numbers_as_tensors
 from .memory import Memory, MemoryOps
