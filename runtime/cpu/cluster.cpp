@@ -33,8 +33,8 @@ struct Slot {
 
 struct Cluster {
   int size = 0;
-  int32_t first = 0, n1 = 0, n2 = 0;  // grid x of rank 0, and y, z: for the error message
-  int32_t y = 0, z = 0;
+  int32_t n1 = 0, n2 = 0;            // the grid's y and z extents (the entry takes them)
+  int32_t first = 0, y = 0, z = 0;   // rank 0's program id: error messages name programs
   std::mutex mu;
   std::condition_variable cv;
   int arrived = 0;

@@ -27,7 +27,9 @@ class ClusterError : public std::runtime_error {
 
 // Runs the whole grid; argv holds one 8-byte slot per kernel argument. cluster > 0: the
 // kernel calls cluster_reduce_scatter, and its programs run in clusters of that many
-// along x (launch_cpu_clusters). Throws DeviceAssertError if a program's assertion failed.
+// along x (launch_cpu_clusters); a kernel whose compiled metadata names a "cluster" must
+// be launched with it (its exchanges find their cluster through the launch). Throws
+// DeviceAssertError if a program's assertion failed.
 void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2, int cluster = 0);
 
 // The grid in clusters of `cluster` consecutive programs along x (n0 a multiple of it),
