@@ -152,20 +152,20 @@ def sweep_norm(all_cases, copy_ms_per_byte):
             # The shipped plan with the GPU's instruction cuts on and off (kernels/norm.py
             # BWD_NO_SELECT, BWD_FMA_DX / BWD_FMA_DX_RELU), in the same run.
             N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_STAGES = saved
-            cuts = N.BWD_NO_SELECT, N.BWD_FMA_DX, N.BWD_FMA_DX_RELU
-            for no_select, fma_dx in ((True, True), (False, True), (True, False), (False, False)):
-                if not relu and not no_select:
-                    continue  # (no ReLU: no select to drop)
-                N.BWD_NO_SELECT, N.BWD_FMA_DX, N.BWD_FMA_DX_RELU = no_select, fma_dx, fma_dx
+            cuts = N.BWD_NO_SELECT, N.BWD_FMA_DX, N.BWD_FMA_DX_RELU, N.BWD_FMA_XHAT
+            for no_select, fma_dx, fma_xhat in ((True, True, False), (True, True, True), (False, True, False),
+                                                (True, False, False), (True, False, True), (False, False, False)):
+                N.BWD_NO_SELECT, N.BWD_FMA_DX, N.BWD_FMA_DX_RELU, N.BWD_FMA_XHAT = no_select, fma_dx, fma_dx, fma_xhat
                 N._BWD_PLANS.clear()
                 run = lambda: N.norm_backward(xin, w, b, mean, rstd, dy, dh, is_rms, relu)  # noqa: E731
                 dx, dw, db = run()
                 err = (dx.float() - ref_dx).abs().max().item() / ref_dx.abs().max().item()
                 t = gpu_ms(run)
                 print(f"  {name:24s} shipped plan {N._bwd_gpu_plan(x, is_rms, relu, dh is not None, 4096)} "
-                      f"no select {int(no_select)} dx in two FMAs {int(fma_dx)}: {t:.4f} ms  "
+                      f"no select {int(no_select)} dx in two FMAs {int(fma_dx)} xhat in one FMA {int(fma_xhat)}: "
+                      f"{t:.4f} ms  "
                       f"{n_bytes * copy_ms_per_byte / t:.3f} of copy  err {err:.2g}", flush=True)
-            N.BWD_NO_SELECT, N.BWD_FMA_DX, N.BWD_FMA_DX_RELU = cuts
+            N.BWD_NO_SELECT, N.BWD_FMA_DX, N.BWD_FMA_DX_RELU, N.BWD_FMA_XHAT = cuts
     N.BWD_PLAN_OVERRIDE, N.BWD_PREFETCH, N.BWD_PAIR_SUM, N.BWD_STAGES = saved
     N._BWD_PLANS.clear()
 

@@ -113,12 +113,18 @@ def _add_four(a1, b1, c1, d1, a2, b2, c2, d2):
 
 @tessera.kernel
 def _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS: tl.constexpr, RELU: tl.constexpr,
-                   NO_SELECT: tl.constexpr, ACC: tl.constexpr):
+                   NO_SELECT: tl.constexpr, ACC: tl.constexpr, FMA_XHAT: tl.constexpr = False):
     """A row's xhat, dy (zero where the fused ReLU was off) and g = dy * w. NO_SELECT:
-    xhat past n_cols left as computed (see below)."""
+    xhat past n_cols left as computed (see below). FMA_XHAT (layer norm): xhat as
+    x rstd - mean rstd, one FMA an element with the row's -mean rstd folded, where
+    (x - mean) rstd takes an add and a multiply."""
     x = x_raw.to(ACC)
     if IS_RMS:
         xhat = x * rstd
+    elif FMA_XHAT:
+        xhat = tl.fma(x, rstd, -(mean * rstd))
+        if not NO_SELECT:
+            xhat = tl.where(mask, xhat, 0.0)
     elif NO_SELECT:
         # Past n_cols x and dy were loaded as 0, so xhat there (-mean * rstd, finite) only
         # meets zeros (g = dy * w in the sums, dy * xhat in dweight; dx is not stored
@@ -164,7 +170,8 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
                      IS_RMS: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, RELU: tl.constexpr,
                      HAS_DH: tl.constexpr, PREFETCH: tl.constexpr, PAIR_SUM: tl.constexpr, TWO_ROWS: tl.constexpr,
                      ACC: tl.constexpr, BLOCK: tl.constexpr, STAGES: tl.constexpr = 1,
-                     NO_SELECT: tl.constexpr = False, FMA_DX: tl.constexpr = False):
+                     NO_SELECT: tl.constexpr = False, FMA_DX: tl.constexpr = False,
+                     FMA_XHAT: tl.constexpr = False):
     # Program pid walks rows pid, pid + n_progs, ... and writes their dweight sum, then
     # their dbias sum, as row pid of DWB (row stride stride_p).
     #
@@ -184,8 +191,8 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
     # each thread's own slots; tl.range's num_stages on a loop without tl.dot), so no
     # register carries them.
     #
-    # NO_SELECT, FMA_DX: _norm_bwd_prep's and _norm_bwd_dx's (the GPU's plans: fewer
-    # instructions an element; see BWD_NO_SELECT and BWD_FMA_DX).
+    # NO_SELECT, FMA_XHAT, FMA_DX: _norm_bwd_prep's and _norm_bwd_dx's (the GPU's plans:
+    # fewer instructions an element; see BWD_NO_SELECT, BWD_FMA_XHAT and BWD_FMA_DX).
     #
     # PAIR_SUM: layer norm's two row sums (of g * xhat and of g) as one reduction of a
     # pair, so a row crosses the warps once: 2 barriers a row instead of 4.
@@ -223,12 +230,12 @@ def _norm_bwd_kernel(X, W, B, DY, DH, DX, Mean, Rstd, DWB, stride_x, stride_dy, 
                 x2_raw, dy2_raw, dh2_raw, mean2, rstd2 = _norm_bwd_row_loads(X, DY, DH, Mean, Rstd, r + n_progs,
                                                                              n_rows, stride_x, stride_dy, stride_dh,
                                                                              cols, mask, IS_RMS, HAS_DH)
-        xhat, dy, g = _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS, RELU, NO_SELECT, ACC)
+        xhat, dy, g = _norm_bwd_prep(x_raw, dy_raw, mean, rstd, w, b, mask, IS_RMS, RELU, NO_SELECT, ACC, FMA_XHAT)
         if TWO_ROWS:
             # The second row past n_rows loaded zeros (and a zero rstd): its sums and
             # its dweight/dbias terms are 0; its store is masked off below.
             xhat2, dy2, g2 = _norm_bwd_prep(x2_raw, dy2_raw, mean2, rstd2, w, b, mask, IS_RMS, RELU, NO_SELECT,
-                                            ACC)
+                                            ACC, FMA_XHAT)
             if IS_RMS:
                 s1, s1_2 = tl.reduce((g * xhat, g2 * xhat2), 0, _add_pair)
                 s2, s2_2 = s1, s1_2
@@ -381,6 +388,13 @@ BWD_STAGES = None  # with BWD_PLAN_OVERRIDE: the stream ring's stages (None: 1; 
 BWD_NO_SELECT = True
 BWD_FMA_DX = True
 BWD_FMA_DX_RELU = False
+# Session 13 (bench/results/bwd_sweep_norm_cuts_h200_s13.log, the same sweep): BWD_NO_SELECT
+# now covers plain layer norm under the ring too (392 -> 324 SASS instructions a row step
+# with the FMA below: layer_norm 0.919 -> 0.925 of a copy), and BWD_FMA_XHAT, layer norm's
+# xhat in one FMA (_norm_bwd_prep's FMA_XHAT) under the ring (401 -> 386 instructions with
+# the ReLU): layer_norm 0.925 -> 0.926, layer_norm+relu 0.901 -> 0.904. Both within a
+# percent: the ring's loop is no longer bound by instruction issue.
+BWD_FMA_XHAT = True
 
 # On the CPU a small backward runs as one program: its one partial row is dweight and
 # dbias themselves (when they are kept in the accumulation type, fp32 or fp64), so the
@@ -408,16 +422,26 @@ def _bwd_prefetch(x) -> bool:
     return BWD_PREFETCH and H.on_gpu(x)
 
 
-def _bwd_gpu_arithmetic(x) -> bool:
-    """Whether the fused ReLU's backward drops its select past n_cols under the stream
-    ring (BWD_NO_SELECT): on a GPU, not on the CPU. Tests patch it."""
-    return H.on_gpu(x)
+def _bwd_no_select(x, relu, stages) -> bool:
+    """Whether layer norm's xhat is left unselected past n_cols (_norm_bwd_prep's
+    NO_SELECT), on a GPU: the fused ReLU's under the register prefetch, and with
+    BWD_NO_SELECT the fused ReLU's always and plain layer norm's under the stream ring
+    (stages > 1). Not on the CPU. Tests patch it."""
+    if not H.on_gpu(x):
+        return False
+    return relu and (_bwd_prefetch(x) and stages == 1 or BWD_NO_SELECT) or BWD_NO_SELECT and stages > 1
 
 
 def _bwd_fma_dx(x, relu, stages) -> bool:
     """Whether layer norm's dx takes two FMAs (BWD_FMA_DX, BWD_FMA_DX_RELU): on a GPU,
     under the stream ring only (stages > 1). Tests patch it."""
     return H.on_gpu(x) and stages > 1 and (BWD_FMA_DX_RELU if relu else BWD_FMA_DX)
+
+
+def _bwd_fma_xhat(x, stages) -> bool:
+    """Whether layer norm's xhat takes one FMA (BWD_FMA_XHAT): on a GPU, under the stream
+    ring only (as BWD_FMA_DX). Tests patch it."""
+    return BWD_FMA_XHAT and H.on_gpu(x) and stages > 1
 
 
 def _bwd_pair_sum(x) -> bool:
@@ -503,8 +527,8 @@ def _bwd_plan(xin, weight, bias, dy, dh, is_rms, relu):
     plan.kw = None if not (plan.rows and n) else dict(
         IS_RMS=is_rms, HAS_W=has_w, HAS_B=has_b, RELU=relu, HAS_DH=dh is not None,
         PREFETCH=_bwd_prefetch(xin) and stages == 1, STAGES=stages,
-        NO_SELECT=relu and (_bwd_prefetch(xin) and stages == 1 or BWD_NO_SELECT and _bwd_gpu_arithmetic(xin)),
-        FMA_DX=not is_rms and _bwd_fma_dx(xin, relu, stages),
+        NO_SELECT=not is_rms and _bwd_no_select(xin, relu, stages),
+        FMA_DX=not is_rms and _bwd_fma_dx(xin, relu, stages), FMA_XHAT=not is_rms and _bwd_fma_xhat(xin, stages),
         PAIR_SUM=_bwd_pair_sum(xin), TWO_ROWS=_bwd_two_rows(xin, is_rms, dh is not None, relu, block),
         ACC=H.acc_dtype(xin), BLOCK=block, **H.row_launch_options(xin, block, max_warps))
     if plan.kw is not None and "num_warps" in plan.kw:

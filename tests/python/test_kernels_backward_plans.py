@@ -18,16 +18,17 @@ import torch.nn.functional as F  # noqa: E402
 def gpu_norm_plan(monkeypatch, request):
     """The norm backward's GPU walk on the CPU: loading the next step ahead, layer
     norm's two row sums as one pair reduction (or two), two rows a step (or one), the
-    GPU's arithmetic (_bwd_gpu_arithmetic: the fused ReLU's xhat unselected past n_cols
-    with or without the register prefetch, dx in two FMAs); few
+    GPU's arithmetic (_bwd_no_select: layer norm's xhat unselected past n_cols, with and
+    without the ReLU; dx in two FMAs, xhat in one); few
     programs, so each walks several steps, and some programs' last step has no next
     step (or, two rows a step, no second row)."""
     prefetch, pair_sum, two_rows = request.param
     monkeypatch.setattr(N, "_bwd_prefetch", lambda x: prefetch)
     monkeypatch.setattr(N, "_bwd_pair_sum", lambda x: pair_sum)
     monkeypatch.setattr(N, "_bwd_two_rows", lambda x, *a: two_rows)
-    monkeypatch.setattr(N, "_bwd_gpu_arithmetic", lambda x: True)  # (no select past n_cols)
+    monkeypatch.setattr(N, "_bwd_no_select", lambda x, relu, stages: True)  # (no select past n_cols)
     monkeypatch.setattr(N, "_bwd_fma_dx", lambda x, relu, stages: True)  # (dx in two FMAs)
+    monkeypatch.setattr(N, "_bwd_fma_xhat", lambda x, stages: True)  # (xhat in one FMA)
     monkeypatch.setattr(H, "num_programs_for_partials", lambda like, n_rows, per_sm=4: max(1, min(n_rows, 3)))
     monkeypatch.setattr(N, "CPU_SPLIT_COST_ELEMS", 0)  # (small CPU inputs would take one program)
     N._BWD_PLANS.clear()
