@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "tessera/cpu_launcher.h"
@@ -58,8 +59,15 @@ namespace tessera::runtime {
 void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2, int cluster) {
   int64_t total = int64_t(n0) * n1 * n2;
   if (total <= 0) return;
+  std::optional<ClusterError> broken;
   if (cluster > 0) {
-    launch_cpu_clusters(entry, argv, n0, n1, n2, cluster);
+    // A program whose assertion failed returned early, which breaks its cluster: the
+    // assertion is the error to report, the broken cluster only its consequence.
+    try {
+      launch_cpu_clusters(entry, argv, n0, n1, n2, cluster);
+    } catch (const ClusterError& e) {
+      broken = e;
+    }
   } else if (total == 1) {
     entry(argv, 0, 1, n0, n1, n2);
   } else {
@@ -74,6 +82,7 @@ void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, in
     }
     throw DeviceAssertError(msg);
   }
+  if (broken) throw *broken;
 }
 
 std::map<std::string, void*> cpu_runtime_symbols() {

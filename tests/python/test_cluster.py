@@ -137,6 +137,24 @@ def raises_in_a_mate(X, Y, C: tl.constexpr, N: tl.constexpr):
     tl.store(Y + px * N + tl.arange(0, 1)[:, None] * N + cols[None, :], y)
 
 
+def test_a_failed_assertion_is_reported_not_the_cluster_it_broke():
+    """debug=True on the CPU: program 1's assertion fails before its exchange, so it returns
+    early and breaks its cluster; the launch reports the assertion."""
+    with pytest.raises(AssertionError, match="program 1 fails"):
+        assert_before_exchange[(4,)](np.ones((4, 4, 8), np.float32), np.zeros((4, 8), np.float32), C=4, N=8,
+                                     debug=True)
+
+
+@tessera.kernel
+def assert_before_exchange(X, Y, C: tl.constexpr, N: tl.constexpr):
+    px = tl.program_id(0)
+    cols = tl.arange(0, N)
+    x = tl.load(X + px * C * N + tl.arange(0, C)[:, None] * N + cols[None, :])
+    tl.device_assert(px != 1, "program 1 fails")
+    y = tl.cluster_reduce_scatter(x, C)
+    tl.store(Y + px * N + tl.arange(0, 1)[:, None] * N + cols[None, :], y)
+
+
 def test_the_interpreter_reports_an_error_of_another_program_of_the_cluster():
     J.set_interpret(True)
     try:
