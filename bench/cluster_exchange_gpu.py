@@ -58,7 +58,8 @@ def main():
     for c, r, n, warps in configs:
         x = torch.randn(p, r, n, device="cuda")
         y = torch.empty(p, r // c, n, device="cuda")
-        us = [profiled_kernel_us(lambda e=e: exchanges[(p,)](x, y, steps, C=c, R=r, N=n, EXCHANGE=e, num_warps=warps), 20)
+        us = [profiled_kernel_us(lambda e=e: exchanges[(p,)](x, y, steps, C=c, R=r, N=n, EXCHANGE=e,
+                                                             num_warps=warps), 20)
               for e in (0, 1)]
         lines.append(f"| {c} | {r}x{n} | {warps} | {us[0]:.1f} | {us[1]:.1f} | {(us[1] - us[0]) / steps:.3f} |")
         print(lines[-1], flush=True)

@@ -658,7 +658,8 @@ def launch({", ".join(params + ["*", "grid", "num_warps=4", "num_stages=3", "deb
         ck.runtime_indices = runtime
         written = ck.metadata.get("written_args", "")
         ck.written_indices = tuple(runtime[int(j)] for j in written.split(",") if j)
-        ck.launcher = _cpu_launcher(ck, self.__name__) if target == "cpu" else _cuda_launcher(ck, device, opt_key[0], self.__name__)
+        ck.launcher = (_cpu_launcher(ck, self.__name__) if target == "cpu"
+                       else _cuda_launcher(ck, device, opt_key[0], self.__name__))
         return ck
 
     def _interpret(self, values, grid):

@@ -89,7 +89,8 @@ void run_member(CpuEntry entry, const uint64_t* argv, Cluster& c, int rank, int6
 
 void launch_cpu_clusters(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2, int cluster) {
   if (cluster < 1 || n0 % cluster)
-    throw ClusterError("the grid's x extent " + std::to_string(n0) + " is not a multiple of the kernel's cluster size " +
+    throw ClusterError("the grid's x extent " + std::to_string(n0) +
+                       " is not a multiple of the kernel's cluster size " +
                        std::to_string(cluster));
   int64_t clusters = int64_t(n0 / cluster) * n1 * n2;
   std::mutex error_mu;

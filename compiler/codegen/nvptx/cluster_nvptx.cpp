@@ -76,7 +76,8 @@ void GpuLowering::lower_cluster_reduce_scatter(const Op& op) {
   cluster_asm(b_, "barrier.cluster.arrive.release;");
   cluster_asm(b_, "barrier.cluster.wait.acquire;");
   auto* rank_ty = llvm::FunctionType::get(i32, {}, false);
-  llvm::Value* rank = b_.CreateCall(rank_ty, llvm::InlineAsm::get(rank_ty, "mov.u32 $0, %cluster_ctarank;", "=r", false));
+  llvm::Value* rank =
+      b_.CreateCall(rank_ty, llvm::InlineAsm::get(rank_ty, "mov.u32 $0, %cluster_ctarank;", "=r", false));
   // This CTA's part: rows rank * R .. of the row-major tile, res->numel() elements from rank * numel.
   llvm::Value* part = b_.CreateMul(rank, b_.getInt32(static_cast<int32_t>(res->type.numel())));
   llvm::Value* base = b_.CreateAdd(smem32(cluster_buf_), b_.CreateShl(part, 2));
@@ -90,7 +91,8 @@ void GpuLowering::lower_cluster_reduce_scatter(const Op& op) {
   llvm::Type* vec_ty = width == 1 ? static_cast<llvm::Type*>(f32)
                                   : llvm::StructType::get(ctx_, std::vector<llvm::Type*>(width, f32));
   auto* ld_ty = llvm::FunctionType::get(vec_ty, {i32}, false);
-  std::string text = width == 4 ? "ld.shared::cluster.v4.f32 {$0, $1, $2, $3}, [$4];" : "ld.shared::cluster.f32 $0, [$1];";
+  std::string text =
+      width == 4 ? "ld.shared::cluster.v4.f32 {$0, $1, $2, $3}, [$4];" : "ld.shared::cluster.f32 $0, [$1];";
   std::string cons = width == 4 ? "=f,=f,=f,=f,r,~{memory}" : "=f,r,~{memory}";
   auto* ld = llvm::InlineAsm::get(ld_ty, text, cons, /*hasSideEffects=*/true);
   const int runs = out.num_regs() / width;

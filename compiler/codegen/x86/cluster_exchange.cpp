@@ -19,7 +19,8 @@ void KernelLowering::lower_cluster_reduce_scatter(const Op& op) {
   auto* i32 = b_.getInt32Ty();
   auto* i64 = b_.getInt64Ty();
   auto* f32 = b_.getFloatTy();
-  llvm::FunctionCallee rank_fn = m_.getOrInsertFunction("tessera_cpu_cluster_rank", llvm::FunctionType::get(i32, false));
+  llvm::FunctionCallee rank_fn =
+      m_.getOrInsertFunction("tessera_cpu_cluster_rank", llvm::FunctionType::get(i32, false));
   llvm::FunctionCallee slot_fn =
       m_.getOrInsertFunction("tessera_cpu_cluster_slot", llvm::FunctionType::get(ptr, {i32, i64}, false));
   llvm::FunctionCallee barrier_fn =
