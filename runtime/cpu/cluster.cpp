@@ -3,6 +3,7 @@
 // each has an exchange slot the others read between two barriers. A program that
 // returns while others wait at a barrier (or reaches one after another returned)
 // breaks the cluster: its barriers stop waiting and the launch raises ClusterError.
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -53,6 +54,10 @@ struct Member {
 
 thread_local Member t_member;
 
+// A cluster op ran in a launch without clusters (launch_cpu's cluster = 0: a caller that
+// ignored the compiled metadata): its calls get a lone program's view, the launch raises.
+std::atomic<bool> g_unclustered_call{false};
+
 std::string program_name(const Cluster& c, int rank) {
   return "(" + std::to_string(c.first + rank) + ", " + std::to_string(c.y) + ", " + std::to_string(c.z) + ")";
 }
@@ -86,6 +91,8 @@ void run_member(CpuEntry entry, const uint64_t* argv, Cluster& c, int rank, int6
 }
 
 }  // namespace
+
+bool take_unclustered_call() { return g_unclustered_call.exchange(false); }
 
 void launch_cpu_clusters(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2, int cluster) {
   if (cluster < 1 || n0 % cluster)
@@ -121,7 +128,7 @@ void launch_cpu_clusters(CpuEntry entry, const uint64_t* argv, int32_t n0, int32
 extern "C" {
 
 // This program's rank in its cluster.
-int32_t tessera_cpu_cluster_rank() { return tessera::runtime::t_member.rank; }
+int32_t tessera_cpu_cluster_rank() { return tessera::runtime::t_member.rank; }  // 0 without a cluster
 
 // The exchange slot of rank `rank` of this program's cluster, `bytes` long. Its own
 // (written before the barrier that publishes it) grows to that; a peer's (read between
@@ -130,6 +137,10 @@ int32_t tessera_cpu_cluster_rank() { return tessera::runtime::t_member.rank; }
 // reads get zeros.
 void* tessera_cpu_cluster_slot(int32_t rank, int64_t bytes) {
   using namespace tessera::runtime;
+  if (!t_member.cluster) {
+    g_unclustered_call.store(true);
+    return scratch(std::max<int64_t>(bytes, 8));
+  }
   auto& c = *t_member.cluster;
   auto& slot = c.slots[rank];
   SlotBuffer* buf = slot.current.load(std::memory_order_acquire);
@@ -158,6 +169,10 @@ void* tessera_cpu_cluster_slot(int32_t rank, int64_t bytes) {
 // Waits until every program of the cluster is here; returns at once in a broken cluster.
 void tessera_cpu_cluster_barrier() {
   using tessera::runtime::t_member;
+  if (!t_member.cluster) {
+    tessera::runtime::g_unclustered_call.store(true);
+    return;
+  }
   auto& c = *t_member.cluster;
   std::unique_lock<std::mutex> lock(c.mu);
   if (c.broken) return;

@@ -83,6 +83,9 @@ void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, in
     throw DeviceAssertError(msg);
   }
   if (broken) throw *broken;
+  if (cluster == 0 && take_unclustered_call())
+    throw ClusterError("the kernel calls tl.cluster_reduce_scatter but was launched without clusters (its compiled "
+                       "metadata's \"cluster\" is the cluster size to launch with)");
 }
 
 std::map<std::string, void*> cpu_runtime_symbols() {

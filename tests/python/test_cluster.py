@@ -104,6 +104,18 @@ def test_bound_launches_run_in_clusters_and_check_the_grid():
         scatter_sums.bind((6, 1), C=4, R=8, N=4)(x, y, 2)
 
 
+def test_a_cpu_launch_without_clusters_is_an_error_not_a_crash():
+    """The runtime's entry point called as for any kernel (no cluster size): the exchanges
+    find no cluster, and the launch says so."""
+    x = np.ones((1, 4, 1, 4, 4), np.float32)
+    y = np.zeros((1, 1, 1, 4, 4), np.float32)
+    ck = scatter_sums[(4, 1)](x, y, 1, C=4, R=4, N=4)
+    with pytest.raises(_C.ClusterError, match="launched without clusters"):
+        _C.launch_cpu(ck.entry, 4, 1, 1, (x, y, 1), ck.kinds)
+    scatter_sums[(4, 1)](x, y, 1, C=4, R=4, N=4)  # the next launch is clean
+    np.testing.assert_array_equal(y, np.full_like(y, 4.0))
+
+
 @tessera.kernel
 def uneven_calls(X, Y, SKIP: tl.constexpr, C: tl.constexpr, N: tl.constexpr):
     """Program SKIP of each cluster leaves out the exchange."""

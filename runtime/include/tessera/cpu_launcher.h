@@ -36,6 +36,10 @@ void launch_cpu(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, in
 // each cluster's programs on threads of their own, at the same time (cluster.cpp).
 void launch_cpu_clusters(CpuEntry entry, const uint64_t* argv, int32_t n0, int32_t n1, int32_t n2, int cluster);
 
+// Whether a cluster op ran outside a cluster launch since the last call (and clears it):
+// launch_cpu then raises ClusterError rather than return what a lone program computed.
+bool take_unclustered_call();
+
 // Helper functions kernels call (print, assert), by symbol name, for the loader.
 std::map<std::string, void*> cpu_runtime_symbols();
 
