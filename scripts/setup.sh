@@ -24,7 +24,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 
-if ! $PY -c "import numpy, pybind11, pytest, hypothesis, nbclient, nbformat, ipykernel, jupytext, matplotlib" 2>/dev/null; then
+# torch is a test dependency only (tessera.kernels' CPU tests check the torch tensor paths,
+# tk.nn and autograd against it); tessera itself imports it only when given torch tensors.
+if ! $PY -c "import numpy, pybind11, pytest, hypothesis, nbclient, nbformat, ipykernel, jupytext, matplotlib, torch" \
+    2>/dev/null; then
   echo "[setup] installing Python packages"
   $PY -m pip install -q -r requirements-dev.txt
 fi
