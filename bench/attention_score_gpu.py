@@ -4,7 +4,7 @@ the output) and torch (cuBLAS): what kernels/attention.py's and kernels/linear.p
 choices are measured from.
 
     python bench/attention_score_gpu.py [--dtype float16] [--shape 8,2048,2048,64] [--only fwd|bwd]
-                                        [--shipped] [--cold N] [--out DIR]
+                                        [--shipped] [--cold N] [--sides] [--out DIR]
 
 Times are torch.profiler's CUDA kernel time per call (no host launch cost), best of
 3 rounds of `--calls` calls; every variant's result is checked against torch first.
@@ -60,22 +60,35 @@ def backward(q, k, ds, dq, dk, scale, tiles, rotate):
         num_stages=stages)
 
 
-def backward_flat(q, k, ds, dq, dk, scale, tiles):
+def backward_flat(q, k, ds, dq, dk, scale, tiles, side=None):
     """_score_backward_flat_kernel: the operands as 2-D arrays of all batches' rows (TMA
-    rings on sm_90a), each branch's loop warp-specialized where WS."""
+    rings on sm_90a), each branch's loop warp-specialized where WS. side "dq" or "dk": a
+    cut, that side's programs alone (the other output is not written)."""
     bt, m, d = q.shape
     n = k.shape[1]
-    bm, bk, warps, stages, ws, maxnreg, lag = tiles
+    bm, bk, warps, stages, ws, maxnreg, lag, *swap = tiles
     extra = {"maxnreg": maxnreg} if maxnreg else {}
-    AT._score_backward_flat_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+    if swap and swap[0]:
+        extra["SWAP"] = True
+    q_blocks, k_blocks = tessera.cdiv(m, bm), tessera.cdiv(n, bm)
+    programs = {None: q_blocks + k_blocks, "dq": q_blocks, "dk": k_blocks}[side]
+    AT._score_backward_flat_kernel[(programs, 1, bt)](
         ds, q, k, dq, dk, m, n, d, ds.stride(1), q.stride(1), k.stride(1), scale, bt * m, bt * n, ACC=tl.float32,
-        BLOCK_M=bm, BLOCK_D=max(16, tessera.next_power_of_2(d)), BLOCK_K=bk, WS=ws, LAG=lag, num_warps=warps,
-        num_stages=stages, **extra)
+        BLOCK_M=bm, BLOCK_D=max(16, tessera.next_power_of_2(d)), BLOCK_K=bk, WS=ws, LAG=lag,
+        PROGRAM0=q_blocks if side == "dk" else 0, num_warps=warps, num_stages=stages, **extra)
 
 
-# name -> (BLOCK_M, BLOCK_K, num_warps, num_stages, WS, maxnreg, LAG) of _score_backward_flat_kernel
+# name -> (BLOCK_M, BLOCK_K, num_warps, num_stages, WS, maxnreg, LAG[, SWAP]) of _score_backward_flat_kernel
 FLAT_BACKWARD = {
     "flat 256x64 w16 s4 ws, dq on the anti-diagonal (shipped on sm_90)": (256, 64, 16, 4, True, None, 0),
+    # SWAP: dq^T = k^T ds^T and dk^T = q^T ds, one warpgroup's wgmma.m64n256 (A 8 KB + B 32 KB of
+    # shared memory read per K step, against 4 x (8 + 8) KB for four warpgroups' m64n64).
+    "flat 256x64 w16 s5 ws": (256, 64, 16, 5, True, None, 0),
+    "flat 256x32 w16 s10 ws": (256, 32, 16, 10, True, None, 0),
+    "flat 256x64 swapped w4 s4 ws": (256, 64, 4, 4, True, None, 0, True),
+    "flat 256x64 swapped w4 s3 ws": (256, 64, 4, 3, True, None, 0, True),
+    "flat 128x64 swapped w4 s3 ws, maxnreg 128 (two CTAs an SM)": (128, 64, 4, 3, True, 128, 0, True),
+    "flat 128x64 swapped w4 s4 ws": (128, 64, 4, 4, True, None, 0, True),
     "flat 256x64 w16 s4 ws, dq lags 4 (dk reads first)": (256, 64, 16, 4, True, None, 4),
     "flat 256x64 w16 s4 ws, dq lags 6": (256, 64, 16, 4, True, None, 6),
     "flat 256x64 w16 s4 ws, dq leads 6 (dq reads first)": (256, 64, 16, 4, True, None, -6),
@@ -187,6 +200,59 @@ BACKWARD = {
 }
 
 
+def flat_sides(q, k, dss, scale, args, row):
+    """The shipped flat backward's two kinds of programs, each timed alone against a copy of
+    its own bytes (ds, its operand, its output): at this batch (half the CTAs of the whole
+    kernel) and at twice the batch (as many CTAs as the whole kernel, all of one kind), to
+    see whether one kind waits on the other at the end of the shipped kernel (one CTA an
+    SM, so an early finisher leaves its SM idle). Errors checked against torch."""
+    tiles = next(t for name, t in FLAT_BACKWARD.items() if "shipped" in name)
+    for twice in (False, True):
+        qs, ks, ds_sets = (q, k, dss) if not twice else \
+            (torch.cat([q, q]), torch.cat([k, k]), [torch.cat([x, x]) for x in dss])
+        bt, m, d = qs.shape
+        n = ks.shape[1]
+        e = qs.element_size()
+        for side in ("dq", "dk"):
+            nbytes = (ds_sets[0].numel() + (ks.numel() if side == "dq" else qs.numel()) +
+                      (qs.numel() if side == "dq" else ks.numel())) * e
+            copy_us = profiled_kernel_us(copy_fn(nbytes, len(ds_sets)), args.calls)
+            outs = [(torch.full_like(qs, float("nan")), torch.full_like(ks, float("nan"))) for _ in ds_sets]
+            backward_flat(qs, ks, ds_sets[0], outs[0][0], outs[0][1], scale, tiles, side)
+            dsf = ds_sets[0].float()
+            if side == "dq":
+                ref, got = dsf @ ks.float() * scale, outs[0][0]
+            else:
+                ref, got = dsf.transpose(1, 2) @ qs.float() * scale, outs[0][1]
+            err = ((got.float() - ref).abs().max() / ref.abs().max()).item()
+            call = cycled([lambda x=x, o=o: backward_flat(qs, ks, x, o[0], o[1], scale, tiles, side)
+                           for x, o in zip(ds_sets, outs)])
+            label = f"cut: shipped flat, {side} programs alone, batch {bt} ({bt * tessera.cdiv(m, tiles[0])} CTAs)"
+            row("bwd", f"copy of that cut's bytes ({nbytes / 1e6:.1f} MB)", copy_us, copy_us, nbytes, "")
+            row("bwd", label, profiled_kernel_us(call, args.calls), copy_us, nbytes, f"{err:.1e}")
+
+
+def cycled(fns):
+    """A call that runs the next of `fns` each time (--cold: each buffer set leaves the L2
+    before its next turn)."""
+    turn = [0]
+
+    def call():
+        fns[turn[0] % len(fns)]()
+        turn[0] += 1
+    return call
+
+
+def copy_fn(nbytes, sets=1):
+    """A copy of nbytes / 2 (read + write = nbytes), `sets` buffer pairs taken in turn."""
+    fns = []
+    for _ in range(sets):
+        src = torch.empty(nbytes // 2 // 4, dtype=torch.float32, device="cuda")
+        dst = torch.empty_like(src)
+        fns.append(lambda src=src, dst=dst: dst.copy_(src))
+    return cycled(fns)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtype", default="float16")
@@ -198,6 +264,10 @@ def main():
                     "(back-to-back calls; 'of copy' then against the copy's events time)")
     ap.add_argument("--cold", type=int, default=4, help="backward: cycle through this many ds (and copy "
                     "buffer) sets, so that no call finds its inputs in the L2 (1: the same ds every call)")
+    ap.add_argument("--no-cluster", action="store_true", help="backward: leave out the cluster experiments")
+    ap.add_argument("--swapped", action="store_true", help="with --shipped: also the swapped flat backwards")
+    ap.add_argument("--sides", action="store_true", help="backward: also the shipped flat kernel's dq and dk "
+                    "programs timed alone, at this batch and at twice it (as many CTAs as the whole kernel)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     dt = getattr(torch, args.dtype)
@@ -214,24 +284,6 @@ def main():
              f"forward bytes {fwd_bytes / 1e6:.1f} MB, backward bytes {bwd_bytes / 1e6:.1f} MB; kernel us "
              f"(torch.profiler, best of 3 x {args.calls} calls, unless marked); 'of copy' = copy of the same bytes / variant", "",
              "| direction | variant | us | of copy | GB/s | max error / reference max |", "|---|---|---|---|---|---|"]
-
-    def cycled(fns):
-        """A call that runs the next of `fns` each time (--cold: each buffer set leaves the L2
-        before its next turn)."""
-        turn = [0]
-
-        def call():
-            fns[turn[0] % len(fns)]()
-            turn[0] += 1
-        return call
-
-    def copy_fn(nbytes, sets=1):
-        fns = []
-        for _ in range(sets):
-            src = torch.empty(nbytes // 2 // 4, dtype=torch.float32, device="cuda")
-            dst = torch.empty_like(src)
-            fns.append(lambda src=src, dst=dst: dst.copy_(src))
-        return cycled(fns)
 
     # --cold N: N sets of ds (and outputs) taken in turn, as a training step meets a new ds
     # each time (the default, 4); N = 1 calls on the same ds, part of which the previous
@@ -302,7 +354,8 @@ def main():
             row("bwd", name, profiled_kernel_us(call, args.calls),
                 copy_us, bwd_bytes, f"{err:.1e}")
         for name, tiles in FLAT_BACKWARD.items():
-            if args.shipped and "shipped" not in name:
+            if args.shipped and "shipped" not in name and not (args.swapped and ("swapped" in name or
+                                                                                             " s5 " in name or " s10 " in name)):
                 continue
             dq = torch.full((bt, m, d), float("nan"), dtype=dt, device="cuda")
             dk = torch.full((bt, n, d), float("nan"), dtype=dt, device="cuda")
@@ -313,7 +366,9 @@ def main():
             call = cycled([lambda x=x, o=o: backward_flat(q, k, x, o[0], o[1], scale, tiles) for x, o in zip(dss, outs)])
             row("bwd", name, profiled_kernel_us(call, args.calls),
                 copy_us, bwd_bytes, f"{err:.1e}")
-        for name, tiles in CLUSTER_BACKWARD.items():
+        if args.sides:
+            flat_sides(q, k, dss, scale, args, row)
+        for name, tiles in CLUSTER_BACKWARD.items() if not args.no_cluster else ():
             if m % tiles[0] or m // tiles[0] not in (2, 4, 8, 16):  # (all of them, --shipped or not)
                 continue
             dq = torch.full((bt, m, d), float("nan"), dtype=dt, device="cuda")

@@ -4,7 +4,7 @@ hardware counters:
 
     ncu --clock-control none -k regex:score_backward_flat --launch-skip 4 --launch-count 1 \\
         --metrics dram__bytes_read.sum,lts__t_throughput.avg.pct_of_peak_sustained_elapsed,... \\
-        python bench/attention_score_ncu.py [--shape 8,2048,2048,64] [--only fwd|bwd] [--calls 8]
+        python bench/attention_score_ncu.py [--shape 8,2048,2048,64] [--only fwd|bwd] [--side dq|dk] [--calls 8]
 
 The backward takes 4 sets of ds in turn, as bench/attention_score_gpu.py --cold 4 does, so
 that no call meets its ds in the L2.
@@ -22,6 +22,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import tessera.kernels as tk  # noqa: E402
 from tessera.kernels import attention as AT  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attention_score_gpu as G  # noqa: E402
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -29,6 +32,8 @@ def main():
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--only", default="", help="fwd or bwd")
     ap.add_argument("--calls", type=int, default=8)
+    ap.add_argument("--side", default="", help="dq or dk: the shipped flat backward's programs of that side "
+                    "alone (bench/attention_score_gpu.py --sides)")
     args = ap.parse_args()
     bt, m, n, d = (int(v) for v in args.shape.split(","))
     dt = getattr(torch, args.dtype)
@@ -41,7 +46,11 @@ def main():
         for i in range(args.calls):
             if args.only != "bwd":
                 tk.attention_score(q, k, scale)
-            if args.only != "fwd":
+            if args.only != "fwd" and args.side:
+                dq, dk = torch.empty_like(q), torch.empty_like(k)
+                tiles = next(t for name, t in G.FLAT_BACKWARD.items() if "shipped" in name)
+                G.backward_flat(q, k, dss[i % len(dss)], dq, dk, scale, tiles, args.side)
+            elif args.only != "fwd":
                 AT.attention_score_backward(q, k, dss[i % len(dss)], scale)
     torch.cuda.synchronize()
     print(f"attention_score {args.shape} {args.dtype}: {args.calls} calls done")

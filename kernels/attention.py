@@ -86,7 +86,7 @@ def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, 
 @tessera.kernel
 def _score_flat_tile(A, B, C, a0, b0, o0, rd, batch, M, N, K, a_rows, b_rows, s_a, s_b, s_cb, scale, first_block,
                      A_MMAJOR: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, WS: tl.constexpr):
+                     BLOCK_K: tl.constexpr, WS: tl.constexpr, SWAP: tl.constexpr = False):
     """_score_product_tile with A and B read as 2-D arrays of every batch's rows (a_rows
     and b_rows of them, row strides s_a and s_b) from their bare parameters, each tile
     at a scalar row and column plus an arange, masked by those bounds: the form
@@ -97,33 +97,48 @@ def _score_flat_tile(A, B, C, a0, b0, o0, rd, batch, M, N, K, a_rows, b_rows, s_
     as in _score_product_tile.
     Not A_MMAJOR (dq = ds @ k): A's rows a0 + i (a0 = batch * M + o0), columns k + j;
     A_MMAJOR (dk = ds^T @ q): A^T, A's rows a0 + k + j (a0 = batch * K), columns o0 + i;
-    B's rows b0 + k + j (b0 = batch * K), columns rd."""
+    B's rows b0 + k + j (b0 = batch * K), columns rd.
+    SWAP: the product computed transposed, C^T = B^T A^T (BLOCK_N = the head dim as the
+    MMA's M: one warpgroup's wgmma.m64nBLOCK_M, so 4 warps), the tile transposed back in
+    the epilogue."""
     rk = tl.arange(0, BLOCK_K)
     ri = tl.arange(0, BLOCK_M)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    if SWAP:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], ACC)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
     for k in tl.range(0, K, BLOCK_K, warp_specialize=WS):
         kr = k + first_block * BLOCK_K
         kr = tl.multiple_of(tl.where(kr >= K, kr - K, kr), BLOCK_K)
         if A_MMAJOR:
             ar = (a0 + kr) + rk
             ac = o0 + ri
-            a = tl.trans(tl.load(A + ar[:, None] * s_a + ac[None, :],
-                                 mask=(ar[:, None] < a_rows) & (ac[None, :] < M), other=0.0))
+            at = tl.load(A + ar[:, None] * s_a + ac[None, :], mask=(ar[:, None] < a_rows) & (ac[None, :] < M),
+                         other=0.0)
+            a = tl.trans(at)
         else:
             ar = a0 + ri
             ac = kr + rk
             a = tl.load(A + ar[:, None] * s_a + ac[None, :], mask=(ar[:, None] < a_rows) & (ac[None, :] < K),
                         other=0.0)
+            at = tl.trans(a)
         br = (b0 + kr) + rk
         b = tl.load(B + br[:, None] * s_b + rd[None, :], mask=(br[:, None] < b_rows) & (rd[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc)
-    _epilogue(acc, o0 + ri, rd, batch, M, N, s_cb, A, C, C, scale, 0, False, False, True, ACC)
+        if SWAP:
+            acc = tl.dot(tl.trans(b), at, acc)
+        else:
+            acc = tl.dot(a, b, acc)
+    if SWAP:
+        _epilogue(tl.trans(acc), o0 + ri, rd, batch, M, N, s_cb, A, C, C, scale, 0, False, False, True, ACC)
+    else:
+        _epilogue(acc, o0 + ri, rd, batch, M, N, s_cb, A, C, C, scale, 0, False, False, True, ACC)
 
 
 @tessera.kernel
 def _score_backward_flat_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, scale, rows_q, rows_k,
                                 ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-                                BLOCK_K: tl.constexpr, WS: tl.constexpr, LAG: tl.constexpr = 0):
+                                BLOCK_K: tl.constexpr, WS: tl.constexpr, LAG: tl.constexpr = 0,
+                                PROGRAM0: tl.constexpr = 0, SWAP: tl.constexpr = False):
     """_score_backward_kernel's two products (same grid: a batch's dq row blocks, then its
     dk row blocks; the same rotated K order) with ds, q and k read as 2-D arrays of all
     batches' rows (rows_q = batch x M rows of ds and q, rows_k = batch x N of k; batches
@@ -139,23 +154,28 @@ def _score_backward_flat_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, s
     ds again: LAG 4 0.915 of a copy, LAG 0 0.90); with a new ds each call, as in training,
     the second reads then miss the L2 more often (LAG 4 0.81-0.84, 8 0.64, LAG 0
     0.88-0.91), and L2 eviction hints on the copies did not change that (evict_first on
-    every ds copy 0.905-0.912, on one side's only 0.77-0.80, evict_last 0.80)."""
+    every ds copy 0.905-0.912, on one side's only 0.77-0.80, evict_last 0.80).
+    PROGRAM0: added to program_id(0) (0, the shipped choice; the bench's cuts run the dk
+    programs alone as a grid of N / BLOCK_M programs from PROGRAM0 = M / BLOCK_M).
+    SWAP: both products transposed (_score_flat_tile; one warpgroup's m64n256 wgmma at
+    256 rows, 4 warps): 0.75 of a copy on an H200 against 0.81 (bench/results/
+    attention_score_bwd_h200_s14.md), kept for the bench."""
     batch = tl.program_id(2).to(tl.int64)
     b32 = tl.program_id(2)
-    t = tl.program_id(0)
+    t = tl.program_id(0) + PROGRAM0
     q_blocks = tl.cdiv(M, BLOCK_M)
     rd = tl.arange(0, BLOCK_D)
     if t < q_blocks:
         n_blocks = tl.cdiv(N, BLOCK_K)
         first = (2 * n_blocks - (t * BLOCK_M // BLOCK_K) % n_blocks - LAG % n_blocks) % n_blocks
         _score_flat_tile(DS, KEY, DQ, b32 * M + t * BLOCK_M, b32 * N, t * BLOCK_M, rd, batch, M, D, N, rows_q,
-                         rows_k, s_dm, s_kn, M * D, scale, first, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS)
+                         rows_k, s_dm, s_kn, M * D, scale, first, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS, SWAP)
     else:
         j = t - q_blocks
         m_blocks = tl.cdiv(M, BLOCK_K)
         first = (m_blocks - (j * BLOCK_M // BLOCK_K) % m_blocks) % m_blocks
         _score_flat_tile(DS, Q, DK, b32 * M, b32 * M, j * BLOCK_M, rd, batch, N, D, M, rows_q, rows_q, s_dm,
-                         s_qm, N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS)
+                         s_qm, N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS, SWAP)
 
 
 @tessera.kernel

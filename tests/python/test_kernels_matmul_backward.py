@@ -160,6 +160,40 @@ def test_score_backward_flat_kernel_on_the_cpu(bt, m, n, d, bm, lag, ws):
     _close(dk, ds.double().transpose(1, 2) @ q.double() * 0.25, 3e-5, "dk")
 
 
+@pytest.mark.parametrize("bt,m,n,d,bm", [(2, 128, 64, 24, 64), (1, 96, 160, 40, 64), (2, 64, 64, 64, 128)])
+def test_score_backward_flat_kernel_swapped_on_the_cpu(bt, m, n, d, bm):
+    # SWAP (an experiment, bench/attention_score_gpu.py): both products computed transposed
+    # (dq^T = k^T ds^T, dk^T = q^T ds) and the tiles transposed back in the epilogue.
+    gen = torch.Generator().manual_seed(bt * m + n + d)
+    q, k, ds = (torch.randn(bt, m, d, generator=gen), torch.randn(bt, n, d, generator=gen),
+                torch.randn(bt, m, n, generator=gen))
+    dq, dk = torch.full((bt, m, d), float("nan")), torch.full((bt, n, d), float("nan"))
+    AT._score_backward_flat_kernel[(tessera.cdiv(m, bm) + tessera.cdiv(n, bm), 1, bt)](
+        ds, q, k, dq, dk, m, n, d, ds.stride(1), q.stride(1), k.stride(1), 0.25, bt * m, bt * n, ACC=tl.float32,
+        BLOCK_M=bm, BLOCK_D=tessera.next_power_of_2(d), BLOCK_K=32, WS=True, SWAP=True, num_warps=4)
+    _close(dq, ds.double() @ k.double() * 0.25, 3e-5, "dq")
+    _close(dk, ds.double().transpose(1, 2) @ q.double() * 0.25, 3e-5, "dk")
+
+
+@pytest.mark.parametrize("side", ["dq", "dk"])
+def test_score_backward_flat_kernel_one_side_on_the_cpu(side):
+    # PROGRAM0 (the bench's cuts): a grid of one side's programs computes that side and
+    # leaves the other output unwritten.
+    bt, m, n, d, bm = 2, 128, 192, 32, 64
+    gen = torch.Generator().manual_seed(7)
+    q, k, ds = (torch.randn(bt, m, d, generator=gen), torch.randn(bt, n, d, generator=gen),
+                torch.randn(bt, m, n, generator=gen))
+    dq, dk = torch.full((bt, m, d), float("nan")), torch.full((bt, n, d), float("nan"))
+    programs, first = (m // bm, 0) if side == "dq" else (n // bm, m // bm)
+    AT._score_backward_flat_kernel[(programs, 1, bt)](
+        ds, q, k, dq, dk, m, n, d, ds.stride(1), q.stride(1), k.stride(1), 0.25, bt * m, bt * n, ACC=tl.float32,
+        BLOCK_M=bm, BLOCK_D=d, BLOCK_K=32, WS=False, PROGRAM0=first)
+    done, untouched = (dq, dk) if side == "dq" else (dk, dq)
+    ref = ds.double() @ k.double() * 0.25 if side == "dq" else ds.double().transpose(1, 2) @ q.double() * 0.25
+    _close(done, ref, 3e-5, side)
+    assert torch.isnan(untouched).all()
+
+
 # --------------------------------------------------------------------------- PTX (no GPU needed)
 
 def _assembled(ck, tmp_path):
@@ -247,6 +281,21 @@ def test_ptx_score_backward_flat_specializes_both_branches(dtype, tmp_path):
     # (64 rows of 256 columns: four 128-byte-swizzled boxes of 64 columns) and q's.
     assert ptx.count("cp.async.bulk.tensor.2d") == 2 + 5 and "mma.sync" not in ptx
     assert int(ck.metadata["shared"]) >= stages * (bm + 64) * bk * 2
+
+
+def test_ptx_score_backward_flat_swapped_runs_one_warpgroup_m64n256(tmp_path):
+    # SWAP at 256 rows: the head dim is the MMA's M, so one consumer warpgroup issues
+    # wgmma.m64n256k16 (4 a K step per branch: dq^T's B = ds^T K-major, dk^T's B = ds
+    # N-major, A = k^T / q^T M-major) beside the producer warpgroup; 255 registers, no
+    # spills (bench: 0.75 of a copy on an H200 against the shipped form's 0.81).
+    sizes = (2048, 2048, 64, 2048, 64, 64, 0.125, 8 * 2048, 8 * 2048)
+    sig, ce, opts = launch_signature(AT._score_backward_flat_kernel, {p: "*fp16:16" for p in ("DS", "Q", "KEY", "DQ", "DK")},
+                                     sizes, dict(ACC=tl.float32, BLOCK_M=256, BLOCK_D=64, BLOCK_K=64, WS=True,
+                                                 SWAP=True, num_warps=4, num_stages=4))
+    ck = tessera.compile(AT._score_backward_flat_kernel, sig, ce, target="cuda:90a", **opts)
+    ptx = _assembled(ck, tmp_path)
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16") == 8
+    assert "mma.sync" not in ptx and ck.metadata["threads"] == "256"
 
 
 # --------------------------------------------------------------------------- the ops on a GPU
