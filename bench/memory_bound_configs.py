@@ -112,7 +112,8 @@ def candidates(rows, cols, dev="cuda", baseline=None):
         shape, nbytes = "x".join(map(str, logits.shape)), logits.numel() * 2
         out[f"cross_entropy {shape} merge alone (mean; the slices' launch not timed)"] = (
             merge_alone(logits, tgt_v), nbytes)
-        for block, w in ((2048, 4), (4096, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8)):
+        for block, w in ((1024, 1), (2048, 1), (2048, 2), (2048, 4), (4096, 1), (4096, 2), (4096, 4), (4096, 8),
+                         (8192, 4), (8192, 8)):
             if w <= 4:
                 out[f"cross_entropy {shape} slices alone, {block} classes a slice, num_warps={w}"] = (
                     sliced(logits, tgt_v, block, w, False), nbytes)
@@ -123,6 +124,10 @@ def candidates(rows, cols, dev="cuda", baseline=None):
                 sliced(logits, tgt_v, 4096, 4, True, realign=False), nbytes)
         out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (
             lambda logits=logits, tgt_v=tgt_v: tk.cross_entropy(logits, tgt_v), nbytes)
+        # The merge without the loss reduction (row losses stored; no atomic, no partials'
+        # second trip): what the reduction's last steps cost.
+        out[f"cross_entropy {shape} tk.cross_entropy reduction='none'"] = (
+            lambda logits=logits, tgt_v=tgt_v: tk.cross_entropy(logits, tgt_v, reduction="none"), nbytes)
         bf = logits.to(torch.bfloat16)
         out[f"cross_entropy {shape} bf16 tk.cross_entropy (library default)"] = (
             lambda bf=bf, tgt_v=tgt_v: tk.cross_entropy(bf, tgt_v), nbytes)
@@ -130,6 +135,16 @@ def candidates(rows, cols, dev="cuda", baseline=None):
             for name, a in (("", logits), ("bf16 ", bf)):
                 out[f"cross_entropy {shape} {name}baseline's cross_entropy (library default)"] = (
                     lambda a=a, tgt_v=tgt_v: baseline.cross_entropy(a, tgt_v), nbytes)
+
+    # GPT-2's rows are 12.27 slices of 4096 (the 13th 27% full, one program slot of 13): the
+    # same slices on rows of exactly 12 (49152 classes, aligned) give the cost of that tail.
+    x_even = torch.randn(max(1, rows // 8), 49152, generator=g).to(dev, f16)
+    t_even = torch.randint(0, 49152, (x_even.shape[0],), generator=g).to(dev)
+    shape, nbytes = "x".join(map(str, x_even.shape)), x_even.numel() * 2
+    out[f"cross_entropy {shape} slices alone, 4096 classes a slice, num_warps=2"] = (
+        sliced(x_even, t_even, 4096, 2, False), nbytes)
+    out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (
+        lambda: tk.cross_entropy(x_even, t_even), nbytes)
 
     # cross_entropy backward of the vocabulary shapes (dlogits = (softmax - onehot) * dloss
     # of the mean; bytes: the logits read, dlogits written, the targets and lse): the row
