@@ -75,8 +75,9 @@ def candidates(rows, cols, dev="cuda", baseline=None):
             n_groups, SMOOTH=False, REDUCE=reduce, MEAN=True, ACC=tl.float32, BLOCK=block,
             FINAL=min(S.CE_LOSS_GROUP, 256 * w), num_warps=w)
 
-    def sliced(logits, tgt, block, w, merge, realign=None, force=False):
-        plan = S._ce_plan(logits, tgt, 0.0, "mean", slice_block=block, slice_warps=w, realign=realign, sliced=force)
+    def sliced(logits, tgt, block, w, merge, realign=None, force=False, maxnreg=0):
+        plan = S._ce_plan(logits, tgt, 0.0, "mean", slice_block=block, slice_warps=w, realign=realign, sliced=force,
+                          slice_maxnreg=maxnreg)
         if merge:
             return lambda: S._ce_forward_with(plan, logits, tgt, -100)
         work = plan.new_work()
@@ -119,6 +120,13 @@ def candidates(rows, cols, dev="cuda", baseline=None):
                     sliced(logits, tgt_v, block, w, False), nbytes)
             out[f"cross_entropy {shape} slices + merge (mean), {block} classes a slice, num_warps={w}"] = (
                 sliced(logits, tgt_v, block, w, True), nbytes)
+        # Registers a thread of the 2-warp slices (CE_SLICE_MAXNREG_FAST_MEMORY; None: as ptxas
+        # allocates, 96, 10 programs an SM; 80: 12; 64 spills).
+        for regs in (None, 80, 64):
+            for merge in (False, True):
+                what = "slices + merge (mean)" if merge else "slices alone"
+                out[f"cross_entropy {shape} {what}, 4096 classes a slice, num_warps=2, maxnreg {regs}"] = (
+                    sliced(logits, tgt_v, 4096, 2, merge, maxnreg=regs), nbytes)
         if logits.shape[1] % 16:  # rows not 16-byte aligned: read element by element instead of realigned
             out[f"cross_entropy {shape} slices + merge (mean), 4096 classes a slice, num_warps=4, not realigned"] = (
                 sliced(logits, tgt_v, 4096, 4, True, realign=False), nbytes)
@@ -138,13 +146,16 @@ def candidates(rows, cols, dev="cuda", baseline=None):
 
     # GPT-2's rows are 12.27 slices of 4096 (the 13th 27% full, one program slot of 13): the
     # same slices on rows of exactly 12 (49152 classes, aligned) give the cost of that tail.
-    x_even = torch.randn(max(1, rows // 8), 49152, generator=g).to(dev, f16)
-    t_even = torch.randint(0, 49152, (x_even.shape[0],), generator=g).to(dev)
-    shape, nbytes = "x".join(map(str, x_even.shape)), x_even.numel() * 2
-    out[f"cross_entropy {shape} slices alone, 4096 classes a slice, num_warps=2"] = (
-        sliced(x_even, t_even, 4096, 2, False), nbytes)
-    out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (
-        lambda: tk.cross_entropy(x_even, t_even), nbytes)
+    # Also: 53248 (13 whole slices, aligned), 49144 (rows not 16-byte aligned, realigned:
+    # 49151 positions, 12 slices, the last all but full): the realigned reads' own cost.
+    for classes in (49152, 53248, 49144):
+        x_even = torch.randn(max(1, rows // 8), classes, generator=g).to(dev, f16)
+        t_even = torch.randint(0, classes, (x_even.shape[0],), generator=g).to(dev)
+        shape, nbytes = "x".join(map(str, x_even.shape)), x_even.numel() * 2
+        out[f"cross_entropy {shape} slices alone, 4096 classes a slice, num_warps=2"] = (
+            sliced(x_even, t_even, 4096, 2, False), nbytes)
+        out[f"cross_entropy {shape} tk.cross_entropy (library default)"] = (
+            lambda x_even=x_even, t_even=t_even: tk.cross_entropy(x_even, t_even), nbytes)
 
     # cross_entropy backward of the vocabulary shapes (dlogits = (softmax - onehot) * dloss
     # of the mean; bytes: the logits read, dlogits written, the targets and lse): the row

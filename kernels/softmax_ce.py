@@ -61,6 +61,13 @@ CE_SLICE_WARPS = 4
 # FMA terms and the realigned slices' f32 merge, realigned rows lost at 2 warps: 0.846 ->
 # 0.785, memory_bound_configs_s11_warps_h200.md.)
 CE_SLICE_WARPS_FAST_MEMORY = 2
+# Registers a thread of those 2-warp slices (16-bit logits, no label smoothing): ptxas
+# gives the 4096-wide tile 96, so 10 programs of 2 warps fit an SM; at 80 (no spills) 12,
+# and the slices, bound by how many bytes their resident programs keep in flight, read
+# faster. H200, fp16, slices alone, of a copy, 96 -> 80: 2048x50257 0.926 -> 0.951
+# (GPT-2's 13th slice of a row is 27% full, so a program slot there holds few bytes),
+# 4096x32000 0.985 -> 0.999; 64 spills (0.61): bench/results/memory_bound_configs_h200_s14_ce_regs*.md.
+CE_SLICE_MAXNREG_FAST_MEMORY = 80
 # The slices' exponentials as 2^(x log2 e - m log2 e) on a GPU (_exp_of_difference_fma).
 CE_SLICE_FMA_EXP = True
 # At most this many slices per row (the merge holds a row's slices in one tile); longer
@@ -828,6 +835,16 @@ def _slice_warps(logits, n):
     return CE_SLICE_WARPS
 
 
+def _slice_maxnreg(logits, n, slice_kw, smoothing):
+    """CE_SLICE_MAXNREG_FAST_MEMORY for the fast-memory GPUs' 2-warp slices of 16-bit
+    logits without label smoothing (the forms ptxas fits in it without spilling:
+    test_kernels_gpu_ptx.py), else None."""
+    if (n > CE_ONE_CHUNK and H.fast_memory(logits) and slice_kw.get("num_warps") == CE_SLICE_WARPS_FAST_MEMORY
+            and _element_size(logits) == 2 and not smoothing > 0):
+        return CE_SLICE_MAXNREG_FAST_MEMORY
+    return None
+
+
 def _bwd_kws(logits, stride, n, block, smoothing, realign, bwd_slice=None):
     """The backward's launches: (plain, realigned or None), each (constexprs and launch
     options, slices per row, positions per slice) of _xent_bwd_kernel. The realigned
@@ -873,9 +890,10 @@ class _CePlan:
 
 
 def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps=None, realign=None,
-             bwd_slice=None, sliced=None):
+             bwd_slice=None, sliced=None, slice_maxnreg=0):
     """slice_block, slice_warps: the slices' tile and warps for rows longer than
     CE_ONE_CHUNK (CE_SLICE, CE_SLICE_WARPS; bench/memory_bound_configs.py tries others);
+    slice_maxnreg: their registers a thread (0: _slice_maxnreg's choice, None: ptxas's);
     bwd_slice: the backward's (positions per program, tile, warps, evict-first stores)
     for those rows (CE_BWD_SLICE on a GPU, a program per row on the CPU; see _bwd_kws);
     realign: whether rows not provably 16-byte aligned are read from their 16-byte
@@ -930,6 +948,9 @@ def _ce_plan(logits, target, smoothing, reduction, slice_block=None, slice_warps
         plan.slice_kw = dict(SMOOTH=smoothing > 0, ACC=H.acc_dtype(logits), BLOCK=width, CHUNKS=chunks,
                              REALIGN=realign, VEC=vec, FMA_EXP=CE_SLICE_FMA_EXP and H.on_gpu(logits),
                              **H.row_launch_options(logits, width, max_warps=slice_warps or _slice_warps(logits, n)))
+        regs = _slice_maxnreg(logits, n, plan.slice_kw, smoothing) if slice_maxnreg == 0 else slice_maxnreg
+        if regs:
+            plan.slice_kw["maxnreg"] = regs
         plan.merge_kw = dict(SMOOTH=smoothing > 0, REDUCE=plan.reduce, MEAN=plan.mean, ACC=H.acc_dtype(logits),
                              ROWS=step, SLICES=H.block_for(plan.slices, 1 << 30), FINAL=_final_block(logits, 1024),
                              **H.row_launch_options(logits, 1024, max_warps=4))

@@ -80,6 +80,42 @@ def test_cross_entropy_slices_load_16_bytes_at_a_time(realign, fma_exp, tmp_path
         assert ptx.count("cvt.f32.f16") == 1 + 32
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("realign", [False, True])
+def test_cross_entropy_fast_memory_slices_fit_their_register_cap(dtype, realign, tmp_path):
+    # The fast-memory GPUs' 2-warp slices of 16-bit logits run under a register cap
+    # (CE_SLICE_MAXNREG_FAST_MEMORY: 12 programs an SM instead of 10); ptxas keeps to it
+    # without spilling (label smoothing's third sum would spill: _slice_maxnreg leaves it).
+    cap = S.CE_SLICE_MAXNREG_FAST_MEMORY
+    sig = f"*{dtype}:16,*i64:16,*fp32:16," + ("i32,i32,i32,i32,i32" if realign else "i32:16,i32:16,i32,i32:16,i32")
+    ptx = tessera.compile(S._xent_slice_kernel, sig,
+                          dict(SMOOTH=False, ACC=tl.float32, BLOCK=S.CE_SLICE, CHUNKS=1, REALIGN=realign, VEC=8,
+                               FMA_EXP=True), target="cuda:90a", num_warps=S.CE_SLICE_WARPS_FAST_MEMORY,
+                          maxnreg=cap).asm["ptx"]
+    assert f".maxnreg {cap}" in ptx
+    err = assemble_if_available(ptx, "90a", tmp_path, verbose=True)
+    if err is not None:
+        assert "0 bytes spill stores" in err, err
+        assert int(re.search(r"Used (\d+) registers", err).group(1)) <= cap
+
+
+def test_cross_entropy_plan_caps_registers_only_where_it_fits(monkeypatch):
+    # _slice_maxnreg: the cap for the fast-memory plan's 2-warp 16-bit slices without label
+    # smoothing; none with smoothing, fp32 logits, or off fast-memory GPUs.
+    from tessera.kernels import _host as H
+    np = pytest.importorskip("numpy")
+    x16, x32 = np.zeros((4, 50257), np.float16), np.zeros((4, 50257), np.float32)
+    kw = {"num_warps": S.CE_SLICE_WARPS_FAST_MEMORY}
+    monkeypatch.setattr(H, "fast_memory", lambda like: True)
+    assert S._slice_maxnreg(x16, 50257, kw, 0.0) == S.CE_SLICE_MAXNREG_FAST_MEMORY
+    assert S._slice_maxnreg(x16, 50257, kw, 0.1) is None
+    assert S._slice_maxnreg(x32, 50257, kw, 0.0) is None
+    assert S._slice_maxnreg(x16, 4096, kw, 0.0) is None  # rows held whole
+    assert S._slice_maxnreg(x16, 50257, {"num_warps": 4}, 0.0) is None
+    monkeypatch.setattr(H, "fast_memory", lambda like: False)
+    assert S._slice_maxnreg(x16, 50257, kw, 0.0) is None
+
+
 @pytest.mark.parametrize("realign", [False, True])
 @pytest.mark.parametrize("block,num_warps,stream", [(2048, 8, False), (4096, 4, False), (4096, 4, True)])
 def test_cross_entropy_backward_of_unaligned_rows_is_16_bytes_wide(realign, block, num_warps, stream, tmp_path):
