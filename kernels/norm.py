@@ -360,7 +360,7 @@ BWD_GPU_PLANS = {
 }
 BWD_GPU_PLANS_FAST_MEMORY = {
     "layer_norm": (2, 8, False, 2),
-    "layer_norm+relu": (2, 8, False, 2),
+    "layer_norm+relu": (2, 8, False, 3),
     "rms_norm": (1, 16, True, 3),
     "residual": (2, 8, False, 2),
 }
@@ -394,6 +394,9 @@ BWD_FMA_DX_RELU = False
 # xhat in one FMA (_norm_bwd_prep's FMA_XHAT) under the ring (401 -> 386 instructions with
 # the ReLU): layer_norm 0.925 -> 0.926, layer_norm+relu 0.901 -> 0.904. Both within a
 # percent: the ring's loop is no longer bound by instruction issue.
+# Session 14: layer_norm+relu takes 3 ring stages on fast-memory GPUs (it had 2). With
+# these cuts its sweeps favoured 3 in every run: 0.910 / 0.899 of a copy (s13), 0.909 /
+# 0.898 and 0.912 / 0.899 (bench/results/bwd_sweep_norm_h200_s14_run1/run2.log).
 BWD_FMA_XHAT = True
 
 # On the CPU a small backward runs as one program: its one partial row is dweight and
