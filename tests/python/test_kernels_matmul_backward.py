@@ -289,9 +289,10 @@ def test_ptx_score_backward_flat_swapped_runs_one_warpgroup_m64n256(tmp_path):
     # N-major, A = k^T / q^T M-major) beside the producer warpgroup; 255 registers, no
     # spills (bench: 0.75 of a copy on an H200 against the shipped form's 0.81).
     sizes = (2048, 2048, 64, 2048, 64, 64, 0.125, 8 * 2048, 8 * 2048)
-    sig, ce, opts = launch_signature(AT._score_backward_flat_kernel, {p: "*fp16:16" for p in ("DS", "Q", "KEY", "DQ", "DK")},
-                                     sizes, dict(ACC=tl.float32, BLOCK_M=256, BLOCK_D=64, BLOCK_K=64, WS=True,
-                                                 SWAP=True, num_warps=4, num_stages=4))
+    ptrs = {p: "*fp16:16" for p in ("DS", "Q", "KEY", "DQ", "DK")}
+    sig, ce, opts = launch_signature(AT._score_backward_flat_kernel, ptrs, sizes,
+                                     dict(ACC=tl.float32, BLOCK_M=256, BLOCK_D=64, BLOCK_K=64, WS=True, SWAP=True,
+                                          num_warps=4, num_stages=4))
     ck = tessera.compile(AT._score_backward_flat_kernel, sig, ce, target="cuda:90a", **opts)
     ptx = _assembled(ck, tmp_path)
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16") == 8
