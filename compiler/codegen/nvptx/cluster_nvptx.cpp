@@ -24,12 +24,6 @@ using namespace ir;
 
 namespace {
 
-void cluster_asm(llvm::IRBuilderBase& b, const char* text) {
-  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
-  b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {})
-      ->addFnAttr(llvm::Attribute::Convergent);
-}
-
 const Op* first_cluster_op(const Block& b) {
   for (auto& op : b.ops) {
     if (op->kind == OpKind::ClusterReduceScatter) return op.get();
@@ -58,7 +52,7 @@ void GpuLowering::plan_cluster() {
                 "tl.cluster_reduce_scatter needs thread-block clusters (sm_90 or newer); this target is sm_" +
                     std::to_string(cc_));
   cluster_buf_ = new_smem(b_.getFloatTy(), largest_operand(*k_.body()), "cluster");
-  cluster_asm(b_, "barrier.cluster.arrive.relaxed;");  // the phase the first op waits on
+  emit_ptx(b_, "barrier.cluster.arrive.relaxed;");  // the phase the first op waits on
 }
 
 void GpuLowering::lower_cluster_reduce_scatter(const Op& op) {
@@ -68,13 +62,13 @@ void GpuLowering::lower_cluster_reduce_scatter(const Op& op) {
   auto* i32 = b_.getInt32Ty();
   BlockedLayout src = preferred_layout(x);
   std::vector<llvm::Value*> regs = materialize(x, src);
-  cluster_asm(b_, "barrier.cluster.wait.acquire;");  // everyone is done reading the previous op's buffers
+  emit_ptx(b_, "barrier.cluster.wait.acquire;");  // everyone is done reading the previous op's buffers
   for (int r = 0; r < src.num_regs(); ++r) {
     llvm::Value* idx = runtime_index(flat_bits(src.index_of(r)));
     b_.CreateStore(regs[r], b_.CreateInBoundsGEP(f32, cluster_buf_, idx));
   }
-  cluster_asm(b_, "barrier.cluster.arrive.release;");
-  cluster_asm(b_, "barrier.cluster.wait.acquire;");
+  emit_ptx(b_, "barrier.cluster.arrive.release;");
+  emit_ptx(b_, "barrier.cluster.wait.acquire;");
   auto* rank_ty = llvm::FunctionType::get(i32, {}, false);
   llvm::Value* rank =
       b_.CreateCall(rank_ty, llvm::InlineAsm::get(rank_ty, "mov.u32 $0, %cluster_ctarank;", "=r", false));
@@ -113,7 +107,7 @@ void GpuLowering::lower_cluster_reduce_scatter(const Op& op) {
       t.regs[g0 * width + k] = sum;
     }
   }
-  cluster_asm(b_, "barrier.cluster.arrive.release;");  // this CTA's reads are done
+  emit_ptx(b_, "barrier.cluster.arrive.release;");  // this CTA's reads are done
   tiles_[res] = std::move(t);
 }
 
@@ -122,7 +116,7 @@ void GpuLowering::finish_cluster() {
   for (llvm::BasicBlock& bb : *fn_)
     if (auto* ret = llvm::dyn_cast_or_null<llvm::ReturnInst>(bb.getTerminator())) {
       b_.SetInsertPoint(ret);
-      cluster_asm(b_, "barrier.cluster.wait.acquire;");  // no CTA leaves while another may read its buffer
+      emit_ptx(b_, "barrier.cluster.wait.acquire;");  // no CTA leaves while another may read its buffer
     }
 }
 

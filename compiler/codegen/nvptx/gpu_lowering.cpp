@@ -155,6 +155,14 @@ GpuLowering::GpuLowering(const Kernel& k, llvm::Module& m, int num_warps, bool d
   plan_tma_stores();
 }
 
+void emit_ptx(llvm::IRBuilderBase& b, const std::string& text, bool convergent) {
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
+  llvm::CallInst* call = b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {});
+  if (convergent) call->addFnAttr(llvm::Attribute::Convergent);
+}
+
+uint64_t wgmma_swizzle_mode(int64_t row_bytes) { return row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3; }
+
 int max_dynamic_shared_bytes(int cc) {
   if (cc >= 90) return 227 * 1024;
   if (cc == 80) return 163 * 1024;

@@ -48,6 +48,15 @@ bool is_zero_const(const ir::Value* v);
 // (the frontend writes it from TESSERA_GPU_FP_FUSION), else the default.
 bool kernel_fp_fusion(const ir::Kernel& k);
 
+// Emits PTX `text` as an inline-asm statement with side effects that clobbers memory
+// (barriers, fences, async copies). convergent: LLVM may not make it depend on more
+// control flow than it has (what every CTA-wide or warpgroup-wide instruction needs).
+void emit_ptx(llvm::IRBuilderBase& b, const std::string& text, bool convergent = true);
+
+// The swizzle field of a wgmma shared-memory matrix descriptor (bits 62-63) for rows of
+// row_bytes: 1 for 128 bytes, 2 for 64, 3 for 32.
+uint64_t wgmma_swizzle_mode(int64_t row_bytes);
+
 // The loop's warp_specialize attribute is set (tl.range's hint; warp_specialize_nvptx.cpp).
 bool asks_warp_specialize(const ir::Op& loop);
 // ... and its ping_pong attribute: two consumer warpgroups take its tiles in turn (ping_pong_nvptx.cpp).

@@ -110,17 +110,6 @@ void GpuLowering::plan_wgmma(const Block& b) {
   }
 }
 
-namespace {
-
-uint64_t swizzle_mode(int64_t row_bytes) { return row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3; }
-
-void emit_asm(llvm::IRBuilderBase& b, const std::string& text) {
-  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
-  b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {})
-      ->addFnAttr(llvm::Attribute::Convergent);
-}
-
-}  // namespace
 
 std::vector<llvm::Value*> GpuLowering::wgmma_wait_tied(const std::vector<llvm::Value*>& acc) {
   const int n = static_cast<int>(acc.size());
@@ -167,10 +156,10 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
       b_.getInt8Ty(), sa.buf,
       b_.CreateMul(warpgroup, b_.getInt32(static_cast<uint32_t>(a_m_major ? sa.block_bytes : 64 * sa.row_bytes))));
   const uint64_t a_bits = a_m_major ? fixed_bits(static_cast<uint64_t>(sa.block_bytes), 1024, 1)
-                                    : fixed_bits(16, 8 * sa.row_bytes, swizzle_mode(sa.row_bytes));
+                                    : fixed_bits(16, 8 * sa.row_bytes, wgmma_swizzle_mode(sa.row_bytes));
   const bool b_n_major = sb.contig_dim != 0;
   const uint64_t b_bits = b_n_major ? fixed_bits(static_cast<uint64_t>(sb.block_bytes), 1024, 1)
-                                    : fixed_bits(16, 8 * sb.row_bytes, swizzle_mode(sb.row_bytes));
+                                    : fixed_bits(16, 8 * sb.row_bytes, wgmma_swizzle_mode(sb.row_bytes));
   llvm::Value* a_start = smem_addr(a_base);
   llvm::Value* b_start = smem_addr(sb.buf);
 
@@ -198,7 +187,7 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
   auto* fty = llvm::FunctionType::get(rty, params, false);
   auto* wgmma = llvm::InlineAsm::get(fty, text, cons, /*hasSideEffects=*/true);
 
-  emit_asm(b_, "wgmma.fence.sync.aligned;");
+  emit_ptx(b_, "wgmma.fence.sync.aligned;");
   // A K-major k-step is 32 bytes further along the rows (16 f16 or 8 tf32 elements);
   // an MN-major one (16-bit only) 16 rows of 128 bytes further down.
   for (int64_t kk = 0; kk < K / kstep; ++kk) {
@@ -214,12 +203,12 @@ void GpuLowering::lower_dot_wgmma(const Op& op, MmaKind kind, const StagedOperan
     call->addFnAttr(llvm::Attribute::Convergent);
     for (int i = 0; i < nacc; ++i) c[i] = b_.CreateExtractValue(call, {static_cast<unsigned>(i)});
   }
-  emit_asm(b_, "wgmma.commit_group.sync.aligned;");
+  emit_ptx(b_, "wgmma.commit_group.sync.aligned;");
   if (wgmma_async_dots_.count(&op)) {
     // The result only feeds the next iteration's wgmma (and, after the loop, the wait 0
     // on the loop's way out, lower_for): keep this group in flight, retire the previous
     // one, whose ring stage the next iteration's copies overwrite after their barrier.
-    emit_asm(b_, "wgmma.wait_group.sync.aligned 1;");
+    emit_ptx(b_, "wgmma.wait_group.sync.aligned 1;");
     TileVal res;
     res.kind = TileVal::Regs;
     res.layout = lc;

@@ -58,17 +58,6 @@ bool GpuLowering::wgmma_swapped_operands_ok(const StagedOperand& sa, const Stage
   return a_k_major && b_n_major;
 }
 
-namespace {
-
-uint64_t swizzle_mode(int64_t row_bytes) { return row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3; }
-
-void emit_asm(llvm::IRBuilderBase& b, const std::string& text) {
-  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
-  b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {})
-      ->addFnAttr(llvm::Attribute::Convergent);
-}
-
-}  // namespace
 
 void GpuLowering::lower_dot_wgmma_swapped(const Op& op, const StagedOperand& sa, const StagedOperand& sb) {
   const Value* acc = op.operands[2];
@@ -84,7 +73,7 @@ void GpuLowering::lower_dot_wgmma_swapped(const Op& op, const StagedOperand& sa,
   // wgmma's B: A's K-major stage, all M rows; k-step kk starts 32 kk bytes into the rows.
   llvm::Value* desc_start = b_.CreateAnd(b_.CreatePtrToInt(sa.buf, i64), b_.getInt64(0x3FFFF));
   const uint64_t desc_bits = (16ull >> 4) << 16 | ((8ull * static_cast<uint64_t>(sa.row_bytes)) >> 4) << 32 |
-                             swizzle_mode(sa.row_bytes) << 62;
+                             wgmma_swizzle_mode(sa.row_bytes) << 62;
 
   // The fragment's two rows of B (k = t and t + 4, in the conflict-free order above) at
   // columns n, n + 1; k-step kk is 8 rows (1024 bytes of a column block) further.
@@ -151,12 +140,12 @@ void GpuLowering::lower_dot_wgmma_swapped(const Op& op, const StagedOperand& sa,
   const bool in_flight = wgmma_async_dots_.count(&op) > 0;
   // The previous iteration's group still reads its fragment registers, which the loads
   // below rewrite: retire it first (see the top of the file).
-  if (in_flight) emit_asm(b_, "wgmma.wait_group.sync.aligned 0;");
+  if (in_flight) emit_ptx(b_, "wgmma.wait_group.sync.aligned 0;");
   std::vector<std::vector<llvm::Value*>> frags;
   for (int64_t kk = 0; kk < steps; ++kk) frags.push_back(fragment(kk));
-  emit_asm(b_, "wgmma.fence.sync.aligned;");
+  emit_ptx(b_, "wgmma.fence.sync.aligned;");
   for (int64_t kk = 0; kk < steps; ++kk) issue(kk, frags[kk]);
-  emit_asm(b_, "wgmma.commit_group.sync.aligned;");
+  emit_ptx(b_, "wgmma.commit_group.sync.aligned;");
   // In flight: lower_for retires the last group on the loop's way out. Otherwise the
   // accumulators are read next.
   if (!in_flight) c = wgmma_wait_tied(c);

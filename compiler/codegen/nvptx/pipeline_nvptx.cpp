@@ -77,11 +77,6 @@ void collect_dots(const Block& b, std::vector<const Op*>& out) {
   }
 }
 
-void emit_asm(llvm::IRBuilderBase& b, const std::string& text) {
-  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
-  b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {});
-}
-
 }  // namespace
 
 bool is_zero_const(const Value* v) {
@@ -351,7 +346,7 @@ void GpuLowering::issue_stage(const Block& body, Pipeline& p, llvm::Value* iv, l
       b_.CreateCall(fty, cp, {dst32, src, src_size, issue});
     }
   }
-  if (!p.tma) emit_asm(b_, "cp.async.commit_group;");
+  if (!p.tma) emit_ptx(b_, "cp.async.commit_group;", /*convergent=*/false);
 
   // Advance the ahead values through their yields (computed before any is stored).
   const Op* yield = body.terminator();
@@ -406,10 +401,10 @@ void GpuLowering::pipeline_iteration(const Block& body, Pipeline& p, llvm::Value
   if (p.stream) return stream_iteration(body, p, step, in_range);
   const int ahead = p.wgmma_async ? p.stages - 2 : p.stages - 1;
   if (!p.tma) {
-    emit_asm(b_, "cp.async.wait_group " + std::to_string(ahead - 1) + ";");
+    emit_ptx(b_, "cp.async.wait_group " + std::to_string(ahead - 1) + ";", /*convergent=*/false);
     // wgmma reads shared memory through the async proxy: order this thread's copies
     // (generic proxy) before it.
-    if (p.async_proxy) emit_asm(b_, "fence.proxy.async.shared::cta;");
+    if (p.async_proxy) emit_ptx(b_, "fence.proxy.async.shared::cta;", /*convergent=*/false);
   }
   // cp.async: everyone's copies of this iteration are visible; both: every warp has
   // finished reading the stage the next copies overwrite (unless the TMA ring's
@@ -455,7 +450,7 @@ void GpuLowering::pipeline_end_iteration(Pipeline& p) {
 void GpuLowering::pipeline_epilogue(Pipeline& p) {
   // (wgmma groups still in flight were waited for on the loop's way out: lower_for.)
   if (p.tma) tma_epilogue(p);
-  else emit_asm(b_, "cp.async.wait_group 0;");
+  else emit_ptx(b_, "cp.async.wait_group 0;", /*convergent=*/false);
 }
 
 }  // namespace tessera::codegen::nvptx

@@ -48,14 +48,6 @@ namespace tessera::codegen::nvptx {
 
 using namespace ir;
 
-namespace {
-
-void emit_asm_text(llvm::IRBuilderBase& b, const std::string& text) {
-  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
-  b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {});
-}
-
-}  // namespace
 
 std::optional<GpuLowering::Pipeline> GpuLowering::plan_stream_ring(const Block& body) {
   const Op* loop = body.parent() ? body.parent()->parent() : nullptr;
@@ -155,7 +147,7 @@ void GpuLowering::stream_iteration(const Block& body, Pipeline& p, llvm::Value* 
   issue_stage(body, p, iv, ws, in_range(iv));
   b_.CreateStore(b_.CreateAdd(iv, step), p.ahead_iv);
   b_.CreateStore(next(ws), p.write_stage);
-  emit_asm_text(b_, "cp.async.wait_group " + std::to_string(p.stages - 1) + ";");
+  emit_ptx(b_, "cp.async.wait_group " + std::to_string(p.stages - 1) + ";", /*convergent=*/false);
   llvm::Value* rs = b_.CreateLoad(b_.getInt32Ty(), p.read_stage);
   b_.CreateStore(next(rs), p.read_stage);
   p.current_stage = rs;

@@ -60,12 +60,6 @@ const Value* through_widening(const Value* v) {
   return v;
 }
 
-void emit_asm(llvm::IRBuilderBase& b, const std::string& text) {
-  auto* fty = llvm::FunctionType::get(b.getVoidTy(), {}, false);
-  b.CreateCall(llvm::InlineAsm::get(fty, text, "~{memory}", /*hasSideEffects=*/true), {})
-      ->addFnAttr(llvm::Attribute::Convergent);
-}
-
 }  // namespace
 
 // The index term of one dim: `v` (an integer tile) is x + i along dim `dim` of the
@@ -315,8 +309,8 @@ void GpuLowering::tma_prologue(Pipeline& p) {
   }
   if (p.ping_pong) emit_ping_pong_barriers(p);  // (after the ring: its 1024-byte alignment wastes nothing)
   // The copy engine (async proxy) completes transactions on them.
-  emit_asm(b_, "fence.mbarrier_init.release.cluster;");
-  emit_asm(b_, "fence.proxy.async.shared::cta;");
+  emit_ptx(b_, "fence.mbarrier_init.release.cluster;");
+  emit_ptx(b_, "fence.proxy.async.shared::cta;");
   barrier();
 }
 
