@@ -122,11 +122,15 @@ def candidates(rows, cols, dev="cuda", baseline=None):
                 sliced(logits, tgt_v, block, w, True), nbytes)
         # Registers a thread of the 2-warp slices (CE_SLICE_MAXNREG_FAST_MEMORY; None: as ptxas
         # allocates, 96, 10 programs an SM; 80: 12; 64 spills).
+        bf = logits.to(torch.bfloat16)
         for regs in (None, 80, 64):
             for merge in (False, True):
                 what = "slices + merge (mean)" if merge else "slices alone"
                 out[f"cross_entropy {shape} {what}, 4096 classes a slice, num_warps=2, maxnreg {regs}"] = (
                     sliced(logits, tgt_v, 4096, 2, merge, maxnreg=regs), nbytes)
+                if regs != 64:
+                    out[f"cross_entropy {shape} bf16 {what}, 4096 classes a slice, num_warps=2, maxnreg {regs}"] = (
+                        sliced(bf, tgt_v, 4096, 2, merge, maxnreg=regs), nbytes)
         if logits.shape[1] % 16:  # rows not 16-byte aligned: read element by element instead of realigned
             out[f"cross_entropy {shape} slices + merge (mean), 4096 classes a slice, num_warps=4, not realigned"] = (
                 sliced(logits, tgt_v, 4096, 4, True, realign=False), nbytes)
@@ -136,7 +140,6 @@ def candidates(rows, cols, dev="cuda", baseline=None):
         # second trip): what the reduction's last steps cost.
         out[f"cross_entropy {shape} tk.cross_entropy reduction='none'"] = (
             lambda logits=logits, tgt_v=tgt_v: tk.cross_entropy(logits, tgt_v, reduction="none"), nbytes)
-        bf = logits.to(torch.bfloat16)
         out[f"cross_entropy {shape} bf16 tk.cross_entropy (library default)"] = (
             lambda bf=bf, tgt_v=tgt_v: tk.cross_entropy(bf, tgt_v), nbytes)
         if baseline is not None:
