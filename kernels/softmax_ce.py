@@ -61,7 +61,7 @@ CE_SLICE_WARPS = 4
 # FMA terms and the realigned slices' f32 merge, realigned rows lost at 2 warps: 0.846 ->
 # 0.785, memory_bound_configs_s11_warps_h200.md.)
 CE_SLICE_WARPS_FAST_MEMORY = 2
-# Registers a thread of those 2-warp slices (16-bit logits, no label smoothing): ptxas
+# Registers a thread of those 2-warp slices (fp16 logits, no label smoothing): ptxas
 # gives the 4096-wide tile 96, so 10 programs of 2 warps fit an SM; at 80 (no spills) 12,
 # and the slices, bound by how many bytes their resident programs keep in flight, read
 # faster. H200, fp16, slices alone, of a copy, 96 -> 80: 2048x50257 0.926 -> 0.951
@@ -836,11 +836,11 @@ def _slice_warps(logits, n):
 
 
 def _slice_maxnreg(logits, n, slice_kw, smoothing):
-    """CE_SLICE_MAXNREG_FAST_MEMORY for the fast-memory GPUs' 2-warp slices of 16-bit
+    """CE_SLICE_MAXNREG_FAST_MEMORY for the fast-memory GPUs' 2-warp slices of fp16
     logits without label smoothing (the forms ptxas fits in it without spilling:
-    test_kernels_gpu_ptx.py), else None."""
+    test_kernels_gpu_ptx.py; bf16's realigned slices spill there), else None."""
     if (n > CE_ONE_CHUNK and H.fast_memory(logits) and slice_kw.get("num_warps") == CE_SLICE_WARPS_FAST_MEMORY
-            and _element_size(logits) == 2 and not smoothing > 0):
+            and H.dtype_name(logits) == "float16" and not smoothing > 0):
         return CE_SLICE_MAXNREG_FAST_MEMORY
     return None
 
