@@ -84,8 +84,8 @@ def test_cross_entropy_slices_load_16_bytes_at_a_time(realign, fma_exp, tmp_path
 def test_cross_entropy_fast_memory_slices_fit_their_register_cap(realign, tmp_path):
     # The fast-memory GPUs' 2-warp slices of fp16 logits run under a register cap
     # (CE_SLICE_MAXNREG_FAST_MEMORY: 12 programs an SM instead of 10); ptxas keeps to it
-    # without spilling (label smoothing's third sum and bf16's realigned slices would
-    # spill: _slice_maxnreg leaves them).
+    # without spilling (label smoothing's third sum would spill: _slice_maxnreg leaves it,
+    # and bf16, which gained nothing from the cap).
     cap = S.CE_SLICE_MAXNREG_FAST_MEMORY
     sig = "*fp16:16,*i64:16,*fp32:16," + ("i32,i32,i32,i32,i32" if realign else "i32:16,i32:16,i32,i32:16,i32")
     ptx = tessera.compile(S._xent_slice_kernel, sig,
