@@ -38,7 +38,10 @@ def static_print_kernel(x_ptr, BLOCK: tl.constexpr, TAG: tl.constexpr):
     tl.store(x_ptr + tl.arange(0, BLOCK), x + 1)
 
 
-def test_static_print_runs_once_at_compile_time(capfd):
+def test_static_print_runs_once_at_compile_time(capfd, monkeypatch, tmp_path):
+    # static_print runs when the kernel compiles: a disk cache of its own, so that an entry
+    # a previous run left (the same TESSERA_CACHE_DIR) cannot skip the compile.
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
     x = np.zeros(8, np.float32)
     static_print_kernel[(1,)](x, BLOCK=8, TAG="first")
     static_print_kernel[(1,)](x, BLOCK=8, TAG="first")        # cached: no second print
