@@ -4,7 +4,7 @@ the output) and torch (cuBLAS): what kernels/attention.py's and kernels/linear.p
 choices are measured from.
 
     python bench/attention_score_gpu.py [--dtype float16] [--shape 8,2048,2048,64] [--only fwd|bwd]
-                                        [--shipped] [--cold N] [--sides] [--out DIR]
+                                        [--shipped] [--cold N] [--sides] [--prefetch] [--out DIR]
 
 Times are torch.profiler's CUDA kernel time per call (no host launch cost), best of
 3 rounds of `--calls` calls; every variant's result is checked against torch first.
@@ -66,10 +66,12 @@ def backward_flat(q, k, ds, dq, dk, scale, tiles, side=None):
     cut, that side's programs alone (the other output is not written)."""
     bt, m, d = q.shape
     n = k.shape[1]
-    bm, bk, warps, stages, ws, maxnreg, lag, *swap = tiles
+    bm, bk, warps, stages, ws, maxnreg, lag, *rest = tiles
     extra = {"maxnreg": maxnreg} if maxnreg else {}
-    if swap and swap[0]:
+    if rest and rest[0]:
         extra["SWAP"] = True
+    if len(rest) > 1 and rest[1]:
+        extra["L2_PREFETCH"] = rest[1]
     q_blocks, k_blocks = tessera.cdiv(m, bm), tessera.cdiv(n, bm)
     programs = {None: q_blocks + k_blocks, "dq": q_blocks, "dk": k_blocks}[side]
     AT._score_backward_flat_kernel[(programs, 1, bt)](
@@ -78,9 +80,17 @@ def backward_flat(q, k, ds, dq, dk, scale, tiles, side=None):
         PROGRAM0=q_blocks if side == "dk" else 0, num_warps=warps, num_stages=stages, **extra)
 
 
-# name -> (BLOCK_M, BLOCK_K, num_warps, num_stages, WS, maxnreg, LAG[, SWAP]) of _score_backward_flat_kernel
+# name -> (BLOCK_M, BLOCK_K, num_warps, num_stages, WS, maxnreg, LAG[, SWAP[, L2_PREFETCH]]) of
+# _score_backward_flat_kernel
 FLAT_BACKWARD = {
     "flat 256x64 w16 s4 ws, dq on the anti-diagonal (shipped on sm_90)": (256, 64, 16, 4, True, None, 0),
+    # L2 prefetch: each ring's issuer asks the L2 for the boxes P K steps ahead of its copies, so
+    # that more distinct ds bytes are in flight than the pairs' shared rings keep (--prefetch).
+    "flat 256x64 w16 s4 ws, L2 prefetch 2": (256, 64, 16, 4, True, None, 0, False, 2),
+    "flat 256x64 w16 s4 ws, L2 prefetch 4": (256, 64, 16, 4, True, None, 0, False, 4),
+    "flat 256x64 w16 s4 ws, L2 prefetch 8": (256, 64, 16, 4, True, None, 0, False, 8),
+    "flat 256x64 w16 s4 ws, L2 prefetch 12": (256, 64, 16, 4, True, None, 0, False, 12),
+    "flat 256x64 w16 s3 ws, L2 prefetch 4": (256, 64, 16, 3, True, None, 0, False, 4),
     # SWAP: dq^T = k^T ds^T and dk^T = q^T ds, one warpgroup's wgmma.m64n256 (A 8 KB + B 32 KB of
     # shared memory read per K step, against 4 x (8 + 8) KB for four warpgroups' m64n64).
     # Deeper rings (200 KB): the compiler keeps 4 stages of these unless its reserve for
@@ -208,8 +218,10 @@ def flat_sides(q, k, dss, scale, args, row):
     kernel) and at twice the batch (as many CTAs as the whole kernel, all of one kind), to
     see whether one kind waits on the other at the end of the shipped kernel (one CTA an
     SM, so an early finisher leaves its SM idle). Errors checked against torch."""
-    tiles = next(t for name, t in FLAT_BACKWARD.items() if "shipped" in name)
-    for twice in (False, True):
+    variants = [("shipped flat", next(t for name, t in FLAT_BACKWARD.items() if "shipped" in name))]
+    if args.prefetch:
+        variants.append(("flat, L2 prefetch 4", FLAT_BACKWARD["flat 256x64 w16 s4 ws, L2 prefetch 4"]))
+    for (what, tiles), twice in ((v, t) for v in variants for t in (False, True)):
         qs, ks, ds_sets = (q, k, dss) if not twice else \
             (torch.cat([q, q]), torch.cat([k, k]), [torch.cat([x, x]) for x in dss])
         bt, m, d = qs.shape
@@ -229,7 +241,7 @@ def flat_sides(q, k, dss, scale, args, row):
             err = ((got.float() - ref).abs().max() / ref.abs().max()).item()
             call = cycled([lambda x=x, o=o: backward_flat(qs, ks, x, o[0], o[1], scale, tiles, side)
                            for x, o in zip(ds_sets, outs)])
-            label = f"cut: shipped flat, {side} programs alone, batch {bt} ({bt * tessera.cdiv(m, tiles[0])} CTAs)"
+            label = f"cut: {what}, {side} programs alone, batch {bt} ({bt * tessera.cdiv(m, tiles[0])} CTAs)"
             row("bwd", f"copy of that cut's bytes ({nbytes / 1e6:.1f} MB)", copy_us, copy_us, nbytes, "")
             row("bwd", label, profiled_kernel_us(call, args.calls), copy_us, nbytes, f"{err:.1e}")
 
@@ -269,6 +281,8 @@ def main():
     ap.add_argument("--no-cluster", action="store_true", help="backward: leave out the cluster experiments")
     ap.add_argument("--swapped", action="store_true", help="with --shipped: also the swapped flat backwards and "
                     "the deeper rings")
+    ap.add_argument("--prefetch", action="store_true", help="with --shipped: also the flat backwards with "
+                    "an L2 prefetch ahead of their rings (and with --sides, the sides with one)")
     ap.add_argument("--sides", action="store_true", help="backward: also the shipped flat kernel's dq and dk "
                     "programs timed alone, at this batch and at twice it (as many CTAs as the whole kernel)")
     ap.add_argument("--out", default=None)
@@ -357,7 +371,8 @@ def main():
             row("bwd", name, profiled_kernel_us(call, args.calls),
                 copy_us, bwd_bytes, f"{err:.1e}")
         for name, tiles in FLAT_BACKWARD.items():
-            extra = args.swapped and ("swapped" in name or "deeper ring" in name)
+            extra = (args.swapped and ("swapped" in name or "deeper ring" in name)) or \
+                (args.prefetch and "L2 prefetch" in name)
             if args.shipped and "shipped" not in name and not extra:
                 continue
             dq = torch.full((bt, m, d), float("nan"), dtype=dt, device="cuda")

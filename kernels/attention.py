@@ -86,7 +86,8 @@ def _score_backward_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_db, s_dm, s_qb, s_qm, 
 @tessera.kernel
 def _score_flat_tile(A, B, C, a0, b0, o0, rd, batch, M, N, K, a_rows, b_rows, s_a, s_b, s_cb, scale, first_block,
                      A_MMAJOR: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, WS: tl.constexpr, SWAP: tl.constexpr = False):
+                     BLOCK_K: tl.constexpr, WS: tl.constexpr, SWAP: tl.constexpr = False,
+                     L2_PREFETCH: tl.constexpr = 0):
     """_score_product_tile with A and B read as 2-D arrays of every batch's rows (a_rows
     and b_rows of them, row strides s_a and s_b) from their bare parameters, each tile
     at a scalar row and column plus an arange, masked by those bounds: the form
@@ -100,14 +101,15 @@ def _score_flat_tile(A, B, C, a0, b0, o0, rd, batch, M, N, K, a_rows, b_rows, s_
     B's rows b0 + k + j (b0 = batch * K), columns rd.
     SWAP: the product computed transposed, C^T = B^T A^T (BLOCK_N = the head dim as the
     MMA's M: one warpgroup's wgmma.m64nBLOCK_M, so 4 warps), the tile transposed back in
-    the epilogue."""
+    the epilogue. L2_PREFETCH: tl.range's l2_prefetch (the ring's boxes asked of the L2
+    that many K steps before the ring copies them; 0: not)."""
     rk = tl.arange(0, BLOCK_K)
     ri = tl.arange(0, BLOCK_M)
     if SWAP:
         acc = tl.zeros([BLOCK_N, BLOCK_M], ACC)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
-    for k in tl.range(0, K, BLOCK_K, warp_specialize=WS):
+    for k in tl.range(0, K, BLOCK_K, warp_specialize=WS, l2_prefetch=L2_PREFETCH):
         kr = k + first_block * BLOCK_K
         kr = tl.multiple_of(tl.where(kr >= K, kr - K, kr), BLOCK_K)
         if A_MMAJOR:
@@ -138,7 +140,8 @@ def _score_flat_tile(A, B, C, a0, b0, o0, rd, batch, M, N, K, a_rows, b_rows, s_
 def _score_backward_flat_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, scale, rows_q, rows_k,
                                 ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                                 BLOCK_K: tl.constexpr, WS: tl.constexpr, LAG: tl.constexpr = 0,
-                                PROGRAM0: tl.constexpr = 0, SWAP: tl.constexpr = False):
+                                PROGRAM0: tl.constexpr = 0, SWAP: tl.constexpr = False,
+                                L2_PREFETCH: tl.constexpr = 0):
     """_score_backward_kernel's two products (same grid: a batch's dq row blocks, then its
     dk row blocks; the same rotated K order) with ds, q and k read as 2-D arrays of all
     batches' rows (rows_q = batch x M rows of ds and q, rows_k = batch x N of k; batches
@@ -159,7 +162,9 @@ def _score_backward_flat_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, s
     programs alone as a grid of N / BLOCK_M programs from PROGRAM0 = M / BLOCK_M).
     SWAP: both products transposed (_score_flat_tile; one warpgroup's m64n256 wgmma at
     256 rows, 4 warps): 0.75 of a copy on an H200 against 0.81 (bench/results/
-    attention_score_bwd_h200_s14.md), kept for the bench."""
+    attention_score_bwd_h200_s14.md), kept for the bench. L2_PREFETCH: each branch's
+    ring asks the L2 for its ds (and k or q) boxes that many K steps ahead of its copies
+    (tl.range's l2_prefetch)."""
     batch = tl.program_id(2).to(tl.int64)
     b32 = tl.program_id(2)
     t = tl.program_id(0) + PROGRAM0
@@ -169,13 +174,14 @@ def _score_backward_flat_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, s
         n_blocks = tl.cdiv(N, BLOCK_K)
         first = (2 * n_blocks - (t * BLOCK_M // BLOCK_K) % n_blocks - LAG % n_blocks) % n_blocks
         _score_flat_tile(DS, KEY, DQ, b32 * M + t * BLOCK_M, b32 * N, t * BLOCK_M, rd, batch, M, D, N, rows_q,
-                         rows_k, s_dm, s_kn, M * D, scale, first, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS, SWAP)
+                         rows_k, s_dm, s_kn, M * D, scale, first, False, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS, SWAP,
+                         L2_PREFETCH)
     else:
         j = t - q_blocks
         m_blocks = tl.cdiv(M, BLOCK_K)
         first = (m_blocks - (j * BLOCK_M // BLOCK_K) % m_blocks) % m_blocks
         _score_flat_tile(DS, Q, DK, b32 * M, b32 * M, j * BLOCK_M, rd, batch, N, D, M, rows_q, rows_q, s_dm,
-                         s_qm, N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS, SWAP)
+                         s_qm, N * D, scale, first, True, ACC, BLOCK_M, BLOCK_D, BLOCK_K, WS, SWAP, L2_PREFETCH)
 
 
 @tessera.kernel

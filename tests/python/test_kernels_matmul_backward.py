@@ -299,6 +299,23 @@ def test_ptx_score_backward_flat_swapped_runs_one_warpgroup_m64n256(tmp_path):
     assert "mma.sync" not in ptx and ck.metadata["threads"] == "256"
 
 
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_ptx_score_backward_flat_l2_prefetch(prefetch, tmp_path):
+    # L2_PREFETCH (tl.range's l2_prefetch; bench/attention_score_gpu.py --prefetch): each
+    # branch's producer follows a stage's copies with an L2 prefetch of every box 4 K steps
+    # on (dq: ds and k, 2; dk: ds^T's four boxes and q, 5); none in the shipped form.
+    bm, bk, warps, stages, lag = AT.SCORE_BACKWARD_FLAT_TILES
+    sizes = (2048, 2048, 64, 2048, 64, 64, 0.125, 8 * 2048, 8 * 2048)
+    ptrs = {p: "*fp16:16" for p in ("DS", "Q", "KEY", "DQ", "DK")}
+    sig, ce, opts = launch_signature(AT._score_backward_flat_kernel, ptrs, sizes,
+                                     dict(ACC=tl.float32, BLOCK_M=bm, BLOCK_D=64, BLOCK_K=bk, WS=True, LAG=lag,
+                                          L2_PREFETCH=prefetch, num_warps=warps, num_stages=stages))
+    ck = tessera.compile(AT._score_backward_flat_kernel, sig, ce, target="cuda:90a", **opts)
+    ptx = _assembled(ck, tmp_path)
+    assert ptx.count("cp.async.bulk.prefetch.tensor.2d.L2.global.tile") == (2 + 5 if prefetch else 0)
+    assert ptx.count("cp.async.bulk.tensor.2d") == 2 + 5
+
+
 # --------------------------------------------------------------------------- the ops on a GPU
 
 def _skip_without_cuda():

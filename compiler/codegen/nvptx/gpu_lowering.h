@@ -326,6 +326,12 @@ class GpuLowering {
     llvm::Value* run_start = nullptr;
     // i1: the stage of this iteration was released early (its run's last: ping_pong_hand_over).
     llvm::Value* released = nullptr;
+    // tl.range(..., l2_prefetch=P) on a TMA ring (l2_prefetch_nvptx.cpp): with each
+    // iteration's copies the issuer asks the L2 for iteration + P's boxes; the loop's
+    // step and bounds test (pipeline_prologue) to compute and check that iteration.
+    int l2_prefetch = 0;
+    llvm::Value* step = nullptr;
+    std::function<llvm::Value*(llvm::Value*)> in_range;
   };
   // Re-lowering part of a loop body with other bindings (the values of a later
   // iteration: prefetch_nvptx.cpp, pipeline_nvptx.cpp): forget_bindings saves and
@@ -402,6 +408,12 @@ class GpuLowering {
   void tma_release_stage(Pipeline& p);  // end of an iteration: arrive on the retired stage's empty barrier
   // Spins (this thread) until `bar` (shared address) completed the phase of `parity`.
   void emit_mbarrier_wait(llvm::Value* bar, llvm::Value* parity);
+  llvm::Value* tma_coord(const ir::Value* x);  // a box coordinate as i32 (nullptr: 0)
+  // --- l2_prefetch_nvptx.cpp: the L2 asked for a TMA ring's boxes P iterations ahead ---
+  // After issuing iteration `iv`'s copies (issue_stage): iteration iv + P's boxes as
+  // cp.async.bulk.prefetch.tensor, where p.l2_prefetch = P > 0 and the boxes' coordinates
+  // depend on no carried value.
+  void tma_prefetch_l2(const ir::Block& body, Pipeline& p, llvm::Value* iv);
 
   // --- warp_specialize_nvptx.cpp: a producer warp for a loop's TMA ring ---------
   // Whether `loop` is specialized: asked for (its warp_specialize attribute) on sm_90a

@@ -101,6 +101,7 @@ std::optional<GpuLowering::Pipeline> GpuLowering::plan_pipeline(const Block& bod
   if (analysis::waits_on_prior_grid(body)) return std::nullopt;
   Pipeline p;
   p.stages = stages;
+  p.l2_prefetch = loop ? static_cast<int>(loop->int_attr("l2_prefetch", 0)) : 0;
   std::set<const Op*> slice;
   for (auto& op : body.ops) {
     if (op->kind != OpKind::Dot) continue;
@@ -316,7 +317,10 @@ void GpuLowering::issue_stage(const Block& body, Pipeline& p, llvm::Value* iv, l
 
   auto* i32 = b_.getInt32Ty();
   if (p.stream) stream_issue(p, stage, active);
-  if (p.tma) tma_issue(p, stage, active);
+  if (p.tma) {
+    tma_issue(p, stage, active);
+    tma_prefetch_l2(body, p, iv);
+  }
   for (auto& pl : p.loads) {
     if (p.tma) break;
     const Op& load = *pl.load;
@@ -375,6 +379,8 @@ void GpuLowering::pipeline_prologue(const Block& body, Pipeline& p, llvm::Value*
       b_.CreateStore(b_.CreateLoad(llvm_elem_type(ctx_, t.elem), slots[i][r]), p.ahead_slots.back()[r]);
   }
   p.lb = lb;
+  p.step = step;
+  p.in_range = in_range;
   p.ahead_iv = alloca_in_entry(lb->getType());
   p.read_stage = alloca_in_entry(b_.getInt32Ty());
   p.write_stage = alloca_in_entry(b_.getInt32Ty());

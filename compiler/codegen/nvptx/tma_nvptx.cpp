@@ -349,11 +349,6 @@ void GpuLowering::tma_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active
   llvm::Value* bar = smem32(bar_of(p, stage));
   int64_t bytes = 0;
   for (auto& pl : p.loads) bytes += pl.load->result()->type.numel() * pl.load->result()->type.elem.bytes();
-  auto coord = [&](const Value* x) -> llvm::Value* {
-    if (!x) return b_.getInt32(0);
-    llvm::Value* v = scalar(x);
-    return v->getType() == i32 ? v : b_.CreateTrunc(v, i32);
-  };
   struct Box {
     const TmaMap* map;
     llvm::Value *desc, *buf, *inner, *outer;
@@ -364,7 +359,7 @@ void GpuLowering::tma_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active
     boxes.push_back({&m, b_.CreatePtrToInt(fn_->getArg(m.param), b_.getInt64Ty()),
                      b_.CreateInBoundsGEP(b_.getInt8Ty(), pl.ring,
                                           b_.CreateMul(stage, b_.getInt32(static_cast<uint32_t>(pl.stage_bytes)))),
-                     coord(m.start[1]), coord(m.start[0])});
+                     tma_coord(m.start[1]), tma_coord(m.start[0])});
   }
   // Thread 0 alone issues, behind a branch rather than a predicate: ptxas makes each
   // copy's operands uniform with an ELECT / R2UR / BRA.U.ANY loop, which every warp
@@ -399,6 +394,12 @@ void GpuLowering::tma_issue(Pipeline& p, llvm::Value* stage, llvm::Value* active
   b_.CreateBr(copied_bb);
   b_.SetInsertPoint(copied_bb);
   memo_.clear();  // at() results are valid in the block they were emitted in
+}
+
+llvm::Value* GpuLowering::tma_coord(const Value* x) {
+  if (!x) return b_.getInt32(0);
+  llvm::Value* v = scalar(x);
+  return v->getType() == b_.getInt32Ty() ? v : b_.CreateTrunc(v, b_.getInt32Ty());
 }
 
 void GpuLowering::emit_mbarrier_wait(llvm::Value* bar, llvm::Value* parity) {

@@ -386,11 +386,12 @@ class StatementsMixin:
     # ------------------------------------------------------------------ loops
     def _loop_hints(self, rng, where):
         """The for op's attributes from tl.range's hints: warp_specialize and ping_pong
-        (compile-time bools; ping_pong only with warp_specialize), num_stages (>= 0: this loop's GPU ring depth; 0, 1: no ring) and
+        (compile-time bools; ping_pong only with warp_specialize), num_stages (>= 0: this loop's GPU ring depth; 0, 1: no ring),
+        l2_prefetch (>= 0: iterations ahead of a TMA ring the L2 is asked for its boxes; 0: not) and
         loop_unroll_factor (>= 1: LLVM unrolls by it, 1: never)."""
         attrs = {}
         for name, lowest in (("warp_specialize", None), ("ping_pong", None), ("num_stages", 0),
-                             ("loop_unroll_factor", 1)):
+                             ("l2_prefetch", 0), ("loop_unroll_factor", 1)):
             v = getattr(rng, name)
             v = v.value if isinstance(v, core.constexpr) else v
             if lowest is None:  # a bool

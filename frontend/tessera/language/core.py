@@ -306,7 +306,8 @@ class range:
     a loop (options are hints). Only meaningful inside kernels."""
 
     def __init__(self, arg1, arg2=None, step=None, num_stages=None, loop_unroll_factor=None,
-                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False, ping_pong=False):
+                 disallow_acc_multi_buffer=False, flatten=False, warp_specialize=False, ping_pong=False,
+                 l2_prefetch=None):
         if arg2 is None:
             self.start, self.end = 0, arg1
         else:
@@ -320,6 +321,9 @@ class range:
         # With warp_specialize: two consumer warpgroups take the loop's tiles in turn
         # (one's epilogue under the other's MMA; docs/language.md). Also a hint.
         self.ping_pong = ping_pong
+        # sm_90a, a TMA ring: its boxes asked of the L2 this many iterations before the
+        # ring copies them (docs/language.md). A hint too.
+        self.l2_prefetch = l2_prefetch
 
     def __iter__(self):  # the interpreter iterates it like Python's range
         import builtins
