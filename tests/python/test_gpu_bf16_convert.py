@@ -57,3 +57,38 @@ def test_f32_to_bf16_matches_torch_bit_for_bit():
     got, want = out[~nan].view(torch.int16), ref[~nan].view(torch.int16)
     bad = (got != want).nonzero().flatten()
     assert bad.numel() == 0, f"{bad.numel()} differ, first x = {x[~nan][bad[:5]].tolist()}"
+
+
+# --- bf16 -> f32 (compiler/codegen/nvptx/widen_bf16_words_nvptx.cpp) ---------------------
+
+@tessera.kernel
+def from_bf16_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m).to(tl.float32), mask=m)
+
+
+@pytest.mark.parametrize("target,arch", [("cuda:90a", "sm_90a"), ("cuda:80", "sm_80"), ("cuda:75", "sm_75")])
+def test_bf16_lanes_widen_from_their_words(target, arch, tmp_path):
+    # A 16-byte load brings 8 bf16 in 4 words; each lane becomes an f32 in one instruction from
+    # its word: the low half shifted up (shl 16), the high half masked (and 0xffff0000); no
+    # unpacking into 16-bit registers and no cvt.u32.u16.
+    ptx = tessera.compile(from_bf16_kernel, "*bf16:16,*fp32:16,i32:16", {"BLOCK": 1024}, target=target,
+                          num_warps=4).asm["ptx"]
+    assert "ld.global.v4.b32" in ptx
+    assert ptx.count("and.b32") >= 4 and ptx.count(", -65536;") == 4 and ptx.count(", 16;") >= 4
+    assert "cvt.u32.u16" not in ptx and "mov.b32 \t{%rs" not in ptx
+    assemble(ptx, arch, tmp_path)
+
+
+@pytest.mark.gpu
+def test_bf16_to_f32_matches_torch_bit_for_bit():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    # Every bf16 bit pattern (NaNs, infinities, denormals, both zeros), then an odd-length tail.
+    x = torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).cuda()
+    x = torch.cat([x, x[:1001]])
+    out = torch.full(x.shape, float("nan"), device="cuda")
+    from_bf16_kernel[(tessera.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+    assert torch.equal(out.view(torch.int32), x.float().view(torch.int32))

@@ -21,6 +21,7 @@
 #include "codegen/nvptx/gpu_lowering.h"
 #include "codegen/nvptx/pair_half_conversions_nvptx.h"
 #include "codegen/nvptx/pin_fp_rounding_nvptx.h"
+#include "codegen/nvptx/widen_bf16_words_nvptx.h"
 #include "codegen/nvptx/tile_budget_nvptx.h"
 
 namespace tessera::codegen::nvptx {
@@ -149,6 +150,7 @@ NvptxOutput compile_nvptx(const ir::Kernel& k, const CompileOptions& opts) {
   optimize_llvm_module(*m, tm.get(), /*vectorize=*/false);
   if (fp_fusion) pin_uncontracted_fp_rounding(*m, cc);
   pair_half_conversions(*m, cc);  // two f32 -> f16/bf16 per cvt from sm_80
+  widen_bf16_words(*m);           // bf16 lanes widened from their 32-bit words
   out.llir_opt = print_llvm_module(*m);
 
   llvm::SmallVector<char, 0> buf;
