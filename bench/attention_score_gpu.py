@@ -281,6 +281,8 @@ def main():
     ap.add_argument("--no-cluster", action="store_true", help="backward: leave out the cluster experiments")
     ap.add_argument("--swapped", action="store_true", help="with --shipped: also the swapped flat backwards and "
                     "the deeper rings")
+    ap.add_argument("--also", default="", help="with --shipped: also the flat backwards whose names contain "
+                    "one of these comma-separated pieces (e.g. 'lags,leads')")
     ap.add_argument("--prefetch", action="store_true", help="with --shipped: also the flat backwards with "
                     "an L2 prefetch ahead of their rings (and with --sides, the sides with one)")
     ap.add_argument("--sides", action="store_true", help="backward: also the shipped flat kernel's dq and dk "
@@ -372,7 +374,7 @@ def main():
                 copy_us, bwd_bytes, f"{err:.1e}")
         for name, tiles in FLAT_BACKWARD.items():
             extra = (args.swapped and ("swapped" in name or "deeper ring" in name)) or \
-                (args.prefetch and "L2 prefetch" in name)
+                (args.prefetch and "L2 prefetch" in name) or any(a and a in name for a in args.also.split(","))
             if args.shipped and "shipped" not in name and not extra:
                 continue
             dq = torch.full((bt, m, d), float("nan"), dtype=dt, device="cuda")
