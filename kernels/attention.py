@@ -164,7 +164,8 @@ def _score_backward_flat_kernel(DS, Q, KEY, DQ, DK, M, N, D, s_dm, s_qm, s_kn, s
     256 rows, 4 warps): 0.75 of a copy on an H200 against 0.81 (bench/results/
     attention_score_bwd_h200_s14.md), kept for the bench. L2_PREFETCH: each branch's
     ring asks the L2 for its ds (and k or q) boxes that many K steps ahead of its copies
-    (tl.range's l2_prefetch)."""
+    (tl.range's l2_prefetch): slower at every distance on both GPUs (bench/results/
+    attention_score_bwd_s15_l2_prefetch.md), kept for the bench."""
     batch = tl.program_id(2).to(tl.int64)
     b32 = tl.program_id(2)
     t = tl.program_id(0) + PROGRAM0
@@ -365,6 +366,10 @@ SCORE_BACKWARD_TILES = (128, 64, 8, 4)
 # could not use (its cp.async ring over 16 warps: 0.82). Not specialized, the same tiles
 # measure about the same; 128x64 specialized, two CTAs an SM (maxnreg 80), 0.83-0.85; 256x64
 # at 3 stages 0.81, 256x32 at 8 stages 0.82. D = 128: 0.84 of a copy (batched kernel 0.67).
+# On the H200 (0.74-0.85) the limit is the pairing itself, not the MMAs: a probe moving the
+# same bytes in the same pattern with no MMA reads at 0.78-0.79 of a cudaMemcpy, one kind of
+# program alone at 0.95-0.97, TMA-multicast pairs at 0.84-0.90 (bench/results/
+# attention_bwd_memory_probe_h200_s15.md): the second L2 request for every ds line costs.
 SCORE_BACKWARD_FLAT_TILES = (256, 64, 16, 4, 0)
 
 

@@ -1,12 +1,8 @@
 // NVPTX lowering: a TMA ring's boxes asked of the L2 some iterations before the
 // ring copies them (`tl.range(..., l2_prefetch=P)`, sm_90a).
 //
-// A ring of S stages keeps at most S iterations of copies in flight per CTA: that is
-// all the memory requests the loop has out at a time, and a grid whose CTAs share
-// their tiles (kernels/attention.py's backward: a dq and a dk program read each ds
-// tile at about the same step) has half as many distinct ones out as it has stages,
-// too few to keep the DRAM busy (Little's law: bytes in flight = bandwidth x latency).
-// Deeper rings cost shared memory; an L2 prefetch costs none. With P > 0 the issuing
+// A ring of S stages keeps at most S iterations of copies in flight per CTA; an L2
+// prefetch asks for lines further ahead without shared memory. With P > 0 the issuing
 // thread follows each iteration's copies (tma_nvptx.cpp) with one
 //   cp.async.bulk.prefetch.tensor.2d.L2.global.tile [map, {x, y}]
 // per copy of iteration iv + P, at that iteration's coordinates: the loop body's
@@ -17,6 +13,10 @@
 // Where a box's coordinates read a carried value (a pointer advanced round the loop)
 // iteration iv + P's value is not at hand and the hint is ignored, as it is off sm_90a
 // or without a TMA ring; the CPU back end and the interpreter ignore it too.
+// Measured (bench/results/attention_score_bwd_s15_l2_prefetch.md): on attention_score's
+// backward, whose limit turned out not to be requests in flight, every distance was
+// slower on both the H200 and the H100, single-kind grids included; the library does
+// not set it. It stays as a switch for kernels that are short of requests in flight.
 #include <llvm/IR/InlineAsm.h>
 
 #include "codegen/nvptx/gpu_lowering.h"
