@@ -61,12 +61,13 @@ CE_SLICE_WARPS = 4
 # FMA terms and the realigned slices' f32 merge, realigned rows lost at 2 warps: 0.846 ->
 # 0.785, memory_bound_configs_s11_warps_h200.md.)
 CE_SLICE_WARPS_FAST_MEMORY = 2
-# Registers a thread of those 2-warp slices (fp16 logits, no label smoothing): ptxas
+# Registers a thread of those 2-warp slices (16-bit logits, no label smoothing): ptxas
 # gives the 4096-wide tile 96, so 10 programs of 2 warps fit an SM; at 80 (no spills) 12,
 # and the slices, bound by how many bytes their resident programs keep in flight, read
 # faster. H200, fp16, slices alone, of a copy, 96 -> 80: 2048x50257 0.926 -> 0.951
 # (GPT-2's 13th slice of a row is 27% full, so a program slot there holds few bytes),
 # 4096x32000 0.985 -> 0.999; 64 spills (0.61): bench/results/memory_bound_configs_h200_s14_ce_regs*.md.
+# bf16 since session 15 (_slice_maxnreg).
 CE_SLICE_MAXNREG_FAST_MEMORY = 80
 # The slices' exponentials as 2^(x log2 e - m log2 e) on a GPU (_exp_of_difference_fma).
 CE_SLICE_FMA_EXP = True
@@ -836,12 +837,17 @@ def _slice_warps(logits, n):
 
 
 def _slice_maxnreg(logits, n, slice_kw, smoothing):
-    """CE_SLICE_MAXNREG_FAST_MEMORY for the fast-memory GPUs' 2-warp slices of fp16
+    """CE_SLICE_MAXNREG_FAST_MEMORY for the fast-memory GPUs' 2-warp slices of 16-bit
     logits without label smoothing (the forms ptxas fits in it without spilling:
-    test_kernels_gpu_ptx.py; bf16's slices gained nothing from it on an H200, 0.868 of a
-    copy against 0.863-0.873), else None."""
+    test_kernels_gpu_ptx.py), else None. bf16 took it once its lanes widened from their
+    words (compiler/codegen/nvptx/widen_bf16_words_nvptx.cpp): on an H200 2048x50257
+    slices + merge 0.884-0.886 -> 0.896-0.899 of a copy (realigned rows: ptxas 96 -> 80
+    registers, no spills), 4096x32000 0.973 -> 0.970 (aligned rows: 78 registers either
+    way, so the same code; bench/results/memory_bound_configs_h200_s15_ce_bf16_cap{1,2}.md;
+    the library op: kernels_cuda_bfloat16_h200_s15_ce_cap.md); before, it gained nothing
+    (0.868 against 0.863-0.873)."""
     if (n > CE_ONE_CHUNK and H.fast_memory(logits) and slice_kw.get("num_warps") == CE_SLICE_WARPS_FAST_MEMORY
-            and H.dtype_name(logits) == "float16" and not smoothing > 0):
+            and H.dtype_name(logits) in ("float16", "bfloat16") and not smoothing > 0):
         return CE_SLICE_MAXNREG_FAST_MEMORY
     return None
 

@@ -80,14 +80,14 @@ def test_cross_entropy_slices_load_16_bytes_at_a_time(realign, fma_exp, tmp_path
         assert ptx.count("cvt.f32.f16") == 1 + 32
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("realign", [False, True])
-def test_cross_entropy_fast_memory_slices_fit_their_register_cap(realign, tmp_path):
-    # The fast-memory GPUs' 2-warp slices of fp16 logits run under a register cap
+def test_cross_entropy_fast_memory_slices_fit_their_register_cap(realign, dtype, tmp_path):
+    # The fast-memory GPUs' 2-warp slices of 16-bit logits run under a register cap
     # (CE_SLICE_MAXNREG_FAST_MEMORY: 12 programs an SM instead of 10); ptxas keeps to it
-    # without spilling (label smoothing's third sum would spill: _slice_maxnreg leaves it,
-    # and bf16, which gained nothing from the cap).
+    # without spilling (label smoothing's third sum would spill: _slice_maxnreg leaves it).
     cap = S.CE_SLICE_MAXNREG_FAST_MEMORY
-    sig = "*fp16:16,*i64:16,*fp32:16," + ("i32,i32,i32,i32,i32" if realign else "i32:16,i32:16,i32,i32:16,i32")
+    sig = f"*{dtype}:16,*i64:16,*fp32:16," + ("i32,i32,i32,i32,i32" if realign else "i32:16,i32:16,i32,i32:16,i32")
     ptx = tessera.compile(S._xent_slice_kernel, sig,
                           dict(SMOOTH=False, ACC=tl.float32, BLOCK=S.CE_SLICE, CHUNKS=1, REALIGN=realign, VEC=8,
                                FMA_EXP=True), target="cuda:90a", num_warps=S.CE_SLICE_WARPS_FAST_MEMORY,
@@ -100,8 +100,8 @@ def test_cross_entropy_fast_memory_slices_fit_their_register_cap(realign, tmp_pa
 
 
 def test_cross_entropy_plan_caps_registers_only_where_it_fits(monkeypatch):
-    # _slice_maxnreg: the cap for the fast-memory plan's 2-warp fp16 slices without label
-    # smoothing; none with smoothing, fp32 or bf16 logits, or off fast-memory GPUs.
+    # _slice_maxnreg: the cap for the fast-memory plan's 2-warp fp16 and bf16 slices without
+    # label smoothing; none with smoothing, fp32 logits, or off fast-memory GPUs.
     from tessera.kernels import _host as H
     np = pytest.importorskip("numpy")
     x16, x32 = np.zeros((4, 50257), np.float16), np.zeros((4, 50257), np.float32)
@@ -111,7 +111,9 @@ def test_cross_entropy_plan_caps_registers_only_where_it_fits(monkeypatch):
     assert S._slice_maxnreg(x16, 50257, kw, 0.1) is None
     assert S._slice_maxnreg(x32, 50257, kw, 0.0) is None
     torch = pytest.importorskip("torch")
-    assert S._slice_maxnreg(torch.zeros(4, 50257, dtype=torch.bfloat16), 50257, kw, 0.0) is None
+    bf16 = torch.zeros(4, 50257, dtype=torch.bfloat16)
+    assert S._slice_maxnreg(bf16, 50257, kw, 0.0) == S.CE_SLICE_MAXNREG_FAST_MEMORY
+    assert S._slice_maxnreg(bf16, 50257, kw, 0.1) is None
     assert S._slice_maxnreg(x16, 4096, kw, 0.0) is None  # rows held whole
     assert S._slice_maxnreg(x16, 50257, {"num_warps": 4}, 0.0) is None
     monkeypatch.setattr(H, "fast_memory", lambda like: False)
